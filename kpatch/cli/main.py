@@ -1,0 +1,61 @@
+"""The `kpatch` command: a click group whose subcommands live beside this file."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from kpatch import __version__
+from kpatch.cli.common import EXIT_SOME_FAILED, EXIT_USAGE, debug, error_line
+from kpatch.cli.extract import extract_cmd
+from kpatch.cli.scan import scan_cmd
+from kpatch.errors import KpatchError, UsageError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kpatch")
+def cli() -> None:
+    """kpatch: make gfx1030 (RDNA2) GPU kernels safe on gfx1010 (RX 5600 XT / 5700 XT).
+
+    It finds AMD GPU code objects wherever ROCm keeps them (MIOpen kernel
+    DBs, clang offload bundles, fat binaries in shared libraries), decodes
+    them, and reports what they contain.
+
+    Run `kpatch COMMAND --help` for each command.  Set KPATCH_DEBUG=1 to see
+    Python tracebacks for internal errors.
+    """
+
+
+cli.add_command(scan_cmd)
+cli.add_command(extract_cmd)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Abort:
+        error_line(None, "interrupted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        error_line(None, "interrupted")
+        sys.exit(130)
+    except UsageError as e:
+        error_line(e.item, e.reason)
+        sys.exit(EXIT_USAGE)
+    except KpatchError as e:
+        error_line(e.item, e.reason)
+        sys.exit(EXIT_SOME_FAILED)
+    except BrokenPipeError:
+        sys.exit(EXIT_SOME_FAILED)
+    except Exception as e:  # a bug in kpatch: one line, traceback only on request
+        if debug():
+            traceback.print_exc()
+        error_line(None, f"internal error: {type(e).__name__}: {e} (set KPATCH_DEBUG=1 for a traceback)")
+        sys.exit(3)

@@ -1,0 +1,79 @@
+"""`kpatch scan`: list every code object under the given paths."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, error_line, out_console, progress
+from kpatch.codeobject import CodeObject
+from kpatch.containers.discover import Found, Problem, discover
+from kpatch.data import sample_db_path
+from kpatch.errors import KpatchError
+from kpatch.outputs.inventory import code_object_record, render_table
+
+
+def run_scan(paths: list[str], on_progress=None) -> tuple[list[dict], list[dict]]:
+    """Scan ``paths``; return (code object records, error records)."""
+    records: list[dict] = []
+    errors: list[dict] = []
+    for item in discover(paths, on_file=lambda f: on_progress and on_progress(f)):
+        if isinstance(item, Problem):
+            errors.append({"uri": item.uri, "error": item.error})
+            continue
+        assert isinstance(item, Found)
+        try:
+            co = CodeObject.from_bytes(item.data, name=str(item.uri))
+        except KpatchError as e:
+            errors.append({"uri": str(item.uri), "error": e.reason})
+            continue
+        records.append(code_object_record(item, co))
+        if on_progress:
+            on_progress(None, 1)
+    return records, errors
+
+
+@click.command("scan")
+@click.argument("paths", nargs=-1, metavar="PATH_OR_URI...")
+@click.option("--sample", is_flag=True, help="Also scan the sample kernel DB shipped inside kpatch.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+def scan_cmd(paths: tuple[str, ...], sample: bool, as_json: bool) -> None:
+    """List every AMD GPU code object found under PATH_OR_URI...
+
+    A PATH may be a raw code object (.hsaco/.co), a clang offload bundle
+    (plain or compressed CCOB), a host ELF file or shared library with a
+    .hip_fatbin section, a MIOpen kernel DB (.kdb, .ukdb, .kdb.bz2), a wheel
+    or zip, or a directory (searched recursively, e.g. /opt/rocm).  A URI
+    printed by scan names one code object (see `kpatch extract --help`).
+
+    \b
+    Output: a table (container, URI, target id, code object version,
+    kernels, size), or with --json one document:
+      {"code_objects": [{"uri", "container", "target", "code_object_version",
+                         "size", "kernels": [{"name", "symbol", ...}], ...}],
+       "errors": [{"uri", "error"}]}
+
+    \b
+    Exit status: 0 when every input was read, 1 when some could not be
+    (each is listed under errors and on stderr; the rest is still
+    reported), 2 for usage errors.
+    """
+    paths = tuple(paths) + ((sample_db_path(),) if sample else ())
+    if not paths:
+        raise click.UsageError("give at least one PATH_OR_URI (or --sample)")
+    with progress("scanning") as update:
+
+        def on_progress(f, advance=0):
+            update(f"scanning {f}" if f else None, advance)
+
+        records, errors = run_scan(list(paths), on_progress)
+    for e in errors:
+        error_line(e["uri"], e["error"])
+    if as_json:
+        json.dump({"code_objects": records, "errors": errors}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_table(out_console, records, errors)
+    sys.exit(EXIT_SOME_FAILED if errors else EXIT_OK)
