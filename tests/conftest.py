@@ -1,0 +1,41 @@
+"""Shared test helpers: paths to fixtures and the corpus, and running the CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "bin")
+CORPUS_LIB = os.path.join(ROOT, "kdb_cache", "root", "usr", "lib", "x86_64-linux-gnu")
+LIBROCRAND = os.path.join(CORPUS_LIB, "librocrand.so.1.1")
+
+
+def run_kpatch(*args: str, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m kpatch ARGS` as a user would; return the completed process (text)."""
+    e = dict(os.environ)
+    e.pop("KPATCH_DEBUG", None)
+    e["KPATCH_NO_PROGRESS"] = "1"
+    if env:
+        e.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, cwd=cwd, env=e, timeout=600
+    )
+
+
+def need_tool(name: str) -> str:
+    path = shutil.which(name) or (name if os.path.exists(name) else None)
+    if not path:
+        pytest.skip(f"{name} is not installed")
+    return path
+
+
+@pytest.fixture
+def librocrand() -> str:
+    if not os.path.exists(LIBROCRAND):
+        pytest.skip("corpus not fetched (tools/fetch_corpus.sh)")
+    return LIBROCRAND
