@@ -13,7 +13,8 @@ EXIT_SOME_FAILED = 1
 EXIT_USAGE = 2
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-out_console = Console(highlight=False, soft_wrap=True)
+# when piped, never wrap: a URI must stay one copy-pasteable token
+out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 100_000)
 
 
 def error_line(item: str | None, reason: str) -> None:

@@ -18,12 +18,13 @@ def kernel_record(k) -> dict:
         "symbol": k.symbol,
         "entry": k.entry,
         "code_size": k.code_size,
-        "group_segment_fixed_size": d.get("GROUP_SEGMENT_FIXED_SIZE"),
-        "private_segment_fixed_size": d.get("PRIVATE_SEGMENT_FIXED_SIZE"),
-        "kernarg_size": d.get("KERNARG_SIZE"),
+        "group_segment_fixed_size": d.group_segment_fixed_size,
+        "private_segment_fixed_size": d.private_segment_fixed_size,
+        "kernarg_size": d.kernarg_size,
         "wavefront_size": d.wavefront_size,
-        "wgp_mode": bool(d.wgp_mode),
     }
+    if "WGP_MODE" in d.bit_fields:  # GFX10+ layouts only
+        rec["wgp_mode"] = bool(d.wgp_mode)
     md = k.metadata or {}
     for key in (".sgpr_count", ".vgpr_count", ".max_flat_workgroup_size"):
         if key in md:
@@ -51,7 +52,7 @@ def render_table(console, records: list[dict], errors: list[dict]) -> None:
     table = Table(show_lines=False, header_style="bold")
     for col, kw in (
         ("container", {}),
-        ("URI", {"overflow": "fold"}),
+        ("URI", {"overflow": "fold", "no_wrap": not console.is_terminal}),
         ("target", {}),
         ("v", {"justify": "right"}),
         ("kernels", {"justify": "right"}),

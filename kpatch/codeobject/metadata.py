@@ -1,0 +1,176 @@
+"""The ``NT_AMDGPU_METADATA`` note of code objects V3+ (a MessagePack map).
+
+:func:`decode_metadata` reads the note descriptor into a :class:`Metadata`,
+:func:`encode_metadata` writes it back.  Key order, value types and encoding
+forms are kept (see :mod:`kpatch.codeobject.mpack`), so
+``encode_metadata(decode_metadata(b)) == b`` for every note LLVM writes.
+
+Only the three top-level keys kpatch relies on are checked:
+``amdhsa.version`` (list of ints), ``amdhsa.target`` (string, V4+) and
+``amdhsa.kernels`` (list of maps whose ``.name`` / ``.symbol`` are strings).
+Everything else is carried as is.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+from kpatch.codeobject import mpack
+from kpatch.errors import FormatError
+
+NOTE_OWNER = "AMDGPU"
+NT_AMDGPU_METADATA = 32
+
+#: Code object V2 notes (owner "AMD"): type -> name.
+LEGACY_NOTE_TYPES = {
+    1: "NT_AMD_HSA_CODE_OBJECT_VERSION", 2: "NT_AMD_HSA_HSAIL", 3: "NT_AMD_HSA_ISA_VERSION",
+    10: "NT_AMD_HSA_METADATA", 11: "NT_AMD_HSA_ISA_NAME", 12: "NT_AMD_PAL_METADATA",
+}
+LEGACY_NOTE_OWNER = "AMD"
+
+KEY_VERSION = "amdhsa.version"
+KEY_TARGET = "amdhsa.target"
+KEY_KERNELS = "amdhsa.kernels"
+
+
+class Metadata:
+    """A decoded metadata map, usable like a dict (``md['amdhsa.target'] = ...``).
+
+    ``trailing`` holds any bytes after the map in the note descriptor (LLVM
+    writes none); they are written back unchanged.
+    """
+
+    def __init__(self, root: dict, trailing: bytes = b""):
+        if not isinstance(root, dict):
+            raise FormatError(f"metadata is a {type(root).__name__}, not a map")
+        self.root = root
+        self.trailing = bytes(trailing)
+        self._check()
+
+    def _check(self) -> None:
+        version = self.root.get(KEY_VERSION)
+        if version is not None and (
+                not isinstance(version, list) or len(version) < 1
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in version)):
+            raise FormatError(f"metadata {KEY_VERSION} is not a list of integers: {version!r}")
+        target = self.root.get(KEY_TARGET)
+        if target is not None and not isinstance(target, str):
+            raise FormatError(f"metadata {KEY_TARGET} is not a string: {target!r}")
+        kernels = self.root.get(KEY_KERNELS)
+        if kernels is None:
+            return
+        if not isinstance(kernels, list):
+            raise FormatError(f"metadata {KEY_KERNELS} is not a list")
+        for i, k in enumerate(kernels):
+            if not isinstance(k, dict):
+                raise FormatError(f"metadata kernel {i} is not a map")
+            for key in (".name", ".symbol"):
+                if key in k and not isinstance(k[key], str):
+                    raise FormatError(f"metadata kernel {i} {key} is not a string")
+
+    # dict-like access to the top-level map
+    def __getitem__(self, key: Any) -> Any:
+        return self.root[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.root[key] = _like(self.root.get(key), value)
+
+    def __delitem__(self, key: Any) -> None:
+        del self.root[key]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.root
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.root)
+
+    def __len__(self) -> int:
+        return len(self.root)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.root.get(key, default)
+
+    def keys(self):
+        return self.root.keys()
+
+    def items(self):
+        return self.root.items()
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Metadata) and self.root == other.root
+                and self.trailing == other.trailing)
+
+    def __repr__(self) -> str:
+        return f"Metadata(version={self.version}, target={self.target!r}, kernels={len(self.kernels)})"
+
+    # convenient views
+    @property
+    def version(self) -> tuple[int, ...] | None:
+        """``amdhsa.version`` as a tuple: (1, 0) V3, (1, 1) V4, (1, 2) V5/V6."""
+        v = self.root.get(KEY_VERSION)
+        return tuple(int(x) for x in v) if v is not None else None
+
+    @property
+    def target(self) -> str | None:
+        """``amdhsa.target`` (V4+), e.g. ``amdgcn-amd-amdhsa--gfx1030``; None in V3."""
+        t = self.root.get(KEY_TARGET)
+        return str(t) if t is not None else None
+
+    @property
+    def kernels(self) -> list[dict]:
+        """The ``amdhsa.kernels`` maps (the live objects: edits are encoded)."""
+        return self.root.get(KEY_KERNELS) or []
+
+    def kernel(self, symbol_or_name: str) -> dict | None:
+        """The kernel map whose ``.symbol`` or ``.name`` is the argument, or None."""
+        for k in self.kernels:
+            if k.get(".symbol") == symbol_or_name:
+                return k
+        for k in self.kernels:
+            if k.get(".name") == symbol_or_name:
+                return k
+        return None
+
+    def to_python(self) -> Any:
+        """A plain-Python copy (dict/list/str/int/...) without encoding details."""
+        return _plain(self.root)
+
+    def to_bytes(self) -> bytes:
+        return encode_metadata(self)
+
+
+def _like(old: Any, new: Any) -> Any:
+    """``new`` in ``old``'s float width when both are floats (the one kind change
+    canonical encoding would otherwise make)."""
+    if isinstance(old, mpack.Float) and old.fmt == mpack.FLOAT32 and type(new) is float:
+        raw = struct.pack(">f", new)
+        return mpack.Float(struct.unpack(">f", raw)[0], mpack.FLOAT32, raw)
+    return new
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {_plain(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, bool) or v is None:
+        return v
+    for t in (int, float, str, bytes):
+        if isinstance(v, t):
+            return t(v)
+    return v
+
+
+def decode_metadata(desc: bytes) -> Metadata:
+    """Decode an NT_AMDGPU_METADATA note descriptor; FormatError if malformed."""
+    root, rest = mpack.unpack(desc, allow_trailing=True)
+    return Metadata(root, rest)
+
+
+def encode_metadata(md: Metadata | dict) -> bytes:
+    """The note descriptor bytes for ``md`` (no note header, no padding)."""
+    if isinstance(md, Metadata):
+        return mpack.pack(md.root) + md.trailing
+    return mpack.pack(md)

@@ -1,0 +1,211 @@
+"""One AMDGPU code object: header checks, target, metadata, kernels.
+
+``CodeObject.from_bytes(data)`` checks the ELF header (64-bit little-endian,
+EM_AMDGPU, OS/ABI AMDGPU_HSA, a known EI_ABIVERSION), the section and
+program header tables and the notes; the target comes from ``e_flags``.
+The metadata map and the kernel list are read on first use.  Anything
+malformed is a :class:`~kpatch.errors.FormatError`, whenever it is found.
+
+Code object V2 (EI_ABIVERSION 0) uses another metadata note and another
+kernel format (``amd_kernel_code_t``); such objects are reported with
+``is_legacy = True``, no metadata and no kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from kpatch.codeobject.descriptor import KD_SIZE, KernelDescriptor
+from kpatch.codeobject.elf import (
+    ELFOSABI_AMDGPU_HSA, ELFOSABI_NAMES, EM_AMDGPU, ET_DYN, ET_EXEC, ET_REL, SHN_UNDEF,
+    STT_AMDGPU_HSA_KERNEL, STT_FUNC, ElfFile, Note, Section, Symbol)
+from kpatch.codeobject.metadata import (
+    LEGACY_NOTE_OWNER, NOTE_OWNER, NT_AMDGPU_METADATA, Metadata, decode_metadata)
+from kpatch.codeobject.target import (
+    TargetId, code_object_version_for_abi, target_from_e_flags)
+from kpatch.errors import FormatError
+
+KD_SUFFIX = ".kd"
+_SYMBOL_TABLE_ORDER = (".symtab", ".dynsym")
+
+
+@dataclass
+class Kernel:
+    """One kernel: its descriptor (``NAME.kd``) and, if found, its code."""
+
+    name: str
+    symbol: str  # NAME.kd
+    descriptor: KernelDescriptor
+    descriptor_offset: int  # file offset of the 64-byte descriptor
+    descriptor_vaddr: int  # st_value of NAME.kd (section-relative in ET_REL)
+    entry: int  # descriptor_vaddr + KERNEL_CODE_ENTRY_BYTE_OFFSET
+    code_offset: int | None = None  # file offset of the code (STT_FUNC NAME)
+    code_size: int | None = None  # st_size of the STT_FUNC symbol
+    _owner: "CodeObject | None" = field(default=None, repr=False, compare=False)
+
+    @property
+    def metadata(self) -> dict | None:
+        """This kernel's map from ``amdhsa.kernels`` (matched by ``.symbol``), or None."""
+        md = self._owner.metadata if self._owner is not None else None
+        return md.kernel(self.symbol) if md is not None else None
+
+
+class CodeObject:
+    """An AMDGPU code object (ELF) held in memory."""
+
+    def __init__(self, data: bytes, name: str = ""):
+        self.name = name
+        self.elf = ElfFile(data)
+        self.data = self.elf.data
+        h = self.elf.header
+        if h.e_machine != EM_AMDGPU:
+            raise FormatError(f"not an AMDGPU code object (e_machine {h.e_machine}, "
+                              f"expected EM_AMDGPU {EM_AMDGPU})")
+        if h.ei_osabi != ELFOSABI_AMDGPU_HSA:
+            osabi = ELFOSABI_NAMES.get(h.ei_osabi, str(h.ei_osabi))
+            raise FormatError(f"OS/ABI is {osabi}, not AMDGPU_HSA: not an HSA code object")
+        if h.e_type not in (ET_REL, ET_EXEC, ET_DYN):
+            raise FormatError(f"unexpected ELF type e_type={h.e_type}")
+        self.e_type: int = h.e_type
+        self.e_flags: int = h.e_flags
+        self.abi_version: int = h.ei_abiversion
+        self.code_object_version: int = code_object_version_for_abi(h.ei_abiversion)
+        self.is_legacy: bool = self.code_object_version == 2
+        # Read the tables now: their errors belong to from_bytes.
+        self.elf.sections
+        self.elf.segments
+        self.elf.notes
+        if self.is_legacy:
+            try:
+                self.target: TargetId | None = target_from_e_flags(self.e_flags, 2)
+            except FormatError:
+                self.target = None
+        else:
+            self.target = target_from_e_flags(self.e_flags, self.code_object_version)
+        found = [n for n in self.elf.notes
+                 if n.owner == NOTE_OWNER and n.type == NT_AMDGPU_METADATA]
+        if len(found) > 1:
+            raise FormatError(f"{len(found)} NT_AMDGPU_METADATA notes (expected one)")
+        self.metadata_note: Note | None = found[0] if found and not self.is_legacy else None
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, name: str = "") -> "CodeObject":
+        """Parse a code object; FormatError (with ``item=name``) if malformed."""
+        try:
+            return cls(data, name)
+        except FormatError as e:
+            raise e.with_item(name) if name else e
+
+    def __repr__(self) -> str:
+        return (f"CodeObject({self.name or '<bytes>'}, V{self.code_object_version}, "
+                f"{self.target_id or '?'}, {len(self.data)} bytes)")
+
+    # -- identity --------------------------------------------------------------
+    @property
+    def target_id(self) -> str:
+        """The target id as LLVM writes it (``gfx1030``, ``gfx90a:xnack+``), or ''."""
+        return str(self.target) if self.target is not None else ""
+
+    @property
+    def legacy_notes(self) -> list[Note]:
+        """Code object V2 notes (owner ``AMD``), e.g. NT_AMD_HSA_ISA_NAME (type 11)."""
+        return [n for n in self.elf.notes if n.owner == LEGACY_NOTE_OWNER]
+
+    # -- sections ----------------------------------------------------------------
+    @cached_property
+    def sections(self) -> dict[str, Section]:
+        """Sections by name (first of each name); each has vaddr, offset, size."""
+        out: dict[str, Section] = {}
+        for s in self.elf.sections:
+            if s.name and s.name not in out:
+                out[s.name] = s
+        return out
+
+    def section(self, name: str) -> Section | None:
+        return self.sections.get(name)
+
+    @property
+    def text(self) -> bytes:
+        """Contents of ``.text`` (empty if there is none)."""
+        s = self.sections.get(".text")
+        return self.elf.section_bytes(s) if s is not None else b""
+
+    @property
+    def text_vaddr(self) -> int | None:
+        s = self.sections.get(".text")
+        return s.addr if s is not None else None
+
+    @property
+    def text_offset(self) -> int | None:
+        s = self.sections.get(".text")
+        return s.offset if s is not None else None
+
+    # -- metadata ------------------------------------------------------------------
+    @cached_property
+    def metadata(self) -> Metadata | None:
+        """The decoded NT_AMDGPU_METADATA map (V3+), or None if there is none."""
+        if self.metadata_note is None:
+            return None
+        return decode_metadata(self.metadata_note.desc)
+
+    # -- kernels -------------------------------------------------------------------
+    def _symbols(self) -> list[Symbol]:
+        tables = self.elf.symbol_tables
+        out: list[Symbol] = []
+        for name in _SYMBOL_TABLE_ORDER:
+            out.extend(tables.get(name, ()))
+        for name, syms in tables.items():
+            if name not in _SYMBOL_TABLE_ORDER:
+                out.extend(syms)
+        return out
+
+    @cached_property
+    def kernels(self) -> list[Kernel]:
+        """One Kernel per defined ``NAME.kd`` symbol (none for V2 objects)."""
+        if self.is_legacy:
+            return []
+        layout = self.target.mach.descriptor_layout if self.target is not None else "gfx10"
+        symbols = self._symbols()
+        funcs: dict[str, Symbol] = {}
+        for s in symbols:
+            if s.type == STT_FUNC and s.shndx != SHN_UNDEF and s.name not in funcs:
+                funcs[s.name] = s
+        out: list[Kernel] = []
+        seen: set[str] = set()
+        for s in symbols:
+            if not s.name.endswith(KD_SUFFIX) or s.shndx == SHN_UNDEF or s.name in seen:
+                continue
+            seen.add(s.name)
+            offset = self.elf.symbol_offset(s, KD_SIZE)
+            if offset is None:
+                raise FormatError(f"kernel descriptor {s.name} is not 64 bytes inside its section")
+            kd = KernelDescriptor.from_bytes(self.data[offset:offset + KD_SIZE], layout)
+            name = s.name[:-len(KD_SUFFIX)]
+            entry = s.value + kd.kernel_code_entry_byte_offset
+            code_offset = code_size = None
+            f = funcs.get(name)
+            if f is not None:
+                code_offset = self.elf.symbol_offset(f, f.size)
+                code_size = f.size if code_offset is not None else None
+            elif self.e_type != ET_REL:
+                code_offset = self.elf.vaddr_to_offset(entry)
+            out.append(Kernel(name, s.name, kd, offset, s.value, entry, code_offset, code_size,
+                              self))
+        return out
+
+    def kernel(self, name: str) -> Kernel | None:
+        """The kernel called ``name`` (or whose descriptor symbol is ``name``)."""
+        for k in self.kernels:
+            if name in (k.name, k.symbol):
+                return k
+        return None
+
+    @property
+    def legacy_kernel_names(self) -> list[str]:
+        """V2 only: names of STT_AMDGPU_HSA_KERNEL symbols (kernels kpatch does not read)."""
+        names: list[str] = []
+        for s in self._symbols():
+            if s.type == STT_AMDGPU_HSA_KERNEL and s.shndx != SHN_UNDEF and s.name not in names:
+                names.append(s.name)
+        return names

@@ -1,0 +1,397 @@
+"""Offload bundles embedded in host ELF files (HIP executables, shared
+libraries and relocatable objects).
+
+HIP puts each translation unit's bundle (plain or CCOB) in section
+``.hip_fatbin``; a linked file has them back to back, each starting at a
+4 KiB boundary, each followed by a NUL byte and zero padding.  Section
+``.hipFatBinSegment`` holds one ``__hip_fatbin_wrapper`` per bundle:
+``{u32 magic 0x48495046 ('HIPF'), u32 version 1, ptr bundle, ptr 0}``.  The
+pointer is filled in by a relocation (R_*_RELATIVE in a shared library, an
+absolute relocation against ``.hip_fatbin`` in a ``.o``) or stored inline.
+
+The file is mapped, never read whole: memory use does not grow with file
+size.  Only the ELF header, section headers, the names, the bundle headers
+and the relocations near ``.hipFatBinSegment`` are touched.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from kpatch.containers.bundle import BUNDLE_MAGIC, CCOB_MAGIC, bundle_extent, ccob_extent
+from kpatch.errors import FormatError, UsageError
+
+FATBIN_SECTION = ".hip_fatbin"
+WRAPPER_SECTION = ".hipFatBinSegment"
+WRAPPER_MAGIC = 0x48495046
+WRAPPER_VERSION = 1
+
+ELF_MAGIC = b"\x7fELF"
+ELFCLASS64 = 2
+ELFDATA2LSB = 1
+ET_REL = 1
+SHT_NOBITS = 8
+SHT_RELA = 4
+SHT_REL = 9
+SHN_UNDEF = 0
+SHN_LORESERVE = 0xFF00
+SHN_XINDEX = 0xFFFF
+
+# --- declarative ELF64 little-endian structures ----------------------------
+
+
+def _struct(fields: tuple[tuple[str, str], ...]) -> tuple[struct.Struct, tuple[str, ...]]:
+    return struct.Struct("<" + "".join(t for _, t in fields)), tuple(n for n, _ in fields)
+
+
+EHDR_FIELDS = (
+    ("e_ident", "16s"), ("e_type", "H"), ("e_machine", "H"), ("e_version", "I"),
+    ("e_entry", "Q"), ("e_phoff", "Q"), ("e_shoff", "Q"), ("e_flags", "I"),
+    ("e_ehsize", "H"), ("e_phentsize", "H"), ("e_phnum", "H"),
+    ("e_shentsize", "H"), ("e_shnum", "H"), ("e_shstrndx", "H"),
+)  # fmt: skip
+SHDR_FIELDS = (
+    ("sh_name", "I"), ("sh_type", "I"), ("sh_flags", "Q"), ("sh_addr", "Q"),
+    ("sh_offset", "Q"), ("sh_size", "Q"), ("sh_link", "I"), ("sh_info", "I"),
+    ("sh_addralign", "Q"), ("sh_entsize", "Q"),
+)  # fmt: skip
+SYM_FIELDS = (
+    ("st_name", "I"), ("st_info", "B"), ("st_other", "B"), ("st_shndx", "H"),
+    ("st_value", "Q"), ("st_size", "Q"),
+)  # fmt: skip
+RELA_FIELDS = (("r_offset", "Q"), ("r_info", "Q"), ("r_addend", "q"))
+REL_FIELDS = (("r_offset", "Q"), ("r_info", "Q"))
+WRAPPER_FIELDS = (("magic", "I"), ("version", "I"), ("binary", "Q"), ("dummy", "Q"))
+
+_EHDR, _EHDR_NAMES = _struct(EHDR_FIELDS)
+_SHDR, _SHDR_NAMES = _struct(SHDR_FIELDS)
+_SYM, _ = _struct(SYM_FIELDS)
+_RELA, _ = _struct(RELA_FIELDS)
+_REL, _ = _struct(REL_FIELDS)
+_WRAPPER, _ = _struct(WRAPPER_FIELDS)
+
+#: e_machine -> (absolute 64-bit relocation types, relative relocation types)
+RELOC_KINDS: dict[int, tuple[frozenset[int], frozenset[int]]] = {
+    62: (frozenset({1}), frozenset({8})),  # x86-64: R_X86_64_64, R_X86_64_RELATIVE
+    183: (frozenset({257}), frozenset({1027})),  # AArch64: R_AARCH64_ABS64, R_AARCH64_RELATIVE
+    21: (frozenset({38}), frozenset({22})),  # PPC64: R_PPC64_ADDR64, R_PPC64_RELATIVE
+}
+
+
+@dataclass(frozen=True)
+class FatbinBundle:
+    """One bundle in ``.hip_fatbin``: its file offset and byte length,
+    whether it is a CCOB, and whether a ``__hip_fatbin_wrapper`` points at it."""
+
+    offset: int
+    size: int
+    compressed: bool
+    wrapper_checked: bool
+
+
+@dataclass(frozen=True)
+class Section:
+    index: int
+    name: str
+    type: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    entsize: int
+
+
+class _NotHipHost(Exception):
+    """A valid ELF file that cannot be a HIP host (32-bit or big endian)."""
+
+
+class _Elf:
+    """Just enough of an ELF64 LE file: header and section table, over a
+    byte buffer (an mmap)."""
+
+    def __init__(self, buf: memoryview, where: str):
+        self.buf = buf
+        self.where = where
+        n = len(buf)
+        if n < 4 or bytes(buf[:4]) != ELF_MAGIC:
+            raise FormatError("not an ELF file", where)
+        if n < _EHDR.size:
+            raise FormatError(f"ELF header truncated: {n} bytes, need {_EHDR.size}", where)
+        h = dict(zip(_EHDR_NAMES, _EHDR.unpack_from(buf, 0)))
+        ident = h["e_ident"]
+        if ident[4] != ELFCLASS64 or ident[5] != ELFDATA2LSB:
+            raise _NotHipHost()  # HIP hosts are 64-bit little endian
+        self.type, self.machine = h["e_type"], h["e_machine"]
+        self.sections = self._read_sections(h)
+
+    def _fail(self, reason: str) -> FormatError:
+        return FormatError(reason, self.where)
+
+    def _read_sections(self, h: dict) -> list[Section]:
+        n = len(self.buf)
+        shoff, shnum, entsize, shstrndx = h["e_shoff"], h["e_shnum"], h["e_shentsize"], h["e_shstrndx"]
+        if shoff == 0:
+            return []
+        if entsize < _SHDR.size:
+            raise self._fail(f"section header size {entsize} is smaller than {_SHDR.size}")
+        if shoff > n or n - shoff < entsize:
+            raise self._fail(f"section header table at {shoff} lies outside the {n}-byte file")
+        first = _SHDR.unpack_from(self.buf, shoff)
+        if shnum == 0:  # extended numbering: the count is in section 0
+            shnum = first[5]
+        if shstrndx == SHN_XINDEX:
+            shstrndx = first[6]
+        if shnum > (n - shoff) // entsize:
+            raise self._fail(
+                f"section header table ({shnum} entries of {entsize} bytes at {shoff}) runs past the end of the {n}-byte file"
+            )
+        raw = [dict(zip(_SHDR_NAMES, _SHDR.unpack_from(self.buf, shoff + i * entsize))) for i in range(shnum)]
+        if not raw:
+            return []
+        if shstrndx >= shnum:
+            raise self._fail(f"section name table index {shstrndx} is not below the section count {shnum}")
+        names = raw[shstrndx]
+        if names["sh_type"] == SHT_NOBITS or not self._inside(names["sh_offset"], names["sh_size"]):
+            raise self._fail("section name table lies outside the file")
+        strtab = (names["sh_offset"], names["sh_size"])
+        out = []
+        for i, s in enumerate(raw):
+            out.append(
+                Section(
+                    i, self._name(strtab, s["sh_name"]), s["sh_type"], s["sh_addr"], s["sh_offset"],
+                    s["sh_size"], s["sh_link"], s["sh_info"], s["sh_entsize"],
+                )
+            )  # fmt: skip
+        return out
+
+    def _inside(self, offset: int, size: int) -> bool:
+        return offset <= len(self.buf) and size <= len(self.buf) - offset
+
+    def _name(self, strtab: tuple[int, int], index: int) -> str:
+        off, size = strtab
+        if index >= size:
+            raise self._fail(f"section name offset {index} is outside the name table ({size} bytes)")
+        raw = bytes(self.buf[off + index : off + min(size, index + 256)])  # names are short
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+    def contents(self, s: Section) -> memoryview:
+        """The bytes of a section (FormatError if they are outside the file)."""
+        if s.type == SHT_NOBITS:
+            return self.buf[0:0]
+        if not self._inside(s.offset, s.size):
+            raise self._fail(f"section {s.name} (bytes {s.offset}..{s.offset + s.size}) lies outside the file")
+        return self.buf[s.offset : s.offset + s.size]
+
+    def named(self, name: str) -> list[Section]:
+        return [s for s in self.sections if s.name == name]
+
+
+@contextmanager
+def _mapped(path: str) -> Iterator[memoryview]:
+    """Map a file read-only; yield a memoryview (empty for an empty file)."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise UsageError("no such file", path) from None
+    except IsADirectoryError:
+        raise UsageError("is a directory", path) from None
+    except OSError as e:
+        raise UsageError(f"cannot read: {e.strerror}", path) from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            yield memoryview(b"")
+            return
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"cannot map the file: {e}", path) from None
+        mv = memoryview(mm)
+        try:
+            yield mv
+        finally:
+            try:
+                mv.release()
+                mm.close()
+            except BufferError:  # a view is still alive; the GC will unmap it
+                pass
+
+
+def has_fatbin(path: str) -> bool:
+    """Is this an ELF file with a ``.hip_fatbin`` section?  Reads only the
+    headers.  False for anything that is not a regular ELF file; FormatError
+    for an ELF file whose headers are broken."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != ELF_MAGIC:
+                return False
+    except OSError as e:
+        raise UsageError(f"cannot read: {e.strerror}", path) from None
+    with _mapped(path) as buf:
+        try:
+            return bool(_Elf(buf, path).named(FATBIN_SECTION))
+        except _NotHipHost:
+            return False
+
+
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+def _walk(elf: _Elf, sec: Section) -> list[tuple[int, int, bool]]:
+    """``(file offset, size, compressed)`` of each bundle in one section."""
+    data = elf.contents(sec)
+    out = []
+    pos = 0
+    while True:
+        m = _NONZERO.search(data, pos)
+        if m is None:
+            return out
+        pos = m.start()
+        rest = data[pos:]
+        head = bytes(rest[: len(BUNDLE_MAGIC)])
+        try:
+            if head == BUNDLE_MAGIC:
+                size, compressed = bundle_extent(rest), False
+            elif head.startswith(CCOB_MAGIC):
+                size, compressed = ccob_extent(rest), True
+                if size is None:
+                    raise FormatError("cannot find where the version-1 CCOB ends")
+            else:
+                raise FormatError(f"neither a bundle nor zero padding: starts with {head[:8]!r}")
+        except FormatError as e:
+            raise FormatError(f"{sec.name} at section offset {pos:#x}: {e.reason}", elf.where) from None
+        out.append((sec.offset + pos, size, compressed))
+        pos += size
+
+
+def _wrapper_targets(elf: _Elf, seg: Section) -> list[tuple[int, int]]:
+    """For each ``__hip_fatbin_wrapper`` record: ``(index, target)``, where
+    target is a file offset (relocatable objects and linked files alike)."""
+    data = elf.contents(seg)
+    if len(data) % _WRAPPER.size:
+        raise elf._fail(f"{seg.name} is {len(data)} bytes, not a multiple of the {_WRAPPER.size}-byte wrapper")
+    records = [_WRAPPER.unpack_from(data, i) for i in range(0, len(data), _WRAPPER.size)]
+    for i, (magic, version, _, _) in enumerate(records):
+        if magic != WRAPPER_MAGIC:
+            raise elf._fail(f"__hip_fatbin_wrapper {i}: magic {magic:#010x}, expected {WRAPPER_MAGIC:#010x}")
+        if version != WRAPPER_VERSION:
+            raise elf._fail(f"__hip_fatbin_wrapper {i}: version {version}, expected {WRAPPER_VERSION}")
+    field = 8  # offset of the bundle pointer inside a record
+    relocated = _relocated_pointers(elf, seg, {i * _WRAPPER.size + field for i in range(len(records))})
+    out = []
+    for i, rec in enumerate(records):
+        place = i * _WRAPPER.size + field
+        if place in relocated:
+            out.append((i, relocated[place]))
+        elif elf.type == ET_REL:
+            raise elf._fail(f"__hip_fatbin_wrapper {i}: no relocation for its bundle pointer")
+        else:
+            out.append((i, _vaddr_to_offset(elf, rec[2], i)))
+    return out
+
+
+def _vaddr_to_offset(elf: _Elf, addr: int, i: int) -> int:
+    for s in elf.sections:
+        if s.addr and s.type != SHT_NOBITS and s.addr <= addr < s.addr + s.size:
+            return s.offset + (addr - s.addr)
+    raise elf._fail(f"__hip_fatbin_wrapper {i}: bundle pointer {addr:#x} is in no section")
+
+
+def _relocated_pointers(elf: _Elf, seg: Section, places: set[int]) -> dict[int, int]:
+    """Resolve relocations that patch ``seg`` at the given section-relative
+    places; return {place: file offset of the target}."""
+    abs_types, rel_types = RELOC_KINDS.get(elf.machine, (frozenset(), frozenset()))
+    out: dict[int, int] = {}
+    for rs in elf.sections:
+        if rs.type not in (SHT_RELA, SHT_REL):
+            continue
+        if elf.type == ET_REL:
+            if rs.info != seg.index:
+                continue
+            base = 0  # r_offset is relative to the patched section
+        else:
+            base = seg.addr  # r_offset is a virtual address
+        layout = _RELA if rs.type == SHT_RELA else _REL
+        data = elf.contents(rs)
+        whole = len(data) - len(data) % layout.size
+        for rec in layout.iter_unpack(data[:whole]):
+            place = rec[0] - base
+            if place not in places:
+                continue
+            rtype, sym = rec[1] & 0xFFFFFFFF, rec[1] >> 32
+            addend = rec[2] if layout is _RELA else _inline_pointer(elf, seg, place)
+            if elf.type == ET_REL:
+                if rtype not in abs_types:
+                    raise elf._fail(f"{rs.name}: relocation type {rtype} for a fatbin pointer is not absolute 64-bit")
+                out[place] = _symbol_file_offset(elf, rs, sym, addend)
+            elif rtype in rel_types:
+                out[place] = _vaddr_to_offset(elf, addend, place // _WRAPPER.size)
+            elif rtype in abs_types:
+                out[place] = _vaddr_to_offset(elf, _symbol_value(elf, rs, sym) + addend, place // _WRAPPER.size)
+            else:
+                raise elf._fail(f"{rs.name}: unexpected relocation type {rtype} for a fatbin pointer")
+    return out
+
+
+def _inline_pointer(elf: _Elf, seg: Section, place: int) -> int:
+    return struct.unpack_from("<Q", elf.contents(seg), place)[0]
+
+
+def _symbol(elf: _Elf, rs: Section, sym: int) -> tuple:
+    if rs.link >= len(elf.sections):
+        raise elf._fail(f"{rs.name}: symbol table index {rs.link} out of range")
+    table = elf.contents(elf.sections[rs.link])
+    if (sym + 1) * _SYM.size > len(table):
+        raise elf._fail(f"{rs.name}: symbol {sym} is outside its symbol table")
+    return _SYM.unpack_from(table, sym * _SYM.size)
+
+
+def _symbol_value(elf: _Elf, rs: Section, sym: int) -> int:
+    return _symbol(elf, rs, sym)[4]
+
+
+def _symbol_file_offset(elf: _Elf, rs: Section, sym: int, addend: int) -> int:
+    """File offset that symbol + addend designates in a relocatable object."""
+    shndx, value = _symbol(elf, rs, sym)[3], _symbol(elf, rs, sym)[4]
+    if shndx == SHN_UNDEF or shndx >= SHN_LORESERVE or shndx >= len(elf.sections):
+        raise elf._fail(f"{rs.name}: fatbin pointer symbol {sym} is not defined in a section (index {shndx})")
+    target = elf.sections[shndx]
+    return target.offset + value + addend
+
+
+def find_fatbin_bundles(path: str) -> list[FatbinBundle]:
+    """The bundles in ``path``'s ``.hip_fatbin`` section(s), in file order
+    ([] when there is none).  Each wrapper in ``.hipFatBinSegment`` must point
+    at the start of one of them (FormatError otherwise); those get
+    ``wrapper_checked=True``."""
+    with _mapped(path) as buf:
+        try:
+            elf = _Elf(buf, path)
+        except _NotHipHost:
+            return []
+        found: list[tuple[int, int, bool]] = []
+        for sec in elf.named(FATBIN_SECTION):
+            found.extend(_walk(elf, sec))
+        if not found and not elf.named(WRAPPER_SECTION):
+            return []
+        starts = {off for off, _, _ in found}
+        checked: set[int] = set()
+        for seg in elf.named(WRAPPER_SECTION):
+            for i, target in _wrapper_targets(elf, seg):
+                if target not in starts:
+                    raise FormatError(
+                        f"__hip_fatbin_wrapper {i} points at file offset {target:#x}, "
+                        f"which is not the start of a bundle in {FATBIN_SECTION}",
+                        path,
+                    )
+                checked.add(target)
+        return [FatbinBundle(off, size, comp, off in checked) for off, size, comp in found]

@@ -1,0 +1,479 @@
+"""MIOpen kernel databases (``.kdb`` system DBs, ``.ukdb`` user DBs, and
+``.kdb.bz2``, a whole system DB compressed with bzip2).
+
+A kernel DB is an SQLite file with one table, ``kern_db`` (schema in
+:data:`SCHEMA_SQL`).  Each row holds one linked code object (``kernel_blob``)
+keyed by ``(kernel_name, kernel_args)``.  The blob is a bzip2 stream (level 9)
+when that is no longer than the code object, with ``uncompressed_size`` its
+exact length; otherwise the raw bytes with ``uncompressed_size`` 0.
+``kernel_hash`` is the lowercase hex MD5 of the decoded code object, which
+MIOpen checks on every load.  See /work/shared/reference/miopen-kdb.md.
+"""
+
+from __future__ import annotations
+
+import bz2
+import hashlib
+import os
+import shutil
+import sqlite3
+import tempfile
+import weakref
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+from urllib.parse import quote
+
+from kpatch.errors import FormatError, UsageError
+
+#: What MIOpen executes to create a kernel DB (``KernelConfig::CreateQuery``).
+SCHEMA_SQL = (
+    "CREATE TABLE IF NOT EXISTS `kern_db` ("
+    "`id` INTEGER PRIMARY KEY ASC"
+    ",`kernel_name` TEXT NOT NULL"
+    ",`kernel_args` TEXT NOT NULL"
+    ",`kernel_blob` BLOB NOT NULL"
+    ",`kernel_hash` TEXT NOT NULL"
+    ",`uncompressed_size` INT NOT NULL"
+    ");"
+    "CREATE UNIQUE INDEX IF NOT EXISTS `idx_kern_db` ON kern_db(kernel_name, kernel_args);"
+)
+
+#: MIOpen's lookup (``KernDb::FindRecordUnsafe``), with the two values it
+#: pastes into the SQL text as bound parameters instead.
+SELECT_SQL = (
+    "SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db "
+    "WHERE (kernel_name = ?) AND (kernel_args = ?);"
+)
+
+#: MIOpen's store (``KernDb::StoreRecordUnsafe``).
+INSERT_SQL = (
+    "INSERT OR REPLACE INTO kern_db"
+    "(kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) VALUES(?, ?, ?, ?, ?);"
+)
+
+#: Columns MIOpen's SELECT and INSERT need.
+REQUIRED_COLUMNS = ("kernel_name", "kernel_args", "kernel_blob", "kernel_hash", "uncompressed_size")
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_BZ2_BLOCK_MAGICS = (bytes.fromhex("314159265359"), bytes.fromhex("177245385090"))
+
+#: What Python's sqlite3 raises for a corrupt file (a malformed schema can
+#: even give an error message that is not UTF-8).
+_SQL_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+#: MIOpen decompresses into an ``unsigned int``-sized buffer.
+MAX_CODE_SIZE = 2**32 - 1
+
+
+def is_sqlite(first_bytes: bytes) -> bool:
+    """Do these leading bytes start an SQLite 3 database file?"""
+    return bytes(first_bytes[:16]) == SQLITE_MAGIC
+
+
+def is_bz2(first_bytes: bytes) -> bool:
+    """Do these leading bytes start a bzip2 stream (``BZh1``..``BZh9``, then a
+    block or end-of-stream magic when those bytes are present)?"""
+    b = bytes(first_bytes[:10])
+    if len(b) < 4 or not b.startswith(b"BZh") or b[3:4] not in b"123456789":
+        return False
+    return len(b) < 10 or b[4:10] in _BZ2_BLOCK_MAGICS
+
+
+def md5_hex(code: bytes) -> str:
+    """MIOpen's ``kernel_hash``: lowercase hex MD5."""
+    return hashlib.md5(code).hexdigest()
+
+
+def encode_blob(code: bytes) -> tuple[bytes, str, int]:
+    """``(kernel_blob, kernel_hash, uncompressed_size)`` exactly as MIOpen
+    stores ``code``: bzip2 level 9 (Python's bz2 and MIOpen's
+    ``BZ2_bzBuffToBuffCompress(..., 9, 0, 30)`` call the same libbz2 and give
+    the same bytes) if the result is no longer than ``code``, else the raw
+    bytes with size 0.  (MIOpen itself cannot store an empty blob: libbz2
+    returns an error for it; here it is stored raw.)"""
+    code = bytes(code)
+    packed = bz2.compress(code, 9)
+    if len(packed) <= len(code):
+        return packed, md5_hex(code), len(code)
+    return code, md5_hex(code), 0
+
+
+def _bunzip2_capped(blob: bytes, size: int) -> bytes:
+    """Decompress one bzip2 stream, producing at most ``size + 1`` bytes."""
+    d = bz2.BZ2Decompressor()
+    try:
+        out = d.decompress(blob, max_length=size + 1)
+    except (OSError, ValueError, EOFError) as e:
+        raise FormatError(f"bz2 stream corrupt: {e}") from None
+    if len(out) > size:
+        raise FormatError(f"uncompressed_size says {size} but the blob decompresses to more")
+    if not d.eof:
+        raise FormatError(f"bz2 stream corrupt: truncated after {len(out)} bytes")
+    return out
+
+
+@dataclass(frozen=True)
+class KdbEntry:
+    """One ``kern_db`` row, as stored."""
+
+    id: int
+    kernel_name: str
+    kernel_args: str
+    kernel_blob: bytes
+    kernel_hash: str
+    uncompressed_size: int
+
+    @property
+    def compressed(self) -> bool:
+        return self.uncompressed_size != 0
+
+    def code(self, *, max_output: int = 2**31) -> bytes:
+        """The code object MIOpen would load: the blob bunzip2'ed when
+        ``uncompressed_size`` is not 0, else as is; FormatError unless it has
+        exactly ``uncompressed_size`` bytes and its MD5 is ``kernel_hash``.
+        Decompression stops at ``uncompressed_size`` (+1 to detect a lie)."""
+        size = self.uncompressed_size
+        if size < 0 or size > MAX_CODE_SIZE:
+            raise FormatError(f"uncompressed_size {size} is out of range")
+        if size > max_output:
+            raise FormatError(f"uncompressed_size {size} is more than the limit {max_output}")
+        if size == 0:
+            code = bytes(self.kernel_blob)
+        else:
+            code = _bunzip2_capped(self.kernel_blob, size)
+            if len(code) != size:
+                raise FormatError(f"uncompressed_size says {size} but the blob decompresses to {len(code)} bytes")
+        computed = md5_hex(code)
+        if computed != self.kernel_hash:
+            raise FormatError(f"MD5 mismatch: stored {self.kernel_hash}, computed {computed}")
+        return code
+
+
+def _text(value: object, column: str, row_id: object) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(f"kern_db row {row_id}: {column} is not UTF-8") from None
+    raise FormatError(f"kern_db row {row_id}: {column} is {type(value).__name__}, not text")
+
+
+def _entry(row_id: object, name: object, args: object, blob: object, md5: object, size: object) -> KdbEntry:
+    if not isinstance(row_id, int):
+        raise FormatError(f"kern_db row id {row_id!r} is not an integer")
+    if not isinstance(blob, bytes):
+        raise FormatError(f"kern_db row {row_id}: kernel_blob is {type(blob).__name__}, not a blob")
+    if not isinstance(size, int) or isinstance(size, bool):
+        shown = size.decode("utf-8", "replace") if isinstance(size, bytes) else size
+        raise FormatError(f"kern_db row {row_id}: uncompressed_size {shown!r} is not an integer")
+    return KdbEntry(
+        row_id,
+        _text(name, "kernel_name", row_id),
+        _text(args, "kernel_args", row_id),
+        blob,
+        _text(md5, "kernel_hash", row_id),
+        size,
+    )
+
+
+def _sqlite_uri(path: str, **params: str) -> str:
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return f"file:{quote(os.path.abspath(path))}?{query}"
+
+
+def _read_head(path: str, n: int = 16) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except FileNotFoundError:
+        raise UsageError("no such file", path) from None
+    except IsADirectoryError:
+        raise UsageError("is a directory, not a kernel DB", path) from None
+    except OSError as e:
+        raise UsageError(f"cannot read: {e.strerror}", path) from None
+
+
+def _bunzip2_file(src: str, dst_fd: int, max_output: int) -> None:
+    """Stream-decompress the bzip2 file ``src`` (all streams) into ``dst_fd``."""
+    written = 0
+    try:
+        with bz2.open(src, "rb") as fin, os.fdopen(dst_fd, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                written += len(chunk)
+                if written > max_output:
+                    raise FormatError(f"decompresses to more than {max_output} bytes", src)
+                fout.write(chunk)
+    except (OSError, EOFError, ValueError) as e:
+        raise FormatError(f"bz2 stream corrupt: {e}", src) from None
+
+
+def _remove(*paths: str) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+class KernelDB:
+    """An open MIOpen kernel DB.  Use :meth:`open` or :meth:`create`; close
+    it (or use ``with``) when done.  ``path`` is the path given; ``db_path``
+    the SQLite file actually read (a temporary file for ``.kdb.bz2``)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str, db_path: str, *, writable: bool, temp: bool = False):
+        self._conn = conn
+        self.path = path
+        self.db_path = db_path
+        self.writable = writable
+        self._finalizer = weakref.finalize(self, _remove, db_path) if temp else None
+
+    # --- opening ---------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, path: str, *, writable: bool = False, cache_dir: str | None = None, max_output: int = 2**40
+    ) -> "KernelDB":
+        """Open a ``.kdb``, ``.ukdb`` or ``.kdb.bz2``.
+
+        A ``.kdb.bz2`` (recognised by its bytes) is decompressed by streaming
+        into a temporary file (removed on close) or, with ``cache_dir``, into a
+        cache file reused while the source's size and mtime stay the same; it
+        is always read-only.  FormatError if the file is not SQLite, is
+        corrupt, or lacks ``kern_db`` with the columns MIOpen needs.
+        """
+        head = _read_head(path)
+        db_path, temp = path, False
+        if is_bz2(head):
+            if writable:
+                raise UsageError("a .kdb.bz2 can only be opened read-only", path)
+            db_path, temp = _decompressed_copy(path, cache_dir, max_output)
+        try:
+            head = _read_head(db_path)
+            if not head:
+                raise FormatError("not a MIOpen kernel DB: empty file", path)
+            if not is_sqlite(head):
+                raise FormatError(f"not an SQLite database (starts with {head[:8]!r})", path)
+            conn = _connect(db_path, writable=writable, immutable=temp)
+        except BaseException:
+            if temp:
+                _remove(db_path)
+            raise
+        db = cls(conn, path, db_path, writable=writable, temp=temp)
+        try:
+            db._validate()
+            if writable and path.endswith(".ukdb"):
+                db._exec("PRAGMA journal_mode=WAL;")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @classmethod
+    def create(cls, path: str, *, user: bool = True) -> "KernelDB":
+        """Create a new, empty DB with MIOpen's schema (WAL journal for a user
+        DB); UsageError if ``path`` exists."""
+        if os.path.lexists(path):
+            raise UsageError("already exists; open it with writable=True instead", path)
+        return cls._create(path, user=user)
+
+    @classmethod
+    def _create(cls, path: str, *, user: bool) -> "KernelDB":
+        try:
+            conn = sqlite3.connect(path, isolation_level=None)
+        except sqlite3.Error as e:
+            raise UsageError(f"cannot create kernel DB: {e}", path) from None
+        conn.text_factory = bytes
+        db = cls(conn, path, path, writable=True)
+        try:
+            if user:
+                db._exec("PRAGMA journal_mode=WAL;")
+            conn.executescript(SCHEMA_SQL)
+            db._exec("BEGIN;")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _validate(self) -> None:
+        rows = self._rows("PRAGMA table_info(kern_db);")
+        if not rows:
+            raise FormatError("not a MIOpen kernel DB: no table kern_db", self.path)
+        columns = {r[1].decode("utf-8", "replace") if isinstance(r[1], bytes) else r[1] for r in rows}
+        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if missing:
+            raise FormatError(f"not a MIOpen kernel DB: table kern_db lacks {', '.join(missing)}", self.path)
+        self._id_column = "id" if "id" in columns else "rowid"
+
+    # --- reading ---------------------------------------------------------
+
+    def _exec(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, params)
+        except _SQL_ERRORS as e:
+            raise FormatError(f"SQLite error: {e}", self.path) from None
+
+    def _rows(self, sql: str, params: tuple = (), *, limit: int | None = None) -> list[tuple]:
+        """Run a query and fetch (up to ``limit``) rows; FormatError on any
+        SQLite failure, including ones only found while stepping."""
+        cur = self._exec(sql, params)
+        try:
+            return cur.fetchall() if limit is None else cur.fetchmany(limit)
+        except _SQL_ERRORS as e:
+            raise FormatError(f"SQLite error: {e}", self.path) from None
+
+    def count(self) -> int:
+        """Number of rows in ``kern_db``."""
+        return int(self._rows("SELECT COUNT(*) FROM kern_db;")[0][0])
+
+    def entries(self) -> Iterator[KdbEntry]:
+        """All rows, lazily, in ``id`` order."""
+        idc = getattr(self, "_id_column", "id")
+        cur = self._exec(
+            f"SELECT {idc}, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size "
+            f"FROM kern_db ORDER BY {idc};"
+        )
+        while True:
+            try:
+                row = cur.fetchone()
+            except _SQL_ERRORS as e:
+                raise FormatError(f"SQLite error: {e}", self.path) from None
+            if row is None:
+                return
+            yield _entry(*row)
+
+    def get(self, kernel_name: str, kernel_args: str) -> KdbEntry | None:
+        """The row MIOpen's lookup finds for this key (via :data:`SELECT_SQL`),
+        or None."""
+        key = (kernel_name, kernel_args)
+        rows = self._rows(SELECT_SQL, key, limit=1)  # MIOpen takes the first row
+        if not rows:
+            return None
+        idc = getattr(self, "_id_column", "id")
+        ids = self._rows(f"SELECT {idc} FROM kern_db WHERE (kernel_name = ?) AND (kernel_args = ?);", key, limit=1)
+        blob, md5, size = rows[0]
+        return _entry(ids[0][0] if ids else -1, kernel_name.encode(), kernel_args.encode(), blob, md5, size)
+
+    # --- writing ---------------------------------------------------------
+
+    def put(self, kernel_name: str, kernel_args: str, code: bytes) -> None:
+        """Store ``code`` under this key as MIOpen does (INSERT OR REPLACE,
+        blob from :func:`encode_blob`).  Call :meth:`commit` to make it stick."""
+        if not self.writable:
+            raise UsageError("kernel DB is open read-only", self.path)
+        blob, md5, size = encode_blob(code)
+        if not self._conn.in_transaction:
+            self._exec("BEGIN;")
+        self._exec(INSERT_SQL, (kernel_name, kernel_args, blob, md5, size))
+
+    def commit(self) -> None:
+        if self._conn.in_transaction:
+            self._exec("COMMIT;")
+
+    def close(self) -> None:
+        """Close the connection (uncommitted writes are rolled back) and remove
+        a temporary decompressed copy."""
+        if self._conn is not None:
+            try:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+            finally:
+                self._conn.close()
+                self._conn = None
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "KernelDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _connect(db_path: str, *, writable: bool, immutable: bool) -> sqlite3.Connection:
+    """Open the SQLite file and read its schema; read-only opens fall back to
+    ``immutable=1`` when SQLite cannot open a WAL database read-only (no
+    -shm file and a read-only directory)."""
+    if writable:
+        attempts = [{"mode": "rw"}]
+    elif immutable:
+        attempts = [{"mode": "ro", "immutable": "1"}]
+    else:
+        attempts = [{"mode": "ro"}, {"mode": "ro", "immutable": "1"}]
+    for n, params in enumerate(attempts, 1):
+        conn = None
+        try:
+            conn = sqlite3.connect(_sqlite_uri(db_path, **params), uri=True, isolation_level=None)
+            conn.text_factory = bytes
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1;").fetchall()
+            return conn
+        except sqlite3.OperationalError as e:
+            if conn is not None:
+                conn.close()
+            if n == len(attempts):
+                raise FormatError(f"cannot open as SQLite: {e}", db_path) from None
+        except _SQL_ERRORS as e:
+            if conn is not None:
+                conn.close()
+            raise FormatError(f"cannot open as SQLite: {e}", db_path) from None
+    raise AssertionError("unreachable")
+
+
+def _decompressed_copy(path: str, cache_dir: str | None, max_output: int) -> tuple[str, bool]:
+    """Decompress ``path`` (a bzip2'ed kdb) to a file; return (file, is_temp)."""
+    if cache_dir is None:
+        fd, tmp = tempfile.mkstemp(prefix="kpatch-", suffix=".kdb")
+        try:
+            _bunzip2_file(path, fd, max_output)
+        except BaseException:
+            _remove(tmp)
+            raise
+        return tmp, True
+    st = os.stat(path)
+    base = os.path.basename(path)
+    base = base[:-4] if base.endswith(".bz2") else base
+    cached = os.path.join(cache_dir, f"{base}.{st.st_size}-{st.st_mtime_ns}.kdb")
+    if os.path.exists(cached):
+        return cached, False
+    os.makedirs(cache_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=cache_dir)
+    try:
+        _bunzip2_file(path, fd, max_output)
+        os.replace(tmp, cached)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return cached, False
+
+
+def write_kdb(path: str, items: Iterable[tuple[str, str, bytes]], *, user: bool) -> None:
+    """Write a new kernel DB holding ``items`` ((kernel_name, kernel_args,
+    code) triples, later duplicates replacing earlier ones as in MIOpen) to
+    ``path``, atomically: everything goes to a temporary file in the same
+    directory, which replaces ``path`` only once complete.  Refuses to replace
+    a DB that has a non-empty ``-wal`` file (SQLite would replay it onto the
+    new file)."""
+    wal = path + "-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        raise UsageError("has a non-empty -wal file (is MIOpen running?); not replacing it", path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    _remove(tmp)
+    db = None
+    try:
+        db = KernelDB._create(tmp, user=user)
+        for name, args, code in items:
+            db.put(name, args, code)
+        db.commit()
+        db.close()
+        db = None
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        if os.path.exists(path):
+            shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if db is not None:
+            db.close()
+        _remove(tmp, tmp + "-wal", tmp + "-shm", tmp + "-journal")
+        raise

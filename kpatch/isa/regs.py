@@ -1,0 +1,190 @@
+"""Registers each instruction reads and writes.
+
+Explicit operands come from the opcode template (which field is which
+operand and how wide); their role (read or written) from the format and
+field (``vdst``/``sdst``/``sdata``... are written, sources read, memory data
+depends on load/store/atomic).  Implicit effects LLVM does not print (EXEC
+read by vector instructions, SCC written by scalar ALU, EXEC written by
+``v_cmpx``, M0 read by ``s_movrel``/``s_sendmsg``...) come from the
+declarative rules in :data:`IMPLICIT`.
+
+Registers are :class:`Reg` ``(file, index, count)`` with files ``s`` (SGPRs
+0-105), ``v``, ``ttmp``, ``vcc``, ``exec`` (index 0 = lo, 1 = hi), ``m0`` and
+``scc``.  Wave32 is assumed for implicit EXEC/VCC (what LLVM prints for GFX10).
+Indexed moves (``s_movrel*``/``v_movrel*``) report their base register only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+
+class Reg(NamedTuple):
+    file: str
+    index: int
+    count: int = 1
+
+    def __str__(self) -> str:
+        if self.file in ("s", "v", "ttmp"):
+            if self.count == 1:
+                return f"{self.file}{self.index}"
+            return f"{self.file}[{self.index}:{self.index + self.count - 1}]"
+        if self.file in ("vcc", "exec"):
+            if self.count == 2:
+                return self.file
+            return f"{self.file}_{'hi' if self.index else 'lo'}"
+        return self.file
+
+    def units(self) -> list["Reg"]:
+        """The single-dword registers this one covers."""
+        return [Reg(self.file, self.index + i, 1) for i in range(self.count)]
+
+
+SCC = Reg("scc", 0, 1)
+EXEC_LO = Reg("exec", 0, 1)
+VCC_LO = Reg("vcc", 0, 1)
+M0 = Reg("m0", 0, 1)
+
+
+def scalar_reg(value: int, count: int) -> Reg | None:
+    """Register named by a scalar/source operand value (None: constant/null)."""
+    if value <= 105:
+        return Reg("s", value - value % (1 if count == 1 else 2 if count == 2 else 4), count)
+    if value in (106, 107):
+        return Reg("vcc", value - 106, count)
+    if 108 <= value <= 123:
+        return Reg("ttmp", value - 108, count)
+    if value == 124:
+        return M0
+    if value in (126, 127):
+        return Reg("exec", value - 126, count)
+    if value == 253:
+        return SCC
+    if value >= 256:
+        return Reg("v", value - 256, count)
+    return None
+
+
+def _rx(*pats: str) -> re.Pattern:
+    return re.compile("|".join(f"(?:{p})" for p in pats))
+
+
+#: (pattern on the mnemonic, implicit reads, implicit writes)
+IMPLICIT: list[tuple[re.Pattern, tuple[Reg, ...], tuple[Reg, ...]]] = [
+    (_rx(r"^s_(add|sub)_[iu]32$", r"^s_(min|max)_[iu]32$", r"^s_(and|or|xor|andn2|orn2|nand|nor|xnor)_b(32|64)$",
+         r"^s_(lshl|lshr|ashr)_[bi](32|64)$", r"^s_bfe_", r"^s_(not|wqm)_b", r"^s_bcnt[01]_",
+         r"^s_quadmask_", r"^s_abs_", r"^s_absdiff_", r"^s_lshl[1-4]_add_", r"^s_cmpk?_", r"^s_bitcmp",
+         r"^s_addk_i32$", r"_saveexec_b(32|64)$", r"_wrexec_b(32|64)$", r"^s_ff[01]_", r"^s_flbit_",
+         r"^s_bitset"), (), (SCC,)),
+    (_rx(r"^s_(addc|subb)_u32$"), (SCC,), (SCC,)),
+    (_rx(r"^s_cselect_", r"^s_cmov_", r"^s_cmovk_", r"^s_cbranch_scc[01]$"), (SCC,), ()),
+    (_rx(r"^s_cbranch_vccn?z$", r"^v_div_fmas_"), (VCC_LO,), ()),
+    (_rx(r"^s_cbranch_execn?z$"), (EXEC_LO,), ()),
+    (_rx(r"_saveexec_b32$"), (EXEC_LO,), (EXEC_LO,)),
+    (_rx(r"_saveexec_b64$"), (Reg("exec", 0, 2),), (Reg("exec", 0, 2),)),
+    (_rx(r"_wrexec_b32$"), (), (EXEC_LO,)),
+    (_rx(r"_wrexec_b64$"), (), (Reg("exec", 0, 2),)),
+    (_rx(r"^v_cmpx_"), (), (EXEC_LO,)),
+    (_rx(r"^s_movrel", r"^v_movrel", r"^s_sendmsg", r"^v_interp_", r"^ds_gws_", r"^ds_ordered_count",
+         r"^ds_append", r"^ds_consume"), (M0,), ()),
+]
+_VALU = ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VINTRP")
+_VMEM = ("DS", "FLAT", "MUBUF", "MTBUF", "MIMG", "EXP")
+_TIED = re.compile(r"^v_(pk_)?fmac_|^v_mac_|_dot[24]c_|^v_writelane_")
+_STORE = re.compile(r"(^|_)store|^s_dcache|^s_atc|^s_scratch_store")
+_LOAD = re.compile(r"load|^s_memtime|^s_memrealtime|^s_get_waveid|^image_(sample|gather|get|msaa)")
+
+
+def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
+    """(reads, writes) of a Decoded instruction."""
+    if d.fmt is None:
+        return (), ()
+    info = d.info
+    f = d.fields
+    fmtname = d.fmt.name
+    mn = d.mnemonic
+    reads: list[Reg] = []
+    writes: list[Reg] = []
+    form = info.form if d.kind is None else getattr(info, d.kind)
+    seen_src = False
+    atomic = "_atomic" in mn
+    glc = f.get("glc", 0)
+    for op in form.operands:
+        if op.tag == "t":
+            r = {"vcc_lo": VCC_LO, "vcc": Reg("vcc", 0, 2), "exec_lo": EXEC_LO,
+                 "exec": Reg("exec", 0, 2), "m0": M0}.get(op.text)
+            if r is not None:
+                (reads if seen_src else writes).append(r)
+            continue
+        if op.tag != "f":
+            continue
+        name = op.field
+        if d.kind is not None and name == "src0":
+            v = d.extra["src0"]
+            if d.kind == "sdwa" and d.extra.get("s0"):
+                r = scalar_reg(v, op.width)
+            else:
+                r = Reg("v", v, op.width)
+            seen_src = True
+            if r:
+                reads.append(r)
+            continue
+        if d.kind == "sdwa" and name == "sdst":
+            r = scalar_reg(d.extra["sdst"], 1) if d.extra.get("sd") else VCC_LO
+            writes.append(r)
+            continue
+        v = f[name]
+        if op.kind == "v":
+            r = Reg("v", v, op.width)
+        elif op.kind == "s":
+            from kpatch.isa.text import FIELD_SCALE
+            r = scalar_reg(v * FIELD_SCALE.get(name, 1), op.width)
+        else:
+            r = scalar_reg(v, op.width)
+        if r is None:
+            if name not in ("vdst", "sdst", "sdata", "vdata"):
+                seen_src = True
+            continue
+        if name in ("vdst", "sdst"):
+            if fmtname == "SOPK" and not re.match(r"^s_(movk|cmovk|addk|mulk|getreg|call)", mn):
+                reads.append(r)
+                seen_src = True
+                continue
+            writes.append(r)
+            if fmtname == "SOPK" and re.match(r"^s_(addk|mulk)", mn):
+                reads.append(r)
+            if name == "vdst" and _TIED.search(mn):
+                reads.append(r)
+        elif name in ("sdata", "vdata", "data") and fmtname in ("SMEM", "MUBUF", "MTBUF", "MIMG", "FLAT"):
+            if atomic:
+                reads.append(r)
+                if glc and fmtname != "FLAT":
+                    writes.append(r)
+            elif _STORE.search(mn):
+                reads.append(r)
+            else:
+                writes.append(r)
+        else:
+            reads.append(r)
+            seen_src = True
+    # extra explicit operands the templates don't carry
+    if fmtname == "FLAT" and atomic and glc and not f.get("lds"):
+        dt = next((o for o in form.operands if o.field == "data"), None)
+        if dt is not None:
+            writes.append(Reg("v", f["vdst"], dt.width // 2 if "cmpswap" in mn else dt.width))
+    if fmtname == "FLAT" and f["seg"] != 0 and f["saddr"] not in (0x7D, 0x7F):
+        r = scalar_reg(f["saddr"], 2 if f["seg"] == 2 else 1)
+        if r and r not in reads:
+            reads.append(r)
+    if fmtname in ("MUBUF", "MTBUF"):
+        n = f["offen"] + f["idxen"]
+        if n:
+            reads.append(Reg("v", f["vaddr"], n))
+    if fmtname in _VALU or fmtname in _VMEM:
+        reads.append(EXEC_LO)
+    for pat, r_, w_ in IMPLICIT:
+        if pat.search(mn):
+            reads.extend(r_)
+            writes.extend(w_)
+    return tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))

@@ -1,0 +1,157 @@
+"""Per-target opcode tables (generated data, see tools/gen_isa_tables.py).
+
+``tables/<target>.json`` holds, per format and opcode, the mnemonic and an
+operand template learned from llvm-objdump-16: the operands in printed
+order, each one of
+
+* ``["f", field, kind, width(, type)]`` - a field of the encoding; kind
+  ``v`` (VGPR index), ``s`` (scalar register), ``src`` (9-bit VOP source),
+  ``ss`` (8-bit scalar source); width in dwords; type of constants;
+* ``["lit", type]`` - the instruction's mandatory 32-bit literal;
+* ``["imm"]`` - the 16-bit immediate of SOPK;
+* ``["t", text]`` - fixed text (implicit operands such as ``vcc_lo``).
+
+``z`` lists fields LLVM requires to be zero for that opcode (otherwise the
+word is not a valid instruction); further keys describe modifiers, SDWA/DPP
+forms and immediate styles.  :func:`load` turns the JSON into
+:class:`OpInfo` objects once per target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from kpatch.errors import UsageError
+from kpatch.isa import formats as F
+
+TARGETS = ("gfx1010", "gfx1030")
+_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One entry of an operand template."""
+
+    tag: str  # "f" field, "lit" literal, "imm" SOPK immediate, "t" fixed text
+    field: str | None = None
+    kind: str | None = None  # v, s, src, ss
+    width: int = 1
+    type: str = "b32"
+    text: str | None = None
+
+
+@dataclass
+class Form:
+    """Mnemonic, operand template and zero-required fields of one encoding form."""
+
+    mnemonic: str
+    operands: tuple[Operand, ...]
+    zero: tuple[tuple[str, int], ...] = ()  # (field, value it must have)
+
+
+@dataclass
+class OpInfo:
+    """What the tables say about one opcode of one format on one target."""
+
+    fmt: F.Format
+    opcode: int
+    form: Form
+    imm: str | None = None  # SOPP/SOPK immediate style
+    imm_zero: bool = False
+    vop3b: bool = False
+    mods: dict = field(default_factory=dict)
+    opsel_n: int = 0
+    mix: bool = False
+    sdwa: Form | None = None
+    dpp16: Form | None = None
+    dpp8: Form | None = None
+    base: dict = field(default_factory=dict)
+
+    @property
+    def mnemonic(self) -> str:
+        return self.form.mnemonic
+
+    @property
+    def literal_fields(self) -> tuple[str, ...]:
+        """Source fields whose value 255 means a trailing literal."""
+        return tuple(o.field for o in self.form.operands
+                     if o.tag == "f" and o.kind in ("src", "ss"))
+
+    @property
+    def has_mandatory_literal(self) -> bool:
+        return any(o.tag == "lit" for o in self.form.operands)
+
+
+def _operand(d: list) -> Operand:
+    tag = d[0]
+    if tag == "f":
+        return Operand("f", d[1], d[2], d[3], d[4] if len(d) > 4 else "b32")
+    if tag == "lit":
+        return Operand("lit", type=d[1] if len(d) > 1 else "hex")
+    if tag == "imm":
+        return Operand("imm")
+    return Operand("t", text=d[1])
+
+
+def _form(d: dict) -> Form:
+    z = d.get("z", {})
+    if isinstance(z, list):
+        z = {k: 0 for k in z}
+    return Form(d["m"], tuple(_operand(x) for x in d["o"]), tuple(sorted(z.items())))
+
+
+@dataclass
+class Tables:
+    """All opcode tables of one target."""
+
+    target: str
+    ops: dict[str, dict[int, OpInfo]]
+    names: dict[str, dict[int, str]]
+    by_mnemonic: dict[str, OpInfo]
+
+    def get(self, fmt: str, opcode: int) -> OpInfo | None:
+        return self.ops.get(fmt, {}).get(opcode)
+
+    def find(self, mnemonic: str) -> OpInfo:
+        """The opcode entry printing ``mnemonic`` (e.g. 'v_mov_b32_e32')."""
+        try:
+            return self.by_mnemonic[mnemonic]
+        except KeyError:
+            raise UsageError(f"no instruction {mnemonic!r} on {self.target}") from None
+
+
+def check_target(target: str) -> str:
+    if target not in TARGETS:
+        raise UsageError(f"unsupported target {target!r} (known: {', '.join(TARGETS)})")
+    return target
+
+
+@lru_cache(maxsize=None)
+def load(target: str) -> Tables:
+    """Load (once) the opcode tables of ``target``."""
+    check_target(target)
+    with open(os.path.join(_DIR, f"{target}.json")) as fh:
+        raw = json.load(fh)
+    ops: dict[str, dict[int, OpInfo]] = {}
+    by_mn: dict[str, OpInfo] = {}
+    for fmtname, tab in raw["formats"].items():
+        fmt = F.FORMATS[fmtname]
+        d = ops.setdefault(fmtname, {})
+        for op_s, e in tab.items():
+            op = int(op_s)
+            info = OpInfo(
+                fmt=fmt, opcode=op, form=_form(e), imm=e.get("imm"),
+                imm_zero=bool(e.get("imm_zero")), vop3b=bool(e.get("b")),
+                mods=e.get("mods", {}), opsel_n=e.get("opsel_n", 0), mix=bool(e.get("mix")),
+                sdwa=_form(e["sdwa"]) if "sdwa" in e else None,
+                dpp16=_form(e["dpp16"]) if "dpp16" in e else None,
+                dpp8=_form(e["dpp8"]) if "dpp8" in e else None,
+                base=e.get("base", {}),
+            )
+            d[op] = info
+            by_mn.setdefault(info.mnemonic, info)
+    names = {k: {int(i): n for i, n in v.items()} for k, v in raw["names"].items()}
+    return Tables(target, ops, names, by_mn)

@@ -1,0 +1,605 @@
+"""Instruction text in llvm-objdump-16 syntax.
+
+One printer per format.  The opcode tables supply mnemonic, operand order,
+widths and constant types (:mod:`kpatch.isa.tables`); the printers here add
+what every instruction of a format shares: source modifiers, clamp/omod,
+op_sel, SDWA/DPP controls, memory offsets and cache-policy bits.
+
+A printer returns ``None`` when the encoding is one LLVM rejects; the
+decoder then turns the word into an unknown ``.long``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from kpatch.isa import operands as O
+from kpatch.isa import special as SP
+from kpatch.isa.tables import Form, OpInfo, Tables
+
+#: SGPR number = field value * scale for these fields
+FIELD_SCALE = {"sbase": 2, "srsrc": 4, "ssamp": 4}
+
+SDWA_SEL = ("BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD")
+SDWA_UNUSED = ("UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE")
+
+
+class Ctx:
+    """What a printer sees: field values, literal, extra dword fields, tables."""
+
+    __slots__ = ("f", "literal", "x", "tables", "info")
+
+    def __init__(self, f: dict, literal: int | None, x: dict | None, tables: Tables, info: OpInfo):
+        self.f = f
+        self.literal = literal
+        self.x = x
+        self.tables = tables
+        self.info = info
+
+
+def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
+    """Text of one template operand (None: invalid)."""
+    tag = op.tag
+    if tag == "t":
+        return op.text
+    if tag == "lit":
+        if ctx.literal is None:
+            return None
+        if op.type == "hex":
+            return "0x%x" % ctx.literal
+        return O.literal_text(ctx.literal, op.type)
+    if tag == "imm":
+        return SP.imm_text(ctx.info.imm or "hex", ctx.f["simm16"], ctx.tables.names)
+    v = ctx.f[op.field] if value is None else value
+    k = op.kind
+    if k == "v":
+        return O.vgpr_text(v, op.width)
+    if k == "s":
+        return O.sgpr_text(v * FIELD_SCALE.get(op.field, 1), op.width)
+    # src / ss
+    return O.src_text(v, op.width, op.type, ctx.literal)
+
+
+def _plain(ctx: Ctx, form: Form, mods: Callable | None = None) -> str | None:
+    parts = []
+    for i, op in enumerate(form.operands):
+        t = operand_text(op, ctx)
+        if t is None:
+            return None
+        if mods is not None:
+            t = mods(i, op, t)
+            if t is None:
+                return None
+        parts.append(t)
+    if not parts:
+        return form.mnemonic
+    return form.mnemonic + " " + ", ".join(parts)
+
+
+# ---------------------------------------------------------------- scalar
+def print_sop(ctx: Ctx) -> str | None:
+    return _plain(ctx, ctx.info.form)
+
+
+def print_sopp(ctx: Ctx) -> str | None:
+    info = ctx.info
+    v = ctx.f["simm16"]
+    if info.imm_zero and v:
+        return None
+    t = SP.imm_text(info.imm or "hex", v, ctx.tables.names)
+    return info.mnemonic if t is None else f"{info.mnemonic} {t}"
+
+
+def _smem_offset(off: int) -> str:
+    if off & 0x100000:
+        return "-0x%x" % (0x200000 - off)
+    return "0x%x" % off
+
+
+def print_smem(ctx: Ctx) -> str | None:
+    info = ctx.info
+    f = ctx.f
+    parts = []
+    has_base = False
+    for op in info.form.operands:
+        if op.tag == "f" and op.field == "soffset":
+            so, off = f["soffset"], f["offset"]
+            if so == 0x7D and off:
+                parts.append(_smem_offset(off))
+            else:
+                t = O.sgpr_text(so, 1)
+                if t is None:
+                    return None
+                parts.append(t if not off else f"{t} offset:{_smem_offset(off)}")
+            continue
+        if op.tag == "t" and op.text.isdigit():
+            parts.append(SP.imm_text("imm", f["sdata"]))
+            continue
+        if op.tag == "f" and op.field == "sbase":
+            has_base = True
+        t = operand_text(op, ctx)
+        if t is None:
+            return None
+        parts.append(t)
+    s = info.mnemonic + (" " + ", ".join(parts) if parts else "")
+    if has_base and not info.mnemonic.startswith("s_atc_probe"):
+        if f["glc"]:
+            s += " glc"
+        if f["dlc"]:
+            s += " dlc"
+    return s
+
+
+# ---------------------------------------------------------------- vector
+def _omod(v: int) -> str:
+    return ("", " mul:2", " mul:4", " div:2")[v]
+
+
+def print_vop_e32(ctx: Ctx) -> str | None:
+    return _plain(ctx, ctx.info.form)
+
+
+def _vop3_status(info: OpInfo, name: str, i: int) -> str:
+    s = info.mods.get(name, "")
+    return s[i] if i < len(s) else "z"
+
+
+def print_vop3(ctx: Ctx) -> str | None:
+    info = ctx.info
+    f = ctx.f
+    srcs = [op.field for op in info.form.operands if op.tag == "f" and op.kind == "src"]
+    neg = f["neg"]
+    if not info.vop3b:
+        absm = f["abs"]
+        opsel = f["op_sel"]
+    else:
+        absm = 0
+        opsel = 0
+    # validity of modifier bits
+    for name, val, n in (("neg", neg, 3), ("abs", absm, 3), ("op_sel", opsel, 4)):
+        for i in range(n):
+            if val >> i & 1 and _vop3_status(info, name, i) == "z":
+                return None
+    if f["clamp"] and _vop3_status(info, "clamp", 0) == "z":
+        return None
+    if f["omod"]:
+        for i in range(2):
+            if f["omod"] >> i & 1 and _vop3_status(info, "omod", i) == "z":
+                return None
+
+    def mods(i, op, t):
+        if op.tag != "f" or op.kind != "src":
+            return t
+        k = int(op.field[3])
+        if absm >> k & 1 and _vop3_status(info, "abs", k) == "p":
+            t = f"|{t}|"
+        if neg >> k & 1 and _vop3_status(info, "neg", k) == "p":
+            t = "-" + t
+        return t
+
+    s = _plain(ctx, info.form, mods)
+    if s is None:
+        return None
+    if opsel and info.opsel_n and any(opsel >> i & 1 and _vop3_status(info, "op_sel", i) == "p"
+                                      for i in range(4)):
+        n = info.opsel_n
+        bits = [opsel >> i & 1 for i in range(n - 1)] + [opsel >> 3 & 1]
+        s += " op_sel:[" + ",".join(map(str, bits)) + "]"
+    if f["clamp"] and _vop3_status(info, "clamp", 0) == "p":
+        s += " clamp"
+    if f["omod"] and _vop3_status(info, "omod", 0) == "p":
+        s += _omod(f["omod"])
+    return s
+
+
+def print_vop3p(ctx: Ctx) -> str | None:
+    info = ctx.info
+    f = ctx.f
+    if f["unused"]:
+        return None
+    nsrc = sum(1 for op in info.form.operands if op.tag == "f" and op.kind == "src")
+    neg_lo, neg_hi, opsel = f["neg"], f["neg_hi"], f["op_sel"]
+    opsel_hi = f["op_sel_hi"] | (f["op_sel_hi2"] << 2)
+    st = info.mods
+    for name, val, n in (("neg", neg_lo, 3), ("neg_hi", neg_hi, 3), ("op_sel", opsel, 3),
+                         ("op_sel_hi", f["op_sel_hi"], 2)):
+        s_ = st.get(name, "")
+        for i in range(n):
+            if val >> i & 1 and (s_[i] if i < len(s_) else "z") == "z":
+                return None
+
+    if info.mix:
+        def mods(i, op, t):
+            if op.tag != "f" or op.kind != "src":
+                return t
+            k = int(op.field[3])
+            if neg_hi >> k & 1:
+                t = f"|{t}|"
+            if neg_lo >> k & 1:
+                t = "-" + t
+            return t
+        s = _plain(ctx, info.form, mods)
+        if s is None:
+            return None
+        if opsel & ((1 << nsrc) - 1):
+            s += " op_sel:[" + ",".join(str(opsel >> i & 1) for i in range(nsrc)) + "]"
+        if opsel_hi & ((1 << nsrc) - 1):
+            s += " op_sel_hi:[" + ",".join(str(opsel_hi >> i & 1) for i in range(nsrc)) + "]"
+    else:
+        s = _plain(ctx, info.form)
+        if s is None:
+            return None
+        m = (1 << nsrc) - 1
+        if opsel & m:
+            s += " op_sel:[" + ",".join(str(opsel >> i & 1) for i in range(nsrc)) + "]"
+        if (opsel_hi & m) != m:
+            s += " op_sel_hi:[" + ",".join(str(opsel_hi >> i & 1) for i in range(nsrc)) + "]"
+        if neg_lo & m:
+            s += " neg_lo:[" + ",".join(str(neg_lo >> i & 1) for i in range(nsrc)) + "]"
+        if neg_hi & m:
+            s += " neg_hi:[" + ",".join(str(neg_hi >> i & 1) for i in range(nsrc)) + "]"
+    if f["clamp"]:
+        s += " clamp"
+    return s
+
+
+def _sdwa_src(ctx: Ctx, value: int, sgpr: int, width: int) -> str | None:
+    if sgpr:
+        return O.src_text(value, width, "b32", None) if value != 255 else None
+    return O.vgpr_text(value, width)
+
+
+def print_sdwa(ctx: Ctx) -> str | None:
+    info = ctx.info
+    form = info.sdwa
+    x = ctx.x
+    f = ctx.f
+    fmtname = info.fmt.name
+    parts = []
+    nsrc = 0
+    for op in form.operands:
+        if op.tag == "t":
+            parts.append(op.text)
+            continue
+        if op.tag != "f":
+            return None
+        if op.field == "src0" or op.field == "vsrc1":
+            k = 0 if op.field == "src0" else 1
+            nsrc += 1
+            if k == 0:
+                t = _sdwa_src(ctx, x["src0"], x["s0"], op.width)
+            else:
+                t = _sdwa_src(ctx, f["vsrc1"], x["s1"], op.width)
+            if t is None:
+                return None
+            if x[f"src{k}_sext"]:
+                t = f"sext({t})"
+            if x[f"src{k}_abs"]:
+                t = f"|{t}|"
+            if x[f"src{k}_neg"]:
+                t = "-" + t
+            parts.append(t)
+        elif op.field == "sdst":
+            if x["sd"]:
+                t = O.sgpr_text(x["sdst"], 1)
+            else:
+                t = "vcc_lo"
+            if t is None:
+                return None
+            parts.append(t)
+        else:
+            t = operand_text(op, ctx)
+            if t is None:
+                return None
+            parts.append(t)
+    s = form.mnemonic + (" " + ", ".join(parts) if parts else "")
+    if fmtname != "VOPC":
+        if x["clamp"]:
+            s += " clamp"
+        if x["omod"]:
+            s += _omod(x["omod"])
+        if x["dst_sel"] > 6 or x["dst_unused"] > 2:
+            return None
+        s += f" dst_sel:{SDWA_SEL[x['dst_sel']]} dst_unused:{SDWA_UNUSED[x['dst_unused']]}"
+    for k in range(nsrc):
+        sel = x[f"src{k}_sel"]
+        if sel > 6:
+            return None
+        s += f" src{k}_sel:{SDWA_SEL[sel]}"
+    return s
+
+
+def dpp_ctrl_text(c: int) -> str:
+    if c <= 0xFF:
+        return "quad_perm:[%d,%d,%d,%d]" % (c & 3, c >> 2 & 3, c >> 4 & 3, c >> 6 & 3)
+    if 0x101 <= c <= 0x10F:
+        return f"row_shl:{c - 0x100}"
+    if 0x111 <= c <= 0x11F:
+        return f"row_shr:{c - 0x110}"
+    if 0x121 <= c <= 0x12F:
+        return f"row_ror:{c - 0x120}"
+    if c == 0x140:
+        return "row_mirror"
+    if c == 0x141:
+        return "row_half_mirror"
+    if 0x150 <= c <= 0x15F:
+        return f"row_share:{c - 0x150}"
+    if 0x160 <= c <= 0x16F:
+        return f"row_xmask:{c - 0x160}"
+    return "/* Invalid dpp_ctrl value */"
+
+
+def print_dpp(ctx: Ctx, dpp8: bool) -> str | None:
+    info = ctx.info
+    form = info.dpp8 if dpp8 else info.dpp16
+    x = ctx.x
+    f = ctx.f
+    parts = []
+    for op in form.operands:
+        if op.tag == "t":
+            parts.append(op.text)
+            continue
+        if op.tag != "f":
+            return None
+        if op.field in ("src0", "vsrc1"):
+            k = 0 if op.field == "src0" else 1
+            t = O.vgpr_text(x["src0"] if k == 0 else f["vsrc1"], op.width)
+            if t is None:
+                return None
+            if not dpp8:
+                if x[f"src{k}_abs"]:
+                    t = f"|{t}|"
+                if x[f"src{k}_neg"]:
+                    t = "-" + t
+            parts.append(t)
+        else:
+            t = operand_text(op, ctx)
+            if t is None:
+                return None
+            parts.append(t)
+    s = form.mnemonic + (" " + ", ".join(parts) if parts else "")
+    if dpp8:
+        sel = x["sel"]
+        s += " dpp8:[" + ",".join(str(sel >> (3 * i) & 7) for i in range(8)) + "]"
+        if f["src0"] == 0xEA:
+            s += " fi:1"
+        return s
+    s += f" {dpp_ctrl_text(x['dpp_ctrl'])} row_mask:0x{x['row_mask']:x} bank_mask:0x{x['bank_mask']:x}"
+    if x["bound_ctrl"]:
+        s += " bound_ctrl:1"
+    if x["fi"]:
+        s += " fi:1"
+    return s
+
+
+def print_vintrp(ctx: Ctx) -> str | None:
+    info = ctx.info
+    f = ctx.f
+    chan = "xyzw"[f["attrchan"]]
+    attr = f"attr{f['attr']}.{chan}"
+    parts = []
+    for op in info.form.operands:
+        if op.tag == "t" and op.text.startswith("attr"):
+            parts.append(attr)
+        elif op.tag == "t" and op.text in ("p10", "p20", "p0"):
+            v = f["vsrc"]
+            parts.append(("p10", "p20", "p0")[v] if v < 3 else f"invalid_param_{v}")
+        else:
+            t = operand_text(op, ctx)
+            if t is None:
+                return None
+            parts.append(t)
+    return info.mnemonic + " " + ", ".join(parts)
+
+
+# ---------------------------------------------------------------- memory
+_DS2 = re.compile(r"^ds_(read2|write2|wrxchg2)")
+
+
+def print_ds(ctx: Ctx) -> str | None:
+    info = ctx.info
+    f = ctx.f
+    s = _plain(ctx, info.form)
+    if s is None:
+        return None
+    if _DS2.match(info.mnemonic):
+        if f["offset0"]:
+            s += f" offset0:{f['offset0']}"
+        if f["offset1"]:
+            s += f" offset1:{f['offset1']}"
+    else:
+        off = f["offset0"] | (f["offset1"] << 8)
+        if off:
+            s += f" offset:{off}"
+    if f["gds"]:
+        s += " gds"
+    return s
+
+
+def _cpol(f: dict) -> str:
+    s = ""
+    if f["glc"]:
+        s += " glc"
+    if f["slc"]:
+        s += " slc"
+    if f["dlc"]:
+        s += " dlc"
+    return s
+
+
+def print_flat(ctx: Ctx) -> str | None:
+    info = ctx.info
+    f = ctx.f
+    seg = f["seg"]
+    saddr = f["saddr"]
+    parts = []
+    mn = info.mnemonic
+    if "_atomic_" in mn and f["glc"] and not f["lds"]:
+        data = next((o for o in info.form.operands if o.field == "data"), None)
+        if data is not None:
+            w = data.width // 2 if "cmpswap" in mn else data.width
+            t = O.vgpr_text(f["vdst"], w)
+            if t is None:
+                return None
+            parts.append(t)
+    for op in info.form.operands:
+        if op.tag == "f" and op.field == "vdst" and f["lds"]:
+            continue
+        if op.tag == "f" and op.field == "addr":
+            if seg == 0:
+                t = O.vgpr_text(f["addr"], 2)
+            elif seg == 2:
+                t = O.vgpr_text(f["addr"], 2 if saddr == 0x7D else 1)
+            else:
+                t = O.vgpr_text(f["addr"], 1) if saddr == 0x7D else "off"
+            if t is None:
+                return None
+            parts.append(t)
+        elif (op.tag == "t" and op.text == "off" or op.field == "saddr") and seg != 0:
+            if saddr in (0x7D, 0x7F):
+                parts.append("off")
+            else:
+                t = O.sgpr_text(saddr, 2 if seg == 2 else 1)
+                if t is None:
+                    return None
+                parts.append(t)
+        else:
+            t = operand_text(op, ctx)
+            if t is None:
+                return None
+            parts.append(t)
+    s = info.mnemonic + " " + ", ".join(parts)
+    off = f["offset"]
+    if off:
+        if seg == 0:
+            s += f" offset:{off}"
+        else:
+            s += f" offset:{off - 4096 if off & 0x800 else off}"
+    s += _cpol(f)
+    if f["lds"]:
+        s += " lds"
+    return s
+
+
+def print_mubuf(ctx: Ctx) -> str | None:
+    info = ctx.info
+    f = ctx.f
+    if not info.form.operands:
+        return info.mnemonic
+    parts = []
+    atomic = "_atomic_" in info.mnemonic
+    mtbuf = info.fmt.name == "MTBUF"
+    tfe = f["tfe"] and not atomic and not mtbuf
+    lds = not mtbuf and f["lds"]
+    for op in info.form.operands:
+        if op.tag == "t" and op.text == "off":
+            n = f["offen"] + f["idxen"]
+            t = "off" if n == 0 else O.vgpr_text(f["vaddr"], n)
+        elif op.tag == "f" and op.field == "vdata":
+            if lds:
+                continue
+            t = O.vgpr_text(f["vdata"], op.width + tfe)
+        else:
+            t = operand_text(op, ctx)
+        if t is None:
+            return None
+        parts.append(t)
+    s = info.mnemonic + " " + ", ".join(parts)
+    if info.fmt.name == "MTBUF":
+        fmt = f["format"]
+        if fmt != 1:
+            names = ctx.tables.names.get("mtbuf_format", {})
+            s += " format:" + names.get(fmt, str(fmt))
+    if f["idxen"]:
+        s += " idxen"
+    if f["offen"]:
+        s += " offen"
+    if f["offset"]:
+        s += f" offset:{f['offset']}"
+    s += _cpol(f)
+    if lds:
+        s += " lds"
+    if tfe:
+        s += " tfe"
+    return s
+
+
+MIMG_DIM = ("1D", "2D", "3D", "CUBE", "1D_ARRAY", "2D_ARRAY", "2D_MSAA", "2D_MSAA_ARRAY")
+
+
+def print_mimg(ctx: Ctx) -> str | None:
+    """Image instructions: operand widths come from dmask/d16/tfe and NSA."""
+    info = ctx.info
+    f = ctx.f
+    parts = []
+    for op in info.form.operands:
+        if op.tag == "f" and op.field == "vdata":
+            n = bin(f["dmask"]).count("1") or 1
+            if "gather4" in info.mnemonic:
+                n = 4
+            if f["d16"]:
+                n = (n + 1) // 2
+            n += f["tfe"] | f["lwe"]
+            t = O.vgpr_text(f["vdata"], n)
+        elif op.tag == "f" and op.field == "vaddr":
+            t = O.vgpr_text(f["vaddr"], op.width)
+        else:
+            t = operand_text(op, ctx)
+        if t is None:
+            return None
+        parts.append(t)
+    s = info.mnemonic + " " + ", ".join(parts)
+    if f["dmask"]:
+        s += f" dmask:0x{f['dmask']:x}"
+    s += f" dim:SQ_RSRC_IMG_{MIMG_DIM[f['dim']]}"
+    if f["unorm"]:
+        s += " unorm"
+    if f["dlc"]:
+        s += " dlc"
+    if f["glc"]:
+        s += " glc"
+    if f["slc"]:
+        s += " slc"
+    if f["r128"]:
+        s += " r128"
+    if f["a16"]:
+        s += " a16"
+    if f["tfe"]:
+        s += " tfe"
+    if f["lwe"]:
+        s += " lwe"
+    if f["d16"]:
+        s += " d16"
+    return s
+
+
+EXP_TARGETS = {**{i: f"mrt{i}" for i in range(8)}, 8: "mrtz", 9: "null",
+               **{12 + i: f"pos{i}" for i in range(4)}, 20: "prim",
+               **{32 + i: f"param{i}" for i in range(32)}}
+
+
+def print_exp(ctx: Ctx) -> str | None:
+    f = ctx.f
+    tgt = EXP_TARGETS.get(f["target"])
+    if tgt is None:
+        return None
+    srcs = ", ".join(f"v{f[f'vsrc{i}']}" if f["en"] >> i & 1 else "off" for i in range(4))
+    s = f"exp {tgt} {srcs}"
+    if f["done"]:
+        s += " done"
+    if f["compr"]:
+        s += " compr"
+    if f["vm"]:
+        s += " vm"
+    return s
+
+
+PRINTERS: dict[str, Callable[[Ctx], str | None]] = {
+    "SOP1": print_sop, "SOP2": print_sop, "SOPC": print_sop, "SOPK": print_sop,
+    "SOPP": print_sopp, "SMEM": print_smem,
+    "VOP1": print_vop_e32, "VOP2": print_vop_e32, "VOPC": print_vop_e32,
+    "VOP3": print_vop3, "VOP3P": print_vop3p, "VINTRP": print_vintrp,
+    "DS": print_ds, "FLAT": print_flat, "MUBUF": print_mubuf, "MTBUF": print_mubuf,
+    "MIMG": print_mimg, "EXP": print_exp,
+}

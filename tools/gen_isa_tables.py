@@ -1,0 +1,636 @@
+#!/usr/bin/env python3
+"""Generate kpatch/isa/tables/<target>.json by probing llvm-objdump-16.
+
+For every format and every opcode value the generator builds encodings,
+has LLVM disassemble them (thousands per llvm-objdump run, see
+tools/isa_probe.py) and learns from the text:
+
+* the mnemonic, per encoding form (e32/e64/SDWA/DPP...);
+* which fields are operands, their order in the text and register widths,
+  found *differentially*: starting from a base encoding (operand fields 0)
+  one field at a time is set to a distinctive register and the operand that
+  changed is located;
+* which fields LLVM requires to be zero (the encoding becomes invalid when
+  they are set) - the decoder must then print the word as unknown, like LLVM;
+* source operand types (how inline constants and literals are spelled);
+* VOP3/VOP3P modifier support, and immediate spellings of SOPP/SOPK.
+
+The output is plain data; kpatch reads it at run time and never needs LLVM.
+Run: python3 tools/gen_isa_tables.py [--target gfx1010|gfx1030] (takes a few
+minutes; both targets run in parallel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from isa_probe import probe  # noqa: E402
+from kpatch.isa import formats as F  # noqa: E402
+from kpatch.isa import operands as O  # noqa: E402
+from kpatch.isa import special as SP  # noqa: E402
+
+TARGETS = ("gfx1010", "gfx1030")
+OUT_DIR = os.path.join(os.path.dirname(HERE), "kpatch", "isa", "tables")
+
+HWREG_RE = re.compile(r"hwreg\([^)]*\)")
+REG_RE = re.compile(r"^(v|s|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
+
+
+def parse_reg(tok: str):
+    """'v[4:5]' -> ('v', 4, 2); 's7' -> ('s', 7, 1); else None."""
+    m = REG_RE.match(tok)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return m.group(1), int(m.group(2)), 1
+    lo, hi = int(m.group(3)), int(m.group(4))
+    return m.group(1), lo, hi - lo + 1
+
+
+def strip_comment(tok: str) -> str:
+    """Drop a trailing /*...*/ comment LLVM adds to odd operands."""
+    i = tok.find("/*")
+    return tok if i < 0 else tok[:i]
+
+
+def split_text(text: str):
+    """Mnemonic and comma-separated operand list of an instruction text.
+
+    Trailing space-separated modifiers of the last operand are returned
+    separately: 'buffer_load_dword v1, v2, s[0:3], 0 offen' ->
+    ('buffer_load_dword', ['v1', 'v2', 's[0:3]', '0'], ['offen']).
+    """
+    text = HWREG_RE.sub("HWREG", text)
+    if " " not in text:
+        return text, [], []
+    mn, rest = text.split(" ", 1)
+    parts = rest.split(", ")
+    last = parts[-1].split(" ")
+    parts[-1] = last[0]
+    return mn, parts, last[1:]
+
+
+class Batch:
+    """Probes collected under keys, run in one llvm-objdump pass."""
+
+    def __init__(self):
+        self.keys: list = []
+        self.blocks: list[bytes] = []
+
+    def add(self, key, data: bytes):
+        self.keys.append(key)
+        self.blocks.append(data)
+
+    def run(self, target: str) -> dict:
+        res = probe(self.blocks, target)
+        return dict(zip(self.keys, res))
+
+
+def enc(fmt: F.Format, op: int, values: dict[str, int], extra: bytes = b"") -> bytes:
+    """Bytes of ``fmt`` with opcode ``op`` and the given field values."""
+    v = fmt.with_opcode(fmt.match_value, op)
+    for name, val in values.items():
+        v = fmt.field(name).put(v, val)
+    return v.to_bytes(fmt.size, "little") + extra
+
+
+def xenc(fields: tuple, values: dict[str, int]) -> bytes:
+    v = 0
+    for f in fields:
+        if f.name in values:
+            v = f.put(v, values[f.name])
+    return v.to_bytes(4, "little")
+
+
+# ---------------------------------------------------------------------------
+# per format: register-like operand fields and how a probe value reads
+# kind: 'v' VGPR field, 's' scalar register field (value * scale is the SGPR),
+# 'src' 9-bit VOP source, 'ss' 8-bit scalar source.
+REGFIELDS = {
+    "SOP1": {"sdst": ("s", 1), "ssrc0": ("ss", 1)},
+    "SOP2": {"sdst": ("s", 1), "ssrc0": ("ss", 1), "ssrc1": ("ss", 1)},
+    "SOPC": {"ssrc0": ("ss", 1), "ssrc1": ("ss", 1)},
+    "SOPK": {"sdst": ("s", 1)},
+    "SOPP": {},
+    "SMEM": {"sdata": ("s", 1), "sbase": ("s", 2), "soffset": ("s", 1)},
+    "VOP1": {"vdst": ("v", 1), "src0": ("src", 1)},
+    "VOP2": {"vdst": ("v", 1), "vsrc1": ("v", 1), "src0": ("src", 1)},
+    "VOPC": {"vsrc1": ("v", 1), "src0": ("src", 1)},
+    "VOP3": {"vdst": ("v", 1), "src0": ("src", 1), "src1": ("src", 1), "src2": ("src", 1)},
+    "VOP3P": {"vdst": ("v", 1), "src0": ("src", 1), "src1": ("src", 1), "src2": ("src", 1)},
+    "VINTRP": {"vdst": ("v", 1), "vsrc": ("v", 1)},
+    "DS": {"addr": ("v", 1), "data0": ("v", 1), "data1": ("v", 1), "vdst": ("v", 1)},
+    "FLAT": {"addr": ("v", 1), "data": ("v", 1), "vdst": ("v", 1), "saddr": ("s", 1)},
+    "MUBUF": {"vaddr": ("v", 1), "vdata": ("v", 1), "srsrc": ("s", 4), "soffset": ("ss", 1)},
+    "MTBUF": {"vaddr": ("v", 1), "vdata": ("v", 1), "srsrc": ("s", 4), "soffset": ("ss", 1)},
+    "MIMG": {"vaddr": ("v", 1), "vdata": ("v", 1), "srsrc": ("s", 4), "ssamp": ("s", 4)},
+}
+#: Distinct values given to register fields in probes (multiples of 4 so that
+#: aligned SGPR tuples print at the value itself).
+DISTINCT = (20, 28, 36, 44, 52, 60, 12)
+
+
+def reg_value(kind: str, scale: int, n: int) -> int:
+    """Field value that makes register number ``n`` appear in the text."""
+    if kind == "src":
+        return 256 + n
+    return n // scale
+
+
+def reg_of(kind: str, scale: int, value: int) -> int:
+    """Register number a field value names, for matching parsed tokens."""
+    if kind == "src":
+        return value - 256 if value >= 256 else value
+    return value * scale
+
+
+# Base field values (besides opcode) tried in order; the first that LLVM
+# accepts without an "invalid register" comment is used.
+V0 = 256
+BASES = {
+    "SMEM": [{"soffset": 0x7D}],
+    "FLAT": [{"saddr": 0x7D}],
+    "MUBUF": [{"soffset": 0x80}],
+    "MTBUF": [{"soffset": 0x80, "format": 1}],
+    "MIMG": [{"dmask": 1}, {"dmask": 0xF}, {"dmask": 1, "dim": 1}],
+    "VOP1": [{}, {"src0": V0}],
+    "VOP2": [{}, {"src0": V0}],
+    "VOPC": [{}, {"src0": V0}],
+    "VOP3": [{}, {"src0": V0}, {"src1": V0}, {"src0": V0, "src1": V0},
+             {"src0": V0, "src1": V0, "src2": V0}, {"src2": V0}],
+    "VOP3P": [{"op_sel_hi": 3, "op_sel_hi2": 1}, {"op_sel_hi": 3, "op_sel_hi2": 1, "src0": V0,
+                                                   "src1": V0, "src2": V0}],
+}
+LIT = 0x12345678  # literal dword appended to every probe
+
+
+#: fields whose per-opcode validity is learned elsewhere (modifiers) or that
+#: are part of the opcode / operand registers
+NOT_FLAGS = {"op", "op7", "op3", "opm", "seg", "abs", "neg", "op_sel", "clamp", "omod",
+             "neg_hi", "op_sel_hi", "op_sel_hi2", "sdst", "simm16"}
+
+
+def flag_fields(fmt: F.Format, regs: dict):
+    """Non-register fields whose nonzero values may make an opcode invalid."""
+    for fld in fmt.fields:
+        if fld.name in regs or fld.name in NOT_FLAGS:
+            continue
+        if fmt.name in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "SOP1", "SOP2", "SOPC",
+                        "SOPK", "SOPP") and not fld.name.startswith(("rsvd", "unused")):
+            continue
+        yield fld
+
+
+def flag_values(fld: F.Field, base: dict) -> list[int]:
+    b = base.get(fld.name, 0)
+    vals = [v for v in {1, fld.mask} if v != b]
+    return vals or [0]
+
+
+def opcode_space(fmt: F.Format):
+    """Opcodes to probe, skipping values that fall into another format."""
+    for op in range(fmt.opcode_count):
+        w = int.from_bytes(enc(fmt, op, {})[:4], "little")
+        if F.classify(w) is fmt:
+            yield op
+
+
+def clean(text: str) -> str:
+    return re.sub(r"/\*.*?\*/", "", text)
+
+
+# ---------------------------------------------------------------------------
+def learn_layout(base_text: str, field_texts: dict, regfields: dict):
+    """Operand template from a base text and texts with one field changed.
+
+    Returns (mnemonic, template, zero_fields, modifiers) where template is a
+    list of operand descriptors in printed order: ["f", field, kind, width],
+    ["lit"] (the instruction's mandatory literal) or ["t", fixed_text].
+    """
+    mn, toks, mods = split_text(clean(base_text))
+    tmpl: list = [["t", t] for t in toks]
+    for i, t in enumerate(toks):
+        if t == "0x%x" % LIT:
+            tmpl[i] = ["lit"]
+    zero = []
+    for fname, (txt, val) in field_texts.items():
+        if txt is None:
+            zero.append(fname)
+            continue
+        if txt == base_text:
+            continue
+        _, toks2, _ = split_text(clean(txt))
+        kind, scale = regfields[fname]
+        want = reg_of(kind, scale, val)
+        for i, t in enumerate(toks2):
+            r = parse_reg(t)
+            if r and r[1] == want and i < len(tmpl) and toks[i] != t:
+                k = kind if kind in ("src", "ss") else r[0]
+                tmpl[i] = ["f", fname, k, r[2]]
+                break
+    return mn, tmpl, zero, mods
+
+
+def base_candidates(fmtname: str, seg):
+    for base in BASES.get(fmtname, [{}]):
+        base = dict(base)
+        if seg is not None:
+            base["seg"] = seg
+        yield base
+
+
+def keys_of(fmtname: str):
+    fmt = F.FORMATS[fmtname]
+    segs = (0, 1, 2) if fmtname == "FLAT" else (None,)
+    for op in opcode_space(fmt):
+        for seg in segs:
+            yield fmt, op, seg
+
+
+def round1(target: str) -> dict:
+    """For each format/opcode: a valid base encoding and the operand layout."""
+    b = Batch()
+    regs_all = dict(REGFIELDS)
+    regs_all["VOP3"] = dict(REGFIELDS["VOP3"], sdst=("s", 1))
+    lit = LIT.to_bytes(4, "little")
+    for fmtname, regs in regs_all.items():
+        for fmt, op, seg in keys_of(fmtname):
+            for bi, base in enumerate(base_candidates(fmtname, seg)):
+                b.add((fmtname, op, seg, bi, None), enc(fmt, op, base, lit))
+                for fname, (kind, scale) in regs.items():
+                    vals = dict(base)
+                    vals[fname] = reg_value(kind, scale, 20)
+                    b.add((fmtname, op, seg, bi, fname), enc(fmt, op, vals, lit))
+                for fld in flag_fields(fmt, regs):
+                    for j, v in enumerate(flag_values(fld, base)):
+                        vals = dict(base)
+                        vals[fld.name] = v
+                        b.add((fmtname, op, seg, bi, "#" + fld.name, j), enc(fmt, op, vals, lit))
+    res = b.run(target)
+    out: dict = {}
+    for fmtname, regs in regs_all.items():
+        table = out.setdefault(fmtname, {})
+        for fmt, op, seg in keys_of(fmtname):
+            chosen = None
+            for bi, base in enumerate(base_candidates(fmtname, seg)):
+                r = res[(fmtname, op, seg, bi, None)]
+                if r is None:
+                    continue
+                if chosen is None or "/*" in chosen[1][0]:
+                    if chosen is None or "/*" not in r[0]:
+                        chosen = (bi, r, base)
+            if chosen is None:
+                continue
+            bi, r, base = chosen
+            ftexts = {}
+            for fname, (kind, scale) in regs.items():
+                rr = res[(fmtname, op, seg, bi, fname)]
+                ftexts[fname] = (rr[0] if rr else None, reg_value(kind, scale, 20))
+            mn, tmpl, zero, mods = learn_layout(r[0], ftexts, regs)
+            if fmtname == "VOP3" and "sdst" in zero:
+                zero.remove("sdst")
+            for fld in flag_fields(fmt, regs):
+                outs = [res[(fmtname, op, seg, bi, "#" + fld.name, j)]
+                        for j in range(len(flag_values(fld, base)))]
+                if all(o is None for o in outs):
+                    zero.append(fld.name)
+            key = op if seg is None else op | (seg << 7)
+            table[key] = {"m": mn, "o": tmpl, "z": zero, "base": base,
+                          "size": r[1], "text": r[0], "mods": mods}
+    return out
+
+
+# ---------------------------------------------------------------------------
+TYPE_PROBES = ((248, None), (240, None), (255, 0x3800), (255, 0x3F800000),
+               (255, 0x12345678), (255, 0x3E22F983))
+TYPES = ("b32", "b64", "f16", "i16", "v2f16", "v2i16")
+
+
+def classify_type(texts: list) -> str | None:
+    """The operand type whose constant spellings match LLVM's texts."""
+    for t in TYPES:
+        ok = True
+        for (val, lit), txt in zip(TYPE_PROBES, texts):
+            if txt is None:
+                continue
+            exp = O.inline_text(val, t) if val != 255 else O.literal_text(lit, t)
+            if exp != txt:
+                ok = False
+                break
+        if ok:
+            return t
+    return None
+
+
+def operand_token(text: str, index: int):
+    _, toks, _ = split_text(clean(text))
+    return toks[index] if index < len(toks) else None
+
+
+SOPP_VALUES = (0, 5, 64, 65, 0x7FFF, 0x8000, 0xFFF0, 0xFFFF, 0x1234, 0xC07F, 0x3F70, 0xFF9F,
+               0x0080, 0xFFE3, 0x0003, 0x0022, 0x0012)
+VOP3_MODS = [("abs", 0), ("abs", 1), ("abs", 2), ("neg", 0), ("neg", 1), ("neg", 2),
+             ("clamp", 0), ("omod", 0), ("omod", 1), ("op_sel", 0), ("op_sel", 1), ("op_sel", 2),
+             ("op_sel", 3)]
+VOP3P_MODS = [("neg", 0), ("neg", 1), ("neg", 2), ("neg_hi", 0), ("neg_hi", 1), ("neg_hi", 2),
+              ("op_sel", 0), ("op_sel", 1), ("op_sel", 2), ("op_sel_hi", 0), ("op_sel_hi", 1),
+              ("op_sel_hi2", 0), ("clamp", 0)]
+SDWA_DEFAULT = {"dst_sel": 6, "src0_sel": 6, "src1_sel": 6}
+
+
+def round2(target: str, r1: dict) -> None:
+    """Source types, modifiers, SDWA/DPP forms and immediate styles."""
+    b = Batch()
+    lit_default = LIT.to_bytes(4, "little")
+    for fmtname in ("SOP1", "SOP2", "SOPC", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P"):
+        fmt = F.FORMATS[fmtname]
+        for op, e in r1.get(fmtname, {}).items():
+            for i, d in enumerate(e["o"]):
+                if d[0] == "f" and d[2] in ("src", "ss"):
+                    for k, (val, lit) in enumerate(TYPE_PROBES):
+                        vals = dict(e["base"])
+                        vals[d[1]] = val
+                        b.add(("T", fmtname, op, i, k),
+                              enc(fmt, op, vals, (lit if lit is not None else LIT).to_bytes(4, "little")))
+                elif d[0] == "lit":
+                    for k, (val, lit) in enumerate(TYPE_PROBES):
+                        if lit is not None:
+                            b.add(("T", fmtname, op, i, k),
+                                  enc(fmt, op, e["base"], lit.to_bytes(4, "little")))
+    for op, e in r1.get("VOP3", {}).items():
+        fmt = F.VOP3
+        for name, bit in VOP3_MODS:
+            vals = dict(e["base"])
+            fld = fmt.field(name)
+            vals[name] = vals.get(name, 0) | (1 << bit)
+            b.add(("M3", op, name, bit), enc(fmt, op, vals, lit_default))
+    for op, e in r1.get("VOP3P", {}).items():
+        fmt = F.VOP3P
+        for name, bit in VOP3P_MODS:
+            vals = dict(e["base"])
+            vals[name] = vals.get(name, 0) ^ (1 << bit)
+            b.add(("MP", op, name, bit), enc(fmt, op, vals, lit_default))
+    # SDWA / DPP forms of VOP1/VOP2/VOPC
+    for fmtname in ("VOP1", "VOP2", "VOPC"):
+        fmt = F.FORMATS[fmtname]
+        xfields = F.SDWA_VOPC if fmtname == "VOPC" else F.SDWA
+        for op, e in r1.get(fmtname, {}).items():
+            for variant, sd in enumerate((dict(SDWA_DEFAULT), {"dst_sel": 6, "src0_sel": 6},
+                                          {"src0_sel": 6, "src1_sel": 6}, {"src0_sel": 6}, {})):
+                if fmtname == "VOPC":
+                    sd.pop("dst_sel", None)
+                for fname in (None, "vdst", "vsrc1", "src0", "sdst"):
+                    base = {k: v for k, v in e["base"].items() if k != "src0"}
+                    base["src0"] = F.SRC_SDWA
+                    x = dict(sd)
+                    if fname in ("vdst", "vsrc1"):
+                        if fname not in [f.name for f in fmt.fields]:
+                            continue
+                        base[fname] = 20
+                    elif fname == "src0":
+                        x["src0"] = 20
+                    elif fname == "sdst":
+                        if fmtname != "VOPC":
+                            continue
+                        x["sdst"] = 20
+                        x["sd"] = 1
+                    b.add(("SDWA", fmtname, op, variant, fname), enc(fmt, op, base, xenc(xfields, x)))
+            for kind, src0, x in (("DPP16", F.SRC_DPP16, {"dpp_ctrl": 0xE4, "row_mask": 0xF, "bank_mask": 0xF}),
+                                  ("DPP8", F.SRC_DPP8, {"sel": 0xFAC688})):
+                xf = F.DPP16 if kind == "DPP16" else F.DPP8
+                for fname in (None, "vdst", "vsrc1", "src0"):
+                    base = {k: v for k, v in e["base"].items() if k != "src0"}
+                    base["src0"] = src0
+                    xx = dict(x)
+                    if fname in ("vdst", "vsrc1"):
+                        if fname not in [f.name for f in fmt.fields]:
+                            continue
+                        base[fname] = 20
+                    elif fname == "src0":
+                        xx["src0"] = 20
+                    b.add((kind, fmtname, op, fname), enc(fmt, op, base, xenc(xf, xx)))
+    for fmtname in ("SOPP", "SOPK"):
+        fmt = F.FORMATS[fmtname]
+        for op, e in r1.get(fmtname, {}).items():
+            for v in SOPP_VALUES:
+                vals = dict(e["base"])
+                vals["simm16"] = v
+                b.add(("IMM", fmtname, op, v), enc(fmt, op, vals, lit_default))
+    # names: hwreg ids, sendmsg codes
+    getreg = next((op for op, e in r1["SOPK"].items() if e["m"] == "s_getreg_b32"), None)
+    for hid in range(64):
+        b.add(("HW", hid), enc(F.SOPK, getreg, {"simm16": hid | (31 << 11)}))
+    sendmsg = next((op for op, e in r1["SOPP"].items() if e["m"] == "s_sendmsg"), None)
+    for code in range(1024):
+        b.add(("MSG", code), enc(F.SOPP, sendmsg, {"simm16": code}))
+    res = b.run(target)
+
+    # --- interpret
+    for fmtname in ("SOP1", "SOP2", "SOPC", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P"):
+        for op, e in r1.get(fmtname, {}).items():
+            for i, d in enumerate(e["o"]):
+                if (d[0] == "f" and d[2] in ("src", "ss")) or d[0] == "lit":
+                    texts = []
+                    for k, (val, lit) in enumerate(TYPE_PROBES):
+                        r = res.get(("T", fmtname, op, i, k))
+                        texts.append(operand_token(r[0], i) if r else None)
+                    t = classify_type(texts)
+                    d.append(t or "b32")
+                    if t is None:
+                        print(f"{target}: {fmtname} {e['m']} operand {i}: unknown type {texts}",
+                              file=sys.stderr)
+    for op, e in r1.get("VOP3", {}).items():
+        mods = {}
+        for name, bit in VOP3_MODS:
+            r = res[("M3", op, name, bit)]
+            st = "z" if r is None else ("i" if r[0] == e["text"] else "p")
+            mods.setdefault(name, []).append(st)
+            if st == "p" and name == "op_sel":
+                m = re.search(r"op_sel:\[([0-9,]+)\]", r[0])
+                if m:
+                    e["opsel_n"] = m.group(1).count(",") + 1
+        e["vop3mods"] = {k: "".join(v) for k, v in mods.items()}
+    for op, e in r1.get("VOP3P", {}).items():
+        mods = {}
+        e["mix"] = "op_sel_hi" in e["text"]
+        for name, bit in VOP3P_MODS:
+            r = res[("MP", op, name, bit)]
+            st = "z" if r is None else ("i" if r[0] == e["text"] else "p")
+            mods.setdefault(name, []).append(st)
+            if r is not None and st == "p":
+                e.setdefault("modtexts", {})[f"{name}{bit}"] = r[0]
+        e["vop3pmods"] = {k: "".join(v) for k, v in mods.items()}
+    for fmtname in ("VOP1", "VOP2", "VOPC"):
+        regs = {"vdst": ("v", 1), "vsrc1": ("v", 1), "src0": ("v", 1), "sdst": ("s", 1)}
+        for op, e in r1.get(fmtname, {}).items():
+            for variant in range(5):
+                r = res.get(("SDWA", fmtname, op, variant, None))
+                if r is None or "/*" in r[0]:
+                    continue
+                ft = {}
+                for fname in ("vdst", "vsrc1", "src0", "sdst"):
+                    k = ("SDWA", fmtname, op, variant, fname)
+                    if k in res:
+                        rr = res[k]
+                        ft[fname] = (rr[0] if rr else None, 20)
+                mn, tmpl, zero, mods = learn_layout(r[0], ft, regs)
+                e["sdwa"] = {"m": mn, "o": tmpl, "z": zero, "text": r[0], "variant": variant}
+                break
+            for kind in ("DPP16", "DPP8"):
+                r = res.get((kind, fmtname, op, None))
+                if r is None or "/*" in r[0]:
+                    continue
+                ft = {}
+                for fname in ("vdst", "vsrc1", "src0"):
+                    k = (kind, fmtname, op, fname)
+                    if k in res:
+                        rr = res[k]
+                        ft[fname] = (rr[0] if rr else None, 20)
+                mn, tmpl, zero, mods = learn_layout(r[0], ft, regs)
+                e[kind.lower()] = {"m": mn, "o": tmpl, "z": zero, "text": r[0]}
+    for fmtname in ("SOPP", "SOPK"):
+        for op, e in r1.get(fmtname, {}).items():
+            seen = {}
+            for v in SOPP_VALUES:
+                r = res[("IMM", fmtname, op, v)]
+                seen[v] = None if r is None else r[0]
+            e["imm_probe"] = seen
+    hw = {}
+    for hid in range(64):
+        r = res[("HW", hid)]
+        if r:
+            m = re.search(r"hwreg\(([A-Z_0-9]+)\)", r[0])
+            if m and not m.group(1).isdigit():
+                hw[hid] = m.group(1)
+    msg = {}
+    for code in range(1024):
+        r = res[("MSG", code)]
+        if r:
+            t = r[0].split(" ", 1)[1] if " " in r[0] else ""
+            if t != str(code):
+                msg[code] = t
+    r1["_names"] = {"hwreg": hw, "sendmsg": msg}
+
+
+def probe_target(target: str) -> dict:
+    r1 = round1(target)
+    round2(target, r1)
+    return r1
+
+
+def infer_style(fmtname: str, e: dict, names: dict) -> tuple[str | None, bool]:
+    """SOPP/SOPK immediate style consistent with every probe, and whether
+    LLVM rejects nonzero immediates."""
+    probes = e["imm_probe"]
+    zero_only = all(t is None for v, t in probes.items() if v != 0)
+    imm_pos = next((i for i, d in enumerate(e["o"]) if d[0] != "f" and d[0] != "lit"), None)
+    for style in list(SP.STYLES) + list(SP.NAMED_STYLES):
+        ok = True
+        for v, txt in probes.items():
+            if txt is None:
+                continue
+            t = SP.imm_text(style, v, names)
+            if fmtname == "SOPP":
+                exp = e["m"] if t is None else f"{e['m']} {t}"
+                if exp != txt:
+                    ok = False
+                    break
+            else:
+                full = txt
+                mn, toks, _ = split_text(clean(full))
+                if style == "hwreg":
+                    m = HWREG_RE.search(full)
+                    got = m.group(0) if m else None
+                else:
+                    got = toks[imm_pos] if imm_pos is not None and imm_pos < len(toks) else None
+                if got != t:
+                    ok = False
+                    break
+        if ok:
+            return style, zero_only
+    return None, zero_only
+
+
+def finalize(target: str, r1: dict) -> dict:
+    """The committed table: only what kpatch needs at run time."""
+    names = r1.pop("_names")
+    out = {"target": target,
+           "generated_by": "tools/gen_isa_tables.py (llvm-objdump-16 probes)",
+           "names": {"hwreg": {str(k): v for k, v in sorted(names["hwreg"].items())},
+                     "sendmsg": {str(k): v for k, v in sorted(names["sendmsg"].items())}},
+           "formats": {}}
+    for fmtname, tab in r1.items():
+        ft = out["formats"].setdefault(fmtname, {})
+        for op, e in sorted(tab.items()):
+            o = []
+            for d in e["o"]:
+                if d[0] == "lit":
+                    o.append(["lit", "hex" if d[-1] in ("b64",) else d[-1]] if len(d) > 1 else ["lit", "hex"])
+                elif d[0] == "t" and fmtname in ("SOPK",) and d[1] != "HWREG":
+                    o.append(["imm"])
+                elif d[0] == "t" and d[1] == "HWREG":
+                    o.append(["imm"])
+                else:
+                    o.append(d)
+            ent = {"m": e["m"], "o": o}
+            if e["z"]:
+                ent["z"] = {z: e["base"].get(z, 0) for z in e["z"]}
+            if fmtname in ("SOPP", "SOPK"):
+                style, zero_only = infer_style(fmtname, e, names)
+                if style is None:
+                    print(f"{target}: {fmtname} {e['m']}: no immediate style fits", file=sys.stderr)
+                    style = "hex"
+                ent["imm"] = style
+                if zero_only:
+                    ent["imm_zero"] = True
+            if fmtname == "VOP3":
+                if any(d[0] == "f" and d[1] == "sdst" for d in o):
+                    ent["b"] = True
+                ent["mods"] = e["vop3mods"]
+                if "opsel_n" in e:
+                    ent["opsel_n"] = e["opsel_n"]
+            if fmtname == "VOP3P":
+                ent["mods"] = e["vop3pmods"]
+                if e["mix"]:
+                    ent["mix"] = True
+            for k in ("sdwa", "dpp16", "dpp8"):
+                if k in e:
+                    x = {"m": e[k]["m"], "o": e[k]["o"]}
+                    if e[k]["z"]:
+                        x["z"] = {z: e["base"].get(z, 0) for z in e[k]["z"] if z != "src0"}
+                    ent[k] = x
+            if e.get("base"):
+                ent["base"] = e["base"]
+            ft[str(op)] = ent
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=TARGETS, action="append")
+    args = ap.parse_args()
+    targets = args.target or list(TARGETS)
+    with ProcessPoolExecutor(max_workers=2) as ex:
+        results = dict(zip(targets, ex.map(probe_target, targets)))
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for t, data in results.items():
+        table = finalize(t, data)
+        path = os.path.join(OUT_DIR, f"{t}.json")
+        with open(path, "w") as fh:
+            json.dump(table, fh, indent=0, sort_keys=True, separators=(",", ":"))
+            fh.write("\n")
+        n = sum(len(v) for v in table["formats"].values())
+        print(f"{path}: {n} opcodes")
+
+
+if __name__ == "__main__":
+    main()
