@@ -158,8 +158,8 @@ def reg_of(kind: str, scale: int, value: int) -> int:
 V0 = 256
 BASES = {
     "SMEM": [{"soffset": 0x7D}],
-    "FLAT": [{"saddr": 0x7D}],
-    "MUBUF": [{"soffset": 0x80}],
+    "FLAT": [{"saddr": 0x7D}, {"saddr": 0x7D, "glc": 1}],
+    "MUBUF": [{"soffset": 0x80}, {"soffset": 0x80, "glc": 1}],
     "MTBUF": [{"soffset": 0x80, "format": 1}],
     "MIMG": [{"dmask": 1}, {"dmask": 0xF}, {"dmask": 1, "dim": 1}],
     "VOP1": [{}, {"src0": V0}],

@@ -9,6 +9,7 @@ import click
 
 from kpatch import __version__
 from kpatch.cli.common import EXIT_SOME_FAILED, EXIT_USAGE, debug, error_line
+from kpatch.cli.disasm import disasm_cmd
 from kpatch.cli.extract import extract_cmd
 from kpatch.cli.scan import scan_cmd
 from kpatch.errors import KpatchError, UsageError
@@ -30,6 +31,7 @@ def cli() -> None:
 
 cli.add_command(scan_cmd)
 cli.add_command(extract_cmd)
+cli.add_command(disasm_cmd)
 
 
 def main() -> None:

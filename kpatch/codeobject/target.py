@@ -81,13 +81,11 @@ class Mach:
     @property
     def gfx_major(self) -> int | None:
         """GFX IP major version (10 for gfx1030 and gfx10-3-generic), None for r600."""
-        m = re.match(r"gfx(\d+)", self.name)
-        if not m:
+        if self.arch != "amdgcn":
             return None
-        digits = m.group(1)
-        if self.generic:
-            return int(digits)
-        return int(digits[:-2]) if len(digits) >= 3 else int(digits)
+        if self.generic:  # gfx10-3-generic
+            return int(re.match(r"gfx(\d+)", self.name).group(1))
+        return int(self.name[3:-2])  # gfx1030 -> 10, gfx90a -> 9 (minor, stepping last)
 
     @property
     def descriptor_layout(self) -> str:
@@ -104,7 +102,7 @@ class Mach:
         return "gfx12"
 
 
-X, S, XS = "x", "s", "xs"  # feature columns: xnack, sramecc
+X, XS = "x", "xs"  # feature columns: xnack, xnack + sramecc
 
 # value, processor, supported features ("x" xnack, "s" sramecc), removed from LLVM
 _TABLE: tuple[tuple[int, str, str, bool], ...] = (

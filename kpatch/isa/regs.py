@@ -169,7 +169,8 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
             reads.append(r)
             seen_src = True
     # extra explicit operands the templates don't carry
-    if fmtname == "FLAT" and atomic and glc and not f.get("lds"):
+    if fmtname == "FLAT" and atomic and glc and not f.get("lds") and not any(
+            o.field == "vdst" for o in form.operands):
         dt = next((o for o in form.operands if o.field == "data"), None)
         if dt is not None:
             writes.append(Reg("v", f["vdst"], dt.width // 2 if "cmpswap" in mn else dt.width))

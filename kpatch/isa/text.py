@@ -435,7 +435,8 @@ def print_flat(ctx: Ctx) -> str | None:
     saddr = f["saddr"]
     parts = []
     mn = info.mnemonic
-    if "_atomic_" in mn and f["glc"] and not f["lds"]:
+    if ("_atomic_" in mn and f["glc"] and not f["lds"]
+            and not any(o.field == "vdst" for o in info.form.operands)):
         data = next((o for o in info.form.operands if o.field == "data"), None)
         if data is not None:
             w = data.width // 2 if "cmpswap" in mn else data.width

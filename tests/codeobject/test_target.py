@@ -73,6 +73,18 @@ def test_every_mach_llvm_tools_know_is_in_the_table_with_their_names():
     assert "gfx1030" not in newer and "gfx10-1-generic" not in newer
 
 
+def test_generations_and_descriptor_layouts():
+    major = {m.name: m.gfx_major for m in MACHS}
+    assert (major["gfx600"], major["gfx90a"], major["gfx90c"], major["gfx1030"],
+            major["gfx10-1-generic"], major["gfx1201"], major["r600"]) == (6, 9, 9, 10, 10, 12, None)
+    assert all(6 <= v <= 13 for k, v in major.items() if k.startswith("gfx"))
+    layout = {m.name: m.descriptor_layout for m in MACHS}
+    assert layout["gfx803"] == layout["gfx908"] == layout["gfx90c"] == "gfx6"
+    assert layout["gfx90a"] == layout["gfx942"] == layout["gfx9-4-generic"] == "gfx90a"
+    assert layout["gfx1010"] == layout["gfx1030"] == layout["gfx10-3-generic"] == "gfx10"
+    assert layout["gfx1100"] == "gfx11" and layout["gfx1201"] == "gfx12"
+
+
 def test_unknown_mach_values_are_format_errors():
     assert 0x27 not in MACH_BY_VALUE and 0x4D not in MACH_BY_VALUE
     with pytest.raises(FormatError, match="EF_AMDGPU_MACH"):

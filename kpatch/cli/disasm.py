@@ -1,0 +1,159 @@
+"""`kpatch disasm`: GFX10 disassembly in llvm-objdump-16's syntax."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, error_line, err_console, flush_stdout
+from kpatch.codeobject import CodeObject
+from kpatch.containers.discover import Found, Problem, discover
+from kpatch.errors import KpatchError
+from kpatch.isa import TARGETS, disassemble
+
+FORMATS = ("text", "lines", "json")
+
+
+def _isa_target(co: CodeObject, mcpu: str | None) -> str | None:
+    """The ISA table to decode with: --mcpu, else the object's own processor if kpatch has its table."""
+    if mcpu:
+        return mcpu
+    proc = co.target.processor if co.target is not None else ""
+    return proc if proc in TARGETS else None
+
+
+def _text_symbols(co: CodeObject) -> list[tuple[int, str]]:
+    """(address, name) of the symbols llvm-objdump restarts decoding at: symbols inside .text."""
+    text = co.section(".text")
+    if text is None:
+        return []
+    out = {}
+    for s in co._symbols():
+        if s.name and text.addr <= s.value < text.addr + text.size and s.type in (0, 1, 2) and not s.name.startswith("$"):
+            out.setdefault(s.value, s.name)
+    return sorted(out.items())
+
+
+def _kernel_range(co: CodeObject, name: str) -> tuple[int, int] | None:
+    k = co.kernel(name)
+    if k is None or k.code_size is None:
+        return None
+    return k.entry, k.entry + k.code_size
+
+
+def _encoding(raw: bytes) -> str:
+    words = [raw[i : i + 4] for i in range(0, len(raw), 4)]
+    return " ".join(f"{int.from_bytes(w, 'little'):08X}" for w in words)
+
+
+def disasm_object(found: Found, co: CodeObject, target: str, kernel: str | None, fmt: str) -> tuple[list[str], dict]:
+    """Lines of output (text/lines) and a JSON record for one code object."""
+    text = co.section(".text")
+    if text is None:
+        raise KpatchError("the code object has no .text section")
+    symbols = _text_symbols(co)
+    insts = disassemble(co.text, target, text.addr, [a for a, _ in symbols])
+    if kernel is not None:
+        rng = _kernel_range(co, kernel)
+        if rng is None:
+            raise KpatchError(f"no kernel {kernel!r} (kernels: {', '.join(k.name for k in co.kernels) or 'none'})")
+        insts = [i for i in insts if rng[0] <= i.address < rng[1]]
+    names = dict(symbols)
+    lines: list[str] = []
+    if fmt == "lines":
+        lines = [f"{i.address:x}\t{i.text()}" for i in insts]
+    elif fmt == "text":
+        lines.append(f"{found.uri}:\tfile format elf64-amdgpu, decoded as {target}")
+        lines.append("")
+        lines.append("Disassembly of section .text:")
+        for i in insts:
+            if i.address in names:
+                lines.append("")
+                lines.append(f"{i.address:016x} <{names[i.address]}>:")
+            t = i.text()
+            lines.append(f"\t{t.ljust(59) if len(t) < 59 else t + ' '}// {i.address:012X}: {_encoding(i.raw)}")
+    record = {
+        "uri": str(found.uri),
+        "target": co.target_id,
+        "decoded_as": target,
+        "instructions": [
+            {
+                "address": i.address,
+                "size": i.size,
+                "format": i.format,
+                "mnemonic": i.mnemonic,
+                "text": i.text(),
+                "encoding": i.raw.hex(),
+            }
+            for i in insts
+        ]
+        if fmt == "json"
+        else [],
+    }
+    return lines, record
+
+
+@click.command("disasm")
+@click.argument("inputs", nargs=-1, required=True, metavar="FILE_OR_URI...")
+@click.option("--mcpu", type=click.Choice(sorted(TARGETS)), help="Decode as this target (default: the object's own).")
+@click.option("--kernel", "kernel", metavar="NAME", help="Only this kernel (its symbol's range).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text: like llvm-objdump -d; lines: ADDRESS<TAB>TEXT per instruction; json: one document.")
+def disasm_cmd(inputs: tuple[str, ...], mcpu: str | None, kernel: str | None, fmt: str) -> None:
+    """Disassemble the GFX10 code in FILE_OR_URI... (gfx1010 or gfx1030).
+
+    Inputs are anything `kpatch scan` reads (code objects, bundles, host
+    libraries, kernel DBs, wheels, URIs); every gfx1010/gfx1030 code object
+    in them is disassembled.  Objects for other targets are skipped unless
+    --mcpu says how to decode them.
+
+    \b
+    --format lines prints, per instruction, its address in hex (the virtual
+    address llvm-objdump-16 shows), a tab, and the text exactly as
+    `llvm-objdump-16 -d --mcpu=TARGET` prints it, without the trailing
+    `// address: encoding` comment.  Encodings kpatch (like LLVM) cannot
+    decode print as `<unknown>`.
+    """
+    errors = 0
+    records = []
+    skipped: dict[str, int] = {}
+    done = 0
+    for item in discover(list(inputs)):
+        if isinstance(item, Problem):
+            error_line(item.uri, item.error)
+            errors += 1
+            continue
+        try:
+            co = CodeObject.from_bytes(item.data, name=str(item.uri))
+            target = _isa_target(co, mcpu)
+            if target is None:
+                skipped[co.target_id or "unknown"] = skipped.get(co.target_id or "unknown", 0) + 1
+                continue
+            if kernel is not None and co.kernel(kernel) is None:
+                continue
+            lines, record = disasm_object(item, co, target, kernel, fmt)
+        except KpatchError as e:
+            error_line(str(item.uri), e.reason)
+            errors += 1
+            continue
+        done += 1
+        if fmt == "json":
+            records.append(record)
+        else:
+            if done > 1 and fmt == "text":
+                sys.stdout.write("\n")
+            sys.stdout.write("\n".join(lines) + ("\n" if lines else ""))
+    if fmt == "json":
+        json.dump({"code_objects": records}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    flush_stdout()
+    if skipped:
+        what = ", ".join(f"{n} {t}" for t, n in sorted(skipped.items()))
+        err_console.print(f"skipped code objects for targets kpatch does not decode: {what} "
+                          f"(use --mcpu to force a table)", markup=False)
+    if done == 0 and not errors:
+        error_line(None, f"no kernel {kernel!r} found" if kernel else "no gfx1010/gfx1030 code object found")
+        errors += 1
+    sys.exit(EXIT_SOME_FAILED if errors else EXIT_OK)
