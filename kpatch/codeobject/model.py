@@ -147,7 +147,10 @@ class CodeObject:
         """The decoded NT_AMDGPU_METADATA map (V3+), or None if there is none."""
         if self.metadata_note is None:
             return None
-        return decode_metadata(self.metadata_note.desc)
+        try:
+            return decode_metadata(self.metadata_note.desc)
+        except FormatError as e:
+            raise self._named(e) from None
 
     # -- kernels -------------------------------------------------------------------
     def _symbols(self) -> list[Symbol]:
@@ -160,9 +163,18 @@ class CodeObject:
                 out.extend(syms)
         return out
 
+    def _named(self, error: FormatError) -> FormatError:
+        return error.with_item(self.name) if self.name else error
+
     @cached_property
     def kernels(self) -> list[Kernel]:
         """One Kernel per defined ``NAME.kd`` symbol (none for V2 objects)."""
+        try:
+            return self._read_kernels()
+        except FormatError as e:
+            raise self._named(e) from None
+
+    def _read_kernels(self) -> list[Kernel]:
         if self.is_legacy:
             return []
         layout = self.target.mach.descriptor_layout if self.target is not None else "gfx10"
@@ -204,8 +216,12 @@ class CodeObject:
     @property
     def legacy_kernel_names(self) -> list[str]:
         """V2 only: names of STT_AMDGPU_HSA_KERNEL symbols (kernels kpatch does not read)."""
+        try:
+            symbols = self._symbols()
+        except FormatError as e:
+            raise self._named(e) from None
         names: list[str] = []
-        for s in self._symbols():
+        for s in symbols:
             if s.type == STT_AMDGPU_HSA_KERNEL and s.shndx != SHN_UNDEF and s.name not in names:
                 names.append(s.name)
         return names

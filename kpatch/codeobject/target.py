@@ -104,7 +104,12 @@ class Mach:
 
 X, XS = "x", "xs"  # feature columns: xnack, xnack + sramecc
 
-# value, processor, supported features ("x" xnack, "s" sramecc), removed from LLVM
+# value, processor, supported features ("x" xnack, "s" sramecc), removed from LLVM.
+# Everything LLVM 16 / 19 knows is checked against their tools (see the module
+# doc).  Newer values (gfx950, gfx1153, gfx1154, gfx1170-gfx1172, gfx1250,
+# gfx1251, gfx1310, gfx9-4-, gfx11-7-, gfx12-5-, gfx13-generic) come from LLVM
+# main's ELF.h and AMDGPUUsage; gfx940 / gfx941 were removed in LLVM 20 and
+# their values reserved.  0x027, 0x04d, 0x056, 0x060, 0x061 are reserved.
 _TABLE: tuple[tuple[int, str, str, bool], ...] = (
     # R600 (32-bit ELF; never in an HSA code object, listed for completeness)
     (0x001, "r600", "", False), (0x002, "r630", "", False), (0x003, "rs880", "", False),

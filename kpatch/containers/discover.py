@@ -12,7 +12,6 @@ Containers are told apart by their magic bytes, not their file names (except
 
 from __future__ import annotations
 
-import mmap
 import os
 import shutil
 import tempfile
@@ -142,9 +141,14 @@ def _hostelf_items(path: str, base: Uri, container: str) -> Iterator[Item]:
     if not bundles:
         return
     label = f"{container}/fatbin" if container else "fatbin"
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    # one bundle in memory at a time (pread, not a mapping that would keep
+    # every page of a 1.3 GB library resident)
+    with open(path, "rb") as f:
         for b in bundles:
-            data = mm[b.offset : b.offset + b.size]
+            data = os.pread(f.fileno(), b.size, b.offset)
+            if len(data) != b.size:
+                yield Problem(str(base.with_(offset=b.offset, size=b.size)), "bundle lies beyond the end of the file")
+                continue
             yield from _bundle_items(data, base, label, file_offset=b.offset, addressable=True)
 
 

@@ -135,7 +135,13 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
             writes.append(r)
             continue
         v = f[name]
-        if op.kind == "v":
+        if fmtname == "FLAT" and name == "addr":
+            from kpatch.isa.text import flat_addr_width
+            n = flat_addr_width(f)
+            r = Reg("v", v, n) if n else None
+        elif fmtname == "FLAT" and name == "saddr":
+            r = None  # handled below with the right width
+        elif op.kind == "v":
             r = Reg("v", v, op.width)
         elif op.kind == "s":
             from kpatch.isa.text import FIELD_SCALE

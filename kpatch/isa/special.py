@@ -57,10 +57,17 @@ DEPCTR_FIELDS = (
 DEPCTR_UNUSED = 0x0060
 
 
-def depctr_text(v: int) -> str:
-    if v & DEPCTR_UNUSED:
+#: gfx1010 has no hold_cnt field: bit 7 is unused there
+DEPCTR_FIELDS_GFX1010 = tuple(f for f in DEPCTR_FIELDS if f[0] != "depctr_hold_cnt")
+DEPCTR_UNUSED_GFX1010 = 0x00E0
+
+
+def depctr_text(v: int, fields=DEPCTR_FIELDS, unused: int = DEPCTR_UNUSED) -> str:
+    """s_waitcnt_depctr operand: non-default counters by name, or hex when
+    unused bits are set (all counters listed when all are at default)."""
+    if v & unused:
         return "0x%x" % v
-    vals = [(n, _bits(v, lo, w), (1 << w) - 1) for n, lo, w in DEPCTR_FIELDS]
+    vals = [(n, _bits(v, lo, w), (1 << w) - 1) for n, lo, w in fields]
     shown = [(n, x) for n, x, d in vals if x != d]
     if not shown:
         shown = [(n, x) for n, x, _ in vals]
@@ -109,6 +116,7 @@ STYLES: dict[str, Callable[[int], str | None]] = {
     "opt_udec": lambda v: str(v) if v else None,
     "waitcnt": waitcnt_text,
     "depctr": depctr_text,
+    "depctr_gfx1010": lambda v: depctr_text(v, DEPCTR_FIELDS_GFX1010, DEPCTR_UNUSED_GFX1010),
 }
 #: styles that need the target's name tables
 NAMED_STYLES = ("hwreg", "sendmsg")

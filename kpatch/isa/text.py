@@ -428,6 +428,16 @@ def _cpol(f: dict) -> str:
     return s
 
 
+def flat_addr_width(f: dict) -> int:
+    """VGPRs of a FLAT/GLOBAL/SCRATCH address (0: no VGPR address, 'off')."""
+    seg = f["seg"]
+    if seg == 0:
+        return 2
+    if seg == 2:
+        return 2 if f["saddr"] == 0x7D else 1
+    return 1 if f["saddr"] == 0x7D else 0
+
+
 def print_flat(ctx: Ctx) -> str | None:
     info = ctx.info
     f = ctx.f
@@ -448,12 +458,8 @@ def print_flat(ctx: Ctx) -> str | None:
         if op.tag == "f" and op.field == "vdst" and f["lds"]:
             continue
         if op.tag == "f" and op.field == "addr":
-            if seg == 0:
-                t = O.vgpr_text(f["addr"], 2)
-            elif seg == 2:
-                t = O.vgpr_text(f["addr"], 2 if saddr == 0x7D else 1)
-            else:
-                t = O.vgpr_text(f["addr"], 1) if saddr == 0x7D else "off"
+            n = flat_addr_width(f)
+            t = O.vgpr_text(f["addr"], n) if n else "off"
             if t is None:
                 return None
             parts.append(t)

@@ -197,12 +197,16 @@ def compile_asm(tmp, clang: str, mcpu: str, version: int, *, name: str = "k", ex
 CL_KERNEL = "__kernel void {name}(__global int *p, int v) {{ p[v] = v * 3; }}\n"
 
 
-def compile_cl(tmp, mcpu: str, version: int, *, name: str = "k", clang: str = CLANG15) -> str:
-    """Compile a one-kernel OpenCL object with clang (no device libraries needed)."""
+def compile_cl(tmp, mcpu: str, version: int, *, name: str = "k", clang: str = CLANG15,
+               link: bool = True) -> str:
+    """Compile a one-kernel OpenCL object with clang (no device libraries needed);
+    ``link=False`` stops at the relocatable object (there is no ld.lld-19)."""
     src = tmp / f"{name}.cl"
     src.write_text(CL_KERNEL.format(name=name))
     out = tmp / f"{name}_{mcpu.replace(':', '_')}_v{version}.co"
-    subprocess.run([tool(clang), "-x", "cl", "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}",
-                    f"-mcode-object-version={version}", "-O2", "-nogpulib", str(src), "-o", str(out)],
-                   capture_output=True, text=True, check=True)
+    cmd = [tool(clang), "-x", "cl", "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}",
+           f"-mcode-object-version={version}", "-O2", "-nogpulib", str(src), "-o", str(out)]
+    if not link:
+        cmd.insert(1, "-c")
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
     return str(out)

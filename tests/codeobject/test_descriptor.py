@@ -21,7 +21,8 @@ from kpatch.codeobject import CodeObject, KernelDescriptor
 from kpatch.codeobject.descriptor import KD, LAYOUTS
 from kpatch.errors import FormatError, UsageError
 
-from .conftest import OBJDUMP16, OBJDUMP19, kd_file_offset, objdump_descriptors, read
+from .conftest import (
+    CLANG19, OBJDUMP16, OBJDUMP19, compile_asm, kd_file_offset, objdump_descriptors, read)
 
 # .amdhsa_<directive> -> kpatch field (value compared as is)
 DIRECT = {
@@ -66,6 +67,7 @@ DIRECT = {
     "uses_dynamic_stack": "USES_DYNAMIC_STACK",
     "kernarg_preload_length": "KERNARG_PRELOAD_SPEC_LENGTH",
     "kernarg_preload_offset": "KERNARG_PRELOAD_SPEC_OFFSET",
+    "round_robin_scheduling": "ENABLE_WG_RR_EN",
 }
 # objdump prints these as 0 without reading them from the descriptor
 IGNORED = {"reserve_vcc", "reserve_flat_scratch", "reserve_xnack_mask"}
@@ -139,6 +141,47 @@ def test_rocrand_descriptor_fields_agree_with_metadata(rocrand_objects):
             assert kd.wavefront_size == md[".wavefront_size"]
             assert kd.vgpr_blocks_count >= md[".vgpr_count"]
             assert kd.vgpr_blocks_count - md[".vgpr_count"] < kd.vgpr_granule
+
+
+COMMON = """  .amdhsa_user_sgpr_dispatch_ptr 1
+  .amdhsa_system_vgpr_workitem_id 2
+  .amdhsa_exception_int_div_zero 1
+  .amdhsa_float_denorm_mode_32 1
+  .amdhsa_group_segment_fixed_size 1024
+  .amdhsa_private_segment_fixed_size 16
+  .amdhsa_kernarg_size 40
+"""
+GFX10_11 = """  .amdhsa_ieee_mode 0
+  .amdhsa_dx10_clamp 0
+  .amdhsa_wavefront_size32 0
+  .amdhsa_shared_vgpr_count 2
+  .amdhsa_workgroup_processor_mode 0
+  .amdhsa_memory_ordered 1
+  .amdhsa_forward_progress 1
+"""
+GFX12 = """  .amdhsa_wavefront_size32 0
+  .amdhsa_workgroup_processor_mode 0
+  .amdhsa_memory_ordered 1
+  .amdhsa_forward_progress 1
+"""
+
+
+@pytest.mark.parametrize("mcpu, extra, layout", [
+    ("gfx906", "  .amdhsa_ieee_mode 0\n  .amdhsa_dx10_clamp 0\n", "gfx6"),
+    ("gfx90a", "  .amdhsa_accum_offset 8\n  .amdhsa_tg_split 1\n", "gfx90a"),
+    ("gfx942", "  .amdhsa_accum_offset 4\n", "gfx90a"),
+    ("gfx1010", GFX10_11, "gfx10"), ("gfx1030", GFX10_11, "gfx10"),
+    ("gfx1100", GFX10_11, "gfx11"), ("gfx1200", GFX12, "gfx12"),
+])
+def test_assembled_descriptors_match_objdump19(tmp_path, mcpu, extra, layout):
+    """Descriptors llvm-mc 19 builds from .amdhsa_* directives, read back both ways."""
+    path = compile_asm(tmp_path, CLANG19, mcpu, 5, extra=COMMON + extra, link=False)
+    co = CodeObject.from_bytes(read(path))
+    assert co.kernels[0].descriptor.layout == layout
+    assert _compare_with_objdump(path, OBJDUMP19, False, tmp_path) == 1
+    kd = co.kernels[0].descriptor
+    assert (kd["ENABLE_VGPR_WORKITEM_ID"], kd.group_segment_fixed_size, kd.kernarg_size) == \
+        (2, 1024, 40)
 
 
 def test_every_bit_of_every_word_has_exactly_one_name():

@@ -21,7 +21,7 @@ from kpatch.codeobject import mpack
 from kpatch.codeobject.elf import ElfFile
 from kpatch.errors import FormatError
 
-from .conftest import READELF16, compile_cl, read, run, tool
+from .conftest import CLANG19, READELF16, compile_cl, read, run, tool
 
 
 def _metadata_desc(path: str) -> bytes:
@@ -86,6 +86,15 @@ def test_v3_note_has_no_target(tmp_path):
     _check_note(path)
     md = CodeObject.from_bytes(read(path)).metadata
     assert md.version == (1, 0) and md.target is None
+
+
+def test_v6_generic_note(tmp_path):
+    path = compile_cl(tmp_path, "gfx10-1-generic", 6, clang=CLANG19, link=False)
+    _check_note(path)
+    co = CodeObject.from_bytes(read(path))
+    assert co.metadata.version == (1, 2)
+    assert co.metadata.target == "amdgcn-amd-amdhsa--gfx10-1-generic" == co.target.hsa_target
+    assert co.target.generic_version == 1 and co.kernels[0].metadata[".name"] == "k"
 
 
 def test_edit_is_read_back_by_llvm(tmp_path, fixture_paths):
