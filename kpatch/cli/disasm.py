@@ -30,7 +30,7 @@ def _text_symbols(co: CodeObject) -> list[tuple[int, str]]:
     if text is None:
         return []
     out = {}
-    for s in co._symbols():
+    for s in co.symbols():
         if s.name and text.addr <= s.value < text.addr + text.size and s.type in (0, 1, 2) and not s.name.startswith("$"):
             out.setdefault(s.value, s.name)
     return sorted(out.items())

@@ -152,9 +152,14 @@ class CodeObject:
         except FormatError as e:
             raise self._named(e) from None
 
-    # -- kernels -------------------------------------------------------------------
-    def _symbols(self) -> list[Symbol]:
-        tables = self.elf.symbol_tables
+    # -- symbols and kernels ---------------------------------------------------------
+    def symbols(self) -> list[Symbol]:
+        """Every symbol: ``.symtab`` first, then ``.dynsym``, then any other table
+        (a name can appear in more than one)."""
+        try:
+            tables = self.elf.symbol_tables
+        except FormatError as e:
+            raise self._named(e) from None
         out: list[Symbol] = []
         for name in _SYMBOL_TABLE_ORDER:
             out.extend(tables.get(name, ()))
@@ -162,6 +167,8 @@ class CodeObject:
             if name not in _SYMBOL_TABLE_ORDER:
                 out.extend(syms)
         return out
+
+    _symbols = symbols  # older name, kept for callers
 
     def _named(self, error: FormatError) -> FormatError:
         return error.with_item(self.name) if self.name else error
@@ -178,7 +185,7 @@ class CodeObject:
         if self.is_legacy:
             return []
         layout = self.target.mach.descriptor_layout if self.target is not None else "gfx10"
-        symbols = self._symbols()
+        symbols = self.symbols()
         funcs: dict[str, Symbol] = {}
         for s in symbols:
             if s.type == STT_FUNC and s.shndx != SHN_UNDEF and s.name not in funcs:
@@ -216,10 +223,7 @@ class CodeObject:
     @property
     def legacy_kernel_names(self) -> list[str]:
         """V2 only: names of STT_AMDGPU_HSA_KERNEL symbols (kernels kpatch does not read)."""
-        try:
-            symbols = self._symbols()
-        except FormatError as e:
-            raise self._named(e) from None
+        symbols = self.symbols()
         names: list[str] = []
         for s in symbols:
             if s.type == STT_AMDGPU_HSA_KERNEL and s.shndx != SHN_UNDEF and s.name not in names:

@@ -46,6 +46,8 @@ def _check_against_readelf(path: str) -> CodeObject:
     # kernels: one per defined NAME.kd symbol, each with its code
     assert {k.symbol for k in co.kernels} == kd_symbols(path)
     syms = readelf_symbols(path)
+    assert sorted((s.table, s.name, s.value, s.size) for s in co.symbols()) == \
+        sorted((s["table"], s["name"], s["value"], s["size"]) for s in syms)
     for k in co.kernels:
         kd = next(s for s in syms if s["name"] == k.symbol and s["ndx"] != "UND")
         fn = next(s for s in syms if s["name"] == k.name and s["type"] == "FUNC")
