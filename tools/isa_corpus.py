@@ -37,7 +37,21 @@ def gfx1030_objects(libs=LIBS):
 
 
 def text_of(path: str) -> tuple[bytes, int, list[int]]:
-    """(.text bytes, address, symbol addresses in .text) of an ELF file."""
+    """(.text bytes, address, symbol addresses in .text) of a code object
+    (read with kpatch.codeobject; pyelftools as a fallback)."""
+    try:
+        from kpatch.codeobject.model import CodeObject
+        with open(path, "rb") as fh:
+            co = CodeObject.from_bytes(fh.read())
+        sec = co.sections[".text"]
+        syms = [s.value for s in co.symbols() if s.table == ".symtab" and s.shndx == sec.index
+                and s.type not in (3, 4)]
+        return co.text, sec.addr, syms
+    except ImportError:
+        return _text_of_pyelftools(path)
+
+
+def _text_of_pyelftools(path: str) -> tuple[bytes, int, list[int]]:
     with open(path, "rb") as fh:
         elf = ELFFile(fh)
         idx = next(i for i, s in enumerate(elf.iter_sections()) if s.name == ".text")

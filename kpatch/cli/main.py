@@ -11,6 +11,7 @@ from kpatch import __version__
 from kpatch.cli.common import EXIT_SOME_FAILED, EXIT_USAGE, debug, error_line
 from kpatch.cli.disasm import disasm_cmd
 from kpatch.cli.extract import extract_cmd
+from kpatch.cli.rules import rules_cmd
 from kpatch.cli.scan import scan_cmd
 from kpatch.errors import KpatchError, UsageError
 
@@ -32,6 +33,7 @@ def cli() -> None:
 cli.add_command(scan_cmd)
 cli.add_command(extract_cmd)
 cli.add_command(disasm_cmd)
+cli.add_command(rules_cmd)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from kpatch.isa.encoder import encode, encode_fields
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.regs import Reg
 from kpatch.isa.tables import TARGETS, load
-from kpatch.isa.lines import disasm_lines, disassemble, objdump_skips
+from kpatch.isa.lines import disasm_lines, disassemble, format_lines, objdump_skips
 
 __all__ = ["decode", "decode_one", "iter_decode", "encode", "encode_fields", "Instruction",
-           "Reg", "TARGETS", "load", "build", "disasm_lines", "disassemble", "objdump_skips"]
+           "Reg", "TARGETS", "load", "build", "disasm_lines", "disassemble", "format_lines", "objdump_skips"]

@@ -11,6 +11,8 @@ decoder never raises on bad bytes.
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from typing import Iterator
 
 from kpatch.isa import formats as F
@@ -57,15 +59,25 @@ class DecodeCache:
         self.tables: Tables = load(target)
         self.target = target
         self.limit = limit
-        self.map: dict[bytes, Decoded] = {}
+        self.map: dict[bytes, Decoded] = {}  # 12+ byte encodings
+        self.c4: dict[int, Decoded] = {}  # 4-byte encodings by dword
+        self.c8: dict[int, Decoded] = {}  # 8-byte encodings by w0 | w1 << 32
+        self.unknown: dict[bytes, Decoded] = {}  # words LLVM rejects
 
     def get(self, raw: bytes) -> Decoded | None:
+        n = len(raw)
+        if n == 4:
+            return self.c4.get(int.from_bytes(raw, "little"))
+        if n == 8:
+            return self.c8.get(int.from_bytes(raw, "little"))
         return self.map.get(raw)
 
     def put(self, raw: bytes, d: Decoded) -> None:
-        if len(self.map) >= self.limit:
-            self.map.clear()
-        self.map[raw] = d
+        n = len(raw)
+        m = self.c4 if n == 4 else self.c8 if n == 8 else self.map
+        if len(m) >= self.limit:
+            m.clear()
+        m[int.from_bytes(raw, "little") if n in (4, 8) else raw] = d
 
 
 _CACHES: dict[str, DecodeCache] = {}
@@ -181,29 +193,153 @@ def decode_at(data: bytes, pos: int, cache: DecodeCache, end: int | None = None)
             cache.put(raw, d)
             return d
     raw = bytes(data[pos:min(pos + 4, end)])
-    d = cache.get(raw)
-    if d is None or not d.is_unknown:
+    d = cache.unknown.get(raw)
+    if d is None:
         d = unknown(raw, cache.target)
-        if len(raw) == 4 and cache.get(raw) is None:
-            cache.put(raw, d)
+        if len(cache.unknown) < cache.limit:
+            cache.unknown[raw] = d
     return d
+
+
+def _size_entry(w0: int, tables: Tables):
+    """Size facts that depend on the first dword only:
+    (size, w1 literal shifts) with size 0 for words that start no valid
+    instruction; for VOP3/VOP3P a literal depends on dword-1 source fields,
+    listed as shifts within dword 1."""
+    fmt = TOP9[w0 >> 23]
+    if fmt is None:
+        return (0, ())
+    size = fmt.size
+    if size == 8 and fmt.name not in ("VOP3", "VOP3P"):
+        # opcode lives in dword 0 for every 8-byte format except MTBUF (op3 bit)
+        if fmt is F.MTBUF:
+            return (-1, ())
+    op = fmt.opcode(w0) if fmt is not F.MTBUF else None
+    if fmt is F.FLAT:
+        op |= ((w0 >> 14) & 3) << 7
+    info = tables.ops.get(fmt.name, {}).get(op)
+    if info is None:
+        return (0, ())
+    plan = _plan(info)
+    lit = plan.mandatory_lit
+    shifts = ()
+    if fmt.name in _VOPE32:
+        s0 = w0 & 0x1FF
+        kind = _EXTRA_SRC.get(s0)
+        if kind is not None:
+            if getattr(info, kind) is None:
+                return (0, ())
+            size += 4
+        elif s0 == 0xFF:
+            lit = True
+    elif size == 4:
+        for fld in plan.lit_fields:
+            if (w0 >> fld.lo) & fld.mask == 0xFF:
+                lit = True
+                break
+    else:
+        shifts = tuple(fld.lo - 32 for fld in plan.lit_fields if fld.lo >= 32)
+        if fmt is F.MIMG:
+            size += 4 * ((w0 >> 1) & 3)
+    if lit:
+        size += 4
+    return (size, shifts)
+
+
+_SIZE_MEMO: dict[str, dict[int, tuple]] = {}
+
+
+@contextmanager
+def no_gc():
+    """Pause the cyclic garbage collector: decoding allocates one small
+    acyclic object per instruction, and collections triggered by them would
+    repeatedly traverse the (large) decode caches for nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def words_of(data: bytes) -> list[int]:
+    """The little-endian dwords of ``data`` (trailing partial dword dropped)."""
+    n = len(data) // 4
+    return list(memoryview(data)[:n * 4].cast("I")) if n else []
+
+
+def walk(data: bytes, start: int, end: int, cache: DecodeCache, base_address: int,
+         out: list, skip_zeros: bool = False, words: list[int] | None = None) -> None:
+    """Decode ``data[start:end]`` into ``out`` (the hot loop).
+
+    The size of an instruction is memoised per first dword, the decoded
+    instruction per distinct encoding (keyed by its dwords); anything unusual
+    (unaligned position, truncated tail) goes through :func:`decode_at`.
+    With ``skip_zeros`` runs of 8+ zero bytes are skipped like llvm-objdump.
+    """
+    memo = _SIZE_MEMO.setdefault(cache.target, {})
+    c4, c8, cbig = cache.c4, cache.c8, cache.map
+    tables = cache.tables
+    n_all = len(data)
+    if words is None:
+        words = words_of(data)
+    nwords = len(words)
+    pos = start
+    append = out.append
+    while pos < end:
+        if pos & 3 or pos + 4 > n_all:
+            d = decode_at(data, pos, cache, n_all)
+            append(Instruction(base_address + pos, d))
+            pos += d.size
+            continue
+        i = pos >> 2
+        w0 = words[i]
+        if not w0 and skip_zeros:
+            z = pos
+            while z < end and data[z] == 0:
+                z += 1
+            z = (z - pos) & ~3 if z - pos >= 8 else 0
+            if z:
+                pos += z
+                continue
+        # fast path: a known 4- or 8-byte encoding (sizes depend only on the
+        # dwords used as keys, so a hit is always the right instruction)
+        d = c4.get(w0)
+        if d is None and i + 1 < nwords:
+            d = c8.get(w0 | (words[i + 1] << 32))
+        if d is None:
+            e = memo.get(w0)
+            if e is None:
+                e = memo[w0] = _size_entry(w0, tables)
+            size = e[0]
+            if size > 8 and pos + size <= n_all:
+                d = cbig.get(data[pos:pos + size])
+            elif size == 8 and e[1] and i + 1 < nwords:
+                w1 = words[i + 1]
+                for sh in e[1]:
+                    if (w1 >> sh) & 0x1FF == 0xFF:
+                        if pos + 12 <= n_all:
+                            d = cbig.get(data[pos:pos + 12])
+                        break
+        if d is None:
+            d = decode_at(data, pos, cache, n_all)
+        append(Instruction(base_address + pos, d))
+        pos += d.size
 
 
 def iter_decode(data: bytes, target: str, base_address: int = 0) -> Iterator[Instruction]:
     """Decode ``data`` (code starting at ``base_address``) instruction by instruction."""
-    cache = cache_for(target)
-    pos = 0
-    end = len(data)
-    mv = memoryview(data) if not isinstance(data, bytes) else data
-    while pos < end:
-        d = decode_at(mv, pos, cache, end)
-        yield Instruction(base_address + pos, d)
-        pos += d.size
+    yield from decode(data, target, base_address)
 
 
 def decode(data: bytes, target: str, base_address: int = 0) -> list[Instruction]:
     """All instructions of ``data`` for ``target`` ('gfx1010' or 'gfx1030')."""
-    return list(iter_decode(bytes(data), target, base_address))
+    data = bytes(data)
+    out: list[Instruction] = []
+    with no_gc():
+        walk(data, 0, len(data), cache_for(target), base_address, out)
+    return out
 
 
 def decode_one(data: bytes, target: str, address: int = 0) -> Instruction:

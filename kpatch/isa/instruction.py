@@ -17,11 +17,12 @@ class Decoded:
     is LLVM's ``.long 0x...``.
     """
 
-    __slots__ = ("raw", "fmt", "info", "kind", "fields", "extra", "literal", "_text",
+    __slots__ = ("raw", "size", "fmt", "info", "kind", "fields", "extra", "literal", "_text",
                  "target", "_regs")
 
     def __init__(self, raw, fmt, info, kind, fields, extra, literal, text, target):
         self.raw = raw
+        self.size = len(raw)
         self.fmt = fmt
         self.info = info
         self.kind = kind
@@ -31,10 +32,6 @@ class Decoded:
         self._text = text
         self.target = target
         self._regs = None
-
-    @property
-    def size(self) -> int:
-        return len(self.raw)
 
     @property
     def is_unknown(self) -> bool:
@@ -81,7 +78,7 @@ class Instruction:
 
     @property
     def size(self) -> int:
-        return len(self.d.raw)
+        return self.d.size
 
     @property
     def raw(self) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from kpatch.isa.decoder import cache_for, decode_at
+from kpatch.isa.decoder import cache_for, no_gc, walk, words_of
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.tables import check_target
 
@@ -29,30 +29,32 @@ def objdump_skips(data: bytes, pos: int, end: int) -> int:
 
 
 def disassemble(data: bytes, target: str, base_address: int = 0,
-                symbols: Iterable[int] = ()) -> list[Instruction]:
+                symbols: Iterable[int] = (), text: bool = True) -> list[Instruction]:
     """Instructions llvm-objdump -d lists for a section holding ``data`` at
-    ``base_address`` whose symbols start at the addresses ``symbols``."""
+    ``base_address`` whose symbols start at the addresses ``symbols``.
+
+    ``text`` is accepted for symmetry with :func:`kpatch.isa.decode`; the
+    text of each distinct encoding is made once while decoding."""
     check_target(target)
     cache = cache_for(target)
     data = bytes(data)
     end_all = len(data)
     starts = sorted({a - base_address for a in symbols if 0 <= a - base_address < end_all} | {0})
     out: list[Instruction] = []
-    for i, start in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else end_all
-        pos = start
-        while pos < end:
-            z = objdump_skips(data, pos, end)
-            if z:
-                pos += z
-                continue
-            d = decode_at(data, pos, cache, end_all)
-            out.append(Instruction(base_address + pos, d))
-            pos += d.size
+    words = words_of(data)
+    with no_gc():
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else end_all
+            walk(data, start, end, cache, base_address, out, skip_zeros=True, words=words)
     return out
 
 
 def disasm_lines(data: bytes, target: str, base_address: int = 0,
                  symbols: Iterable[int] = ()) -> list[str]:
-    """``--format lines`` output: ``<hex address>\\t<llvm-objdump text>``."""
-    return [f"{i.address:x}\t{i.text()}" for i in disassemble(data, target, base_address, symbols)]
+    """``--format lines`` output: ``<hex address>\t<llvm-objdump text>``."""
+    return format_lines(disassemble(data, target, base_address, symbols))
+
+
+def format_lines(insts: list[Instruction]) -> list[str]:
+    """``<hex address>\t<text>`` for each instruction."""
+    return [f"{i.address:x}\t{i.d._text or i.d.text}" for i in insts]

@@ -397,13 +397,41 @@ def print_vintrp(ctx: Ctx) -> str | None:
 _DS2 = re.compile(r"^ds_(read2|write2|wrxchg2)")
 
 
+def swizzle_text(imm: int) -> str:
+    """ds_swizzle_b32 offset in LLVM's swizzle(...) syntax."""
+    if imm & 0xFF00 == 0x8000:
+        lanes = ",".join(str(imm >> (2 * i) & 3) for i in range(4))
+        return f"swizzle(QUAD_PERM,{lanes})"
+    if imm & 0x8000:
+        return str(imm)
+    and_m, or_m, xor_m = imm & 0x1F, imm >> 5 & 0x1F, imm >> 10 & 0x1F
+    if and_m == 0x1F and or_m == 0 and bin(xor_m).count("1") == 1:
+        return f"swizzle(SWAP,{xor_m})"
+    if and_m == 0x1F and or_m == 0 and xor_m > 0 and (xor_m + 1) & xor_m == 0:
+        return f"swizzle(REVERSE,{xor_m + 1})"
+    group = 0x1F - and_m + 1
+    if group > 1 and group & (group - 1) == 0 and or_m < group and xor_m == 0:
+        return f"swizzle(BROADCAST,{group},{or_m})"
+    p0 = (0 & and_m | or_m) ^ xor_m
+    p1 = (0x1F & and_m | or_m) ^ xor_m
+    bits = ""
+    for m in (16, 8, 4, 2, 1):
+        a, b = p0 & m, p1 & m
+        bits += "1" if a and b else "0" if not a and not b else "p" if b else "i"
+    return f'swizzle(BITMASK_PERM,"{bits}")'
+
+
 def print_ds(ctx: Ctx) -> str | None:
     info = ctx.info
     f = ctx.f
     s = _plain(ctx, info.form)
     if s is None:
         return None
-    if _DS2.match(info.mnemonic):
+    if info.mnemonic == "ds_swizzle_b32":
+        off = f["offset0"] | (f["offset1"] << 8)
+        if off:
+            s += " offset:" + swizzle_text(off)
+    elif _DS2.match(info.mnemonic):
         if f["offset0"]:
             s += f" offset0:{f['offset0']}"
         if f["offset1"]:

@@ -1,0 +1,245 @@
+"""What the hazard rules need to know about one encoding, computed once.
+
+Real code repeats encodings heavily, so everything here is worked out once
+per distinct encoding (per target and instruction bytes) and memoised; the
+per-instruction work of the analyses is then a dictionary lookup and a few
+integer operations.
+
+Scalar registers are bit masks indexed by their 9-bit operand encoding
+(s0..s105 = bits 0..105, vcc_lo/hi 106/107, ttmp0..15 108..123, m0 124,
+exec_lo/hi 126/127), so "does this instruction read a register that one
+defines" is ``reads & defs``.
+
+Instruction classes follow LLVM's ``SIInstrInfo`` predicates, which define
+the hazards (see gfx1010-hazards.md): ``VALU`` (VOP1/2/3/3P/C, VINTRP),
+``SALU`` (SOP1/2/K/C/P), ``SMEM``, ``VMEM`` (MUBUF/MTBUF/MIMG), ``DS``,
+``FLAT`` (with its segment), ``EXP``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kpatch.isa.regs import Reg
+
+# --- instruction classes (bit flags) ------------------------------------------
+VALU = 1 << 0
+SALU = 1 << 1  # SOP1/SOP2/SOPK/SOPC/SOPP
+SOPP = 1 << 2
+SMEM = 1 << 3
+VMEM = 1 << 4  # MUBUF, MTBUF, MIMG
+DS = 1 << 5
+FLAT = 1 << 6  # any segment
+FLAT_SEG = 1 << 7  # FLAT with segment scratch or global ("segment-specific")
+EXP = 1 << 8
+UNKNOWN = 1 << 9
+
+FORMAT_CLASS = {
+    "VOP1": VALU, "VOP2": VALU, "VOP3": VALU, "VOP3P": VALU, "VOPC": VALU, "VINTRP": VALU,
+    "SOP1": SALU, "SOP2": SALU, "SOPK": SALU, "SOPC": SALU, "SOPP": SALU | SOPP,
+    "SMEM": SMEM, "MUBUF": VMEM, "MTBUF": VMEM, "MIMG": VMEM, "DS": DS, "FLAT": FLAT,
+    "EXP": EXP,
+}  # fmt: skip
+
+# --- control flow kinds -----------------------------------------------------------
+FALL = 0  # ordinary instruction: execution continues with the next one
+JUMP = 1  # s_branch: only the target
+COND = 2  # s_cbranch_*: the target and the next instruction
+END = 3  # s_endpgm*, s_trap-less ends: no successor
+INDIRECT = 4  # s_setpc_b64: computed target (return or jump), no known successor
+CALL = 5  # s_swappc_b64 / s_call_b64: a call; execution resumes after it
+
+_END = re.compile(r"^s_endpgm")
+_CALLS = ("s_swappc_b64", "s_call_b64")
+
+# --- scalar register masks -----------------------------------------------------
+_FILE_BASE = {"s": 0, "vcc": 106, "ttmp": 108, "m0": 124, "exec": 126}
+EXEC_MASK = (1 << 126) | (1 << 127)
+SGPR_FILES = frozenset(_FILE_BASE)
+
+
+def reg_mask(r: Reg) -> int:
+    """Bit mask of a scalar register (0 for VGPRs, SCC and the like)."""
+    base = _FILE_BASE.get(r.file)
+    if base is None:
+        return 0
+    return ((1 << r.count) - 1) << (base + r.index)
+
+
+def mask_of(regs) -> int:
+    m = 0
+    for r in regs:
+        m |= reg_mask(r)
+    return m
+
+
+def mask_names(mask: int) -> str:
+    """Readable list of the registers in a mask (``s[4:7], exec``)."""
+    names: list[str] = []
+    bit = 0
+    while mask >> bit:
+        if not (mask >> bit) & 1:
+            bit += 1
+            continue
+        start = bit
+        while (mask >> bit) & 1 and bit < 106:
+            bit += 1
+        if start < 106:
+            names.append(f"s{start}" if bit - start == 1 else f"s[{start}:{bit - 1}]")
+            continue
+        special = {106: "vcc_lo", 107: "vcc_hi", 124: "m0", 126: "exec_lo", 127: "exec_hi"}
+        names.append(special.get(start, f"ttmp{start - 108}" if 108 <= start < 124 else f"reg{start}"))
+        bit = start + 1
+    out = ", ".join(names)
+    return out.replace("vcc_lo, vcc_hi", "vcc").replace("exec_lo, exec_hi", "exec")
+
+
+# --- special SOPP/SOPK instructions -------------------------------------------------
+SGPR_NULL = 125
+
+
+def waitcnt_lgkm(simm16: int) -> int:
+    """lgkmcnt of a GFX10 s_waitcnt immediate (bits 13:8)."""
+    return (simm16 >> 8) & 0x3F
+
+
+def depctr_vm_vsrc(simm16: int) -> int:
+    """vm_vsrc field (bits 4:2) of an s_waitcnt_depctr immediate."""
+    return (simm16 >> 2) & 7
+
+
+def depctr_sa_sdst(simm16: int) -> int:
+    """sa_sdst field (bit 0) of an s_waitcnt_depctr immediate."""
+    return simm16 & 1
+
+
+#: SALU instructions that do not retire an outstanding SMEM read (LLVM's list
+#: for SMEMtoVectorWriteHazard); every other non-SOPP SALU does.
+SALU_NOT_SMEM_BARRIER = frozenset({"s_setvskip", "s_version", "s_waitcnt_vscnt", "s_waitcnt_vmcnt",
+                                   "s_waitcnt_expcnt"})
+
+#: The 64-byte VALU compares that do not name an sdst (GFX10 v_cmpx_*_e64 writes EXEC only).
+_V_CMP = re.compile(r"^v_cmpx?_")
+_READLANE = frozenset({"v_readlane_b32", "v_readfirstlane_b32"})
+_VOP3B = re.compile(r"^v_(add|sub|subrev)_co_(ci_)?u32|^v_div_scale_|^v_mad_[iu]64_[iu]32")
+_PERMLANE = frozenset({"v_permlane16_b32", "v_permlanex16_b32"})
+_V_NOP = re.compile(r"^v_nop")
+
+
+class Facts:
+    """Everything the analyses use about one encoding (see module docstring)."""
+
+    __slots__ = ("cls", "flow", "mnemonic", "size", "sreads", "sdefs", "valu_sdst", "valu_sgpr_def",
+                 "writes_exec", "vcmp_exec", "reads_exec", "simm16", "is_permlane", "is_v_nop",
+                 "kill_vm", "kill_smem", "kill_vcmpx_war", "vscnt0", "nsa", "offset", "seg",
+                 "inst")
+
+    def __init__(self, inst):
+        self.inst = inst  # a representative occurrence (its address is not meaningful)
+        fmt = inst.format
+        mn = inst.mnemonic
+        f = inst.fields
+        cls = FORMAT_CLASS.get(fmt, UNKNOWN)
+        self.seg = f.get("seg", 0) if fmt == "FLAT" else None
+        if fmt == "FLAT" and self.seg in (1, 2):
+            cls |= FLAT_SEG
+        self.cls = cls
+        self.mnemonic = mn
+        self.size = inst.size
+        self.simm16 = f.get("simm16")
+        self.nsa = f.get("nsa", 0) if fmt == "MIMG" else 0
+        self.offset = f.get("offset") if fmt in ("MUBUF", "MTBUF", "FLAT") else None
+        # control flow
+        flow = FALL
+        if fmt == "SOPP":
+            if mn == "s_branch":
+                flow = JUMP
+            elif mn.startswith("s_cbranch_"):
+                flow = COND
+            elif _END.match(mn):
+                flow = END
+        elif mn in _CALLS:
+            flow = CALL
+        elif mn == "s_setpc_b64":
+            flow = INDIRECT
+        self.flow = flow
+        reads, writes = inst.reads, inst.writes
+        sreads = mask_of(reads)
+        # Vector-memory, VALU and EXEC-branch instructions read all of EXEC
+        # (LLVM models the implicit use as the 64-bit register).
+        if sreads & (1 << 126) and (cls & (VALU | VMEM | DS | FLAT | EXP) or mn.startswith("s_cbranch_exec")
+                                    or "saveexec" in mn):
+            sreads |= EXEC_MASK
+        self.sreads = sreads
+        self.reads_exec = bool(sreads & EXEC_MASK)
+        wmask = [reg_mask(w) for w in writes]
+        # explicit scalar definitions of SALU/SMEM (LLVM's MI->defs(): the sdst /
+        # sdata operand, never the implicit SCC or the EXEC of *_saveexec)
+        sdefs = 0
+        if cls & (SALU | SMEM) and not cls & SOPP and writes and writes[0].file != "scc":
+            if not (fmt == "SOPK" and mn.startswith("s_setreg")):
+                sdefs = wmask[0]
+        self.sdefs = sdefs
+        # VALU scalar destination for SMEMtoVectorWriteHazard: v_readlane's vdst,
+        # else the named sdst, else the first implicit SGPR def (VCC, EXEC)
+        valu_sdst = 0
+        if cls & VALU:
+            for w, m in zip(writes, wmask):
+                if w.file in SGPR_FILES and m:
+                    valu_sdst = m
+                    break
+        self.valu_sdst = valu_sdst
+        self.valu_sgpr_def = bool(cls & VALU) and (
+            (valu_sdst != 0 and mn not in _READLANE)
+            or (fmt == "VOP3" and (mn.startswith("v_cmp_") or _VOP3B.match(mn) is not None)))
+        self.writes_exec = bool(cls & VALU) and any(w.file == "exec" for w in writes)
+        self.vcmp_exec = self.writes_exec and _V_CMP.match(mn) is not None
+        self.is_permlane = mn in _PERMLANE
+        self.is_v_nop = bool(cls & VALU) and _V_NOP.match(mn) is not None
+        # expiry of the scalar-write hazards
+        s16 = self.simm16
+        self.kill_vm = bool(cls & VALU) or (mn == "s_waitcnt" and s16 == 0) or (
+            mn == "s_waitcnt_depctr" and depctr_vm_vsrc(s16) == 0)
+        if cls & SOPP:
+            self.kill_smem = mn == "s_waitcnt" and waitcnt_lgkm(s16) == 0
+        elif cls & SALU:
+            if mn == "s_waitcnt_lgkmcnt":
+                self.kill_smem = f.get("sdst") == SGPR_NULL and s16 == 0
+            else:
+                self.kill_smem = mn not in SALU_NOT_SMEM_BARRIER
+        else:
+            self.kill_smem = False
+        self.kill_vcmpx_war = self.valu_sgpr_def or (mn == "s_waitcnt_depctr" and depctr_sa_sdst(s16) == 0)
+        self.vscnt0 = mn == "s_waitcnt_vscnt" and f.get("sdst") == SGPR_NULL and s16 == 0
+
+
+class FactsCache:
+    """Facts per (target, instruction bytes); cleared when it grows too large."""
+
+    def __init__(self, limit: int = 300_000):
+        self.maps: dict[str, dict[bytes, Facts]] = {}
+        self.limit = limit
+
+    def table(self, target: str) -> dict[bytes, Facts]:
+        m = self.maps.get(target)
+        if m is None or len(m) >= self.limit:
+            m = self.maps[target] = {}
+        return m
+
+
+FACTS = FactsCache()
+
+
+def facts_of(insts, target: str) -> list[Facts]:
+    """Facts of each instruction of a list decoded for ``target`` (same order)."""
+    table = FACTS.table(target)
+    get = table.get
+    out = []
+    append = out.append
+    for i in insts:
+        raw = i.raw
+        f = get(raw)
+        if f is None:
+            f = table[raw] = Facts(i)
+        append(f)
+    return out

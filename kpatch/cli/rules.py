@@ -1,0 +1,66 @@
+"""`kpatch rules`: list the rule sets and explain each rule."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from kpatch.cli.common import out_console
+from kpatch.rewrite.rules import load_all
+
+
+def _rule_record(r) -> dict:
+    return {"id": r.id, "name": r.name, "set": r.set_id, "summary": r.summary, "explain": r.explain,
+            "matches": r.finding or (r.mnemonic.pattern if r.mnemonic else "code object header")}
+
+
+@click.command("rules")
+@click.argument("rule", required=False, metavar="[RULE_OR_SET]")
+@click.option("--rules", "extra", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Also load this rule file (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
+    """List the rule sets and their rules, or explain one rule or set.
+
+    RULE_OR_SET is a rule id (KH001), a rule name (vmem-to-scalar-write) or
+    a rule set id (gfx1010-hazards).  Rule files are TOML; the schema is in
+    the docstring of kpatch/rewrite/rules.py and in rules/README.md.
+    """
+    sets = load_all(list(extra))
+    if rule is None:
+        if as_json:
+            json.dump({s.id: {"title": s.title, "description": s.description,
+                              "rules": [_rule_record(r) for r in s.rules]} for s in sets.values()},
+                      sys.stdout, indent=2)
+            sys.stdout.write("\n")
+            return
+        for s in sets.values():
+            out_console.print(f"[bold]{s.id}[/bold]: {s.title}")
+            for r in s.rules:
+                out_console.print(f"  {r.id}  {r.name:28} {r.summary}", markup=False)
+        out_console.print("\n`kpatch rules RULE_OR_SET` explains one.")
+        return
+    if rule in sets:
+        s = sets[rule]
+        if as_json:
+            json.dump([_rule_record(r) for r in s.rules], sys.stdout, indent=2)
+            sys.stdout.write("\n")
+            return
+        out_console.print(f"[bold]{s.id}[/bold]: {s.title}\n\n{s.description}\n")
+        for r in s.rules:
+            out_console.print(f"{r.id} {r.name}: {r.summary}", markup=False)
+        return
+    for s in sets.values():
+        for r in s.rules:
+            if rule in (r.id, r.name):
+                if as_json:
+                    json.dump(_rule_record(r), sys.stdout, indent=2)
+                    sys.stdout.write("\n")
+                    return
+                out_console.print(f"[bold]{r.id} {r.name}[/bold] (set {s.id})", highlight=False)
+                out_console.print(f"matches: {_rule_record(r)['matches']}", markup=False)
+                out_console.print(f"\n{r.summary}\n\n{r.explain}", markup=False)
+                return
+    raise click.UsageError(f"no rule or rule set {rule!r} (see `kpatch rules`)")

@@ -1,0 +1,168 @@
+"""Patch one blob: a code object, a clang offload bundle, or a CCOB.
+
+A kernel DB entry (or a bundle in a host library) holds either a raw AMDGPU
+code object or a bundle whose entries are code objects for several
+processors.  :func:`patch_blob` finds the code object the mode takes as input
+(gfx1030 code for ``override``/``native``, gfx1010 code for ``relabel``),
+runs the patch function on it, checks the result carries the label the mode
+promises, and re-wraps it exactly as it came (same bundle layout; a CCOB is
+recompressed with its version and method).
+
+In a bundle the entry id names the target, and the HIP runtime picks the
+entry by it: when the label changes (``native``: gfx1030 -> gfx1010,
+``relabel``: gfx1010 -> gfx1030) the entry id changes with it.  A bundle that
+already has code for the result's processor keeps it: ``native`` leaves such
+a bundle alone, ``relabel`` puts the relabelled gfx1010 code in place of the
+gfx1030 entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kpatch.codeobject import CodeObject
+from kpatch.containers.bundle import (
+    BUNDLE_MAGIC, CCOB_MAGIC, BundleEntry, compress_ccob, decompress_ccob, infer_bundle_layout,
+    parse_bundle, parse_ccob_header, write_bundle)
+from kpatch.errors import FormatError
+from kpatch.outputs.patchfn import (
+    RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, PatchResult, ProvenanceFn, adapt_result)
+
+ELF_MAGIC = b"\x7fELF"
+EM_AMDGPU = 224
+
+
+@dataclass
+class BlobResult:
+    """The outcome for one blob: new bytes (None = unchanged), per-kernel
+    outcomes, and a short note on what was looked at (e.g. which bundle entry)."""
+
+    data: bytes | None
+    kernels: list[KernelOutcome] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.data is not None
+
+
+def blob_kind(data: bytes) -> str | None:
+    """``code-object``, ``bundle``, ``ccob`` or None (not something apply patches)."""
+    head = bytes(data[:24])
+    if head.startswith(ELF_MAGIC) and len(head) >= 20 and int.from_bytes(head[18:20], "little") == EM_AMDGPU:
+        return "code-object"
+    if head == BUNDLE_MAGIC:
+        return "bundle"
+    if head.startswith(CCOB_MAGIC):
+        return "ccob"
+    return None
+
+
+def _processor(target_id: str) -> str:
+    return target_id.split(":", 1)[0]
+
+
+def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
+                              is_patched: ProvenanceFn) -> PatchResult:
+    """Run ``patch_fn`` on one code object the mode applies to.
+
+    A code object for another processor, or one that already carries a
+    kpatch provenance record, is left untouched (every kernel ``untouched``
+    with the reason).  The patched bytes must parse and carry the label of
+    :data:`RESULT_PROCESSOR` for the mode; if not, every kernel is refused.
+    FormatError if ``code`` is not a code object."""
+    co = CodeObject.from_bytes(code)
+    names = co.legacy_kernel_names if co.is_legacy else [k.name for k in co.kernels]
+    want = SOURCE_PROCESSOR[mode]
+    have = co.target.processor if co.target is not None else "unknown"
+    if have != want:
+        if mode == "relabel" and have == RESULT_PROCESSOR[mode]:
+            why = "already labelled gfx1030"
+        else:
+            why = f"code for {have}; --mode {mode} takes {want} code"
+        return PatchResult(None, tuple(KernelOutcome(n, "untouched", why) for n in names))
+    if is_patched(code):
+        return PatchResult(None, tuple(KernelOutcome(n, "untouched", "already patched by kpatch (provenance record)")
+                                       for n in names))
+    result = adapt_result(patch_fn(code, mode=mode, rule_sets=list(rule_sets)), code)
+    if result.data is None:
+        return result
+    try:
+        out = CodeObject.from_bytes(result.data)
+        label = out.target.processor if out.target is not None else "unknown"
+        problem = "" if label == RESULT_PROCESSOR[mode] else \
+            f"the patched object is labelled {label}, --mode {mode} needs {RESULT_PROCESSOR[mode]}"
+    except FormatError as e:
+        problem = f"the patched object does not parse: {e.reason}"
+    if problem:
+        return PatchResult(None, tuple(KernelOutcome(k.name, "refused", problem, k.rules) for k in result.kernels)
+                           or tuple(KernelOutcome(n, "refused", problem) for n in names))
+    return result
+
+
+def _renamed(entry_id: str, old_target: str, new_target: str) -> str:
+    assert entry_id.endswith(old_target)
+    return entry_id[: len(entry_id) - len(old_target)] + new_target
+
+
+def _patch_bundle(bundle: bytes, **kw) -> BlobResult:
+    mode = kw["mode"]
+    entries: list[BundleEntry] = parse_bundle(bundle)
+    want, result_proc = SOURCE_PROCESSOR[mode], RESULT_PROCESSOR[mode]
+    sources = [e for e in entries if not e.is_host and _processor(e.target_id) == want]
+    if not sources:
+        ids = ", ".join(e.id for e in entries) or "none"
+        return BlobResult(None, [], f"bundle has no {want} entry (entries: {ids})")
+    existing = [e for e in entries if not e.is_host and _processor(e.target_id) == result_proc]
+    if mode == "native" and existing:
+        return BlobResult(None, [], f"bundle already has native {result_proc} code ({existing[0].id}); left as is")
+    new_data: dict[str, bytes] = {}
+    new_ids: dict[str, str] = {}
+    kernels: list[KernelOutcome] = []
+    for e in sources:
+        r = patch_code_object_checked(bytes(e.data(bundle)), **kw)
+        kernels.extend(r.kernels)
+        if r.data is None:
+            continue
+        new_target = CodeObject.from_bytes(r.data).target_id
+        if mode == "relabel" and existing:
+            # the bundle's gfx1030 slot gets the relabelled code; the gfx1010 entry stays
+            for slot in existing:
+                new_data[slot.id] = r.data
+            continue
+        new_data[e.id] = r.data
+        if _processor(new_target) != want:
+            new_ids[e.id] = _renamed(e.id, e.target_id, new_target)
+    note = "bundle entries " + ", ".join(e.id for e in sources)
+    if not new_data:
+        return BlobResult(None, kernels, note)
+    align, pad_tail = infer_bundle_layout(bundle)
+    items = [(new_ids.get(e.id, e.id), new_data.get(e.id, bytes(e.data(bundle)))) for e in entries]
+    ids = [i for i, _ in items]
+    if len(set(ids)) != len(ids):
+        refused = [KernelOutcome(k.name, "refused", "the new bundle entry id would duplicate an existing one", k.rules)
+                   for k in kernels]
+        return BlobResult(None, refused, note)
+    return BlobResult(write_bundle(items, align, pad_tail=pad_tail), kernels, note)
+
+
+def patch_blob(data: bytes, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
+               is_patched: ProvenanceFn) -> BlobResult:
+    """Patch a code object, bundle or CCOB (see the module doc).  FormatError
+    if ``data`` is none of these or is malformed."""
+    kw = dict(mode=mode, rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
+    kind = blob_kind(data)
+    if kind == "code-object":
+        r = patch_code_object_checked(bytes(data), **kw)
+        return BlobResult(r.data, list(r.kernels), "code object")
+    if kind == "bundle":
+        return _patch_bundle(bytes(data), **kw)
+    if kind == "ccob":
+        header = parse_ccob_header(data)
+        plain = decompress_ccob(data)
+        r = _patch_bundle(plain, **kw)
+        r.note = f"CCOB v{header.version} {header.method_name}: {r.note}"
+        if r.data is not None:
+            r.data = compress_ccob(r.data, version=header.version, method=header.method)
+        return r
+    raise FormatError(f"not a code object or offload bundle (starts with {bytes(data[:8])!r})")

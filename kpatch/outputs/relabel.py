@@ -1,0 +1,113 @@
+"""``--mode relabel``: code compiled for gfx1010, relabelled gfx1030.
+
+Under ``HSA_OVERRIDE_GFX_VERSION=10.3.0`` the HSA loader accepts only code
+objects whose ISA says gfx1030.  Code compiled for gfx1010 is correct on the
+real (gfx1010) hardware, so changing its label, and nothing else, lets it
+load under the override.  The label is in two places:
+
+* ``e_flags``: EF_AMDGPU_MACH becomes gfx1030 (0x036) with no xnack/sramecc
+  bits (gfx1030 supports neither);
+* the metadata note (V4+): ``amdhsa.target`` becomes
+  ``amdgcn-amd-amdhsa--gfx1030``.
+
+The kernel descriptor fields are encoded the same way on both processors,
+and no instruction is touched.  When the re-encoded note keeps its size the
+edit is made in place; otherwise it needs the rewriter's
+``kpatch.rewrite.relocate.set_metadata`` (used when available), else the
+object is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+from typing import Any
+
+from kpatch.codeobject import CodeObject, TargetId, decode_metadata, e_flags_for, encode_metadata
+from kpatch.codeobject.elf import EHDR
+from kpatch.codeobject.metadata import KEY_TARGET
+from kpatch.errors import FormatError
+from kpatch.outputs.patchfn import KernelOutcome, PatchResult
+
+RULE = "relabel-gfx1030"
+FROM_PROCESSOR = "gfx1010"
+TO_TARGET = TargetId("gfx1030")
+E_FLAGS_OFFSET = EHDR.offset_of("e_flags")
+
+
+def _kernel_names(co: CodeObject) -> list[str]:
+    return co.legacy_kernel_names if co.is_legacy else [k.name for k in co.kernels]
+
+
+def _all(co: CodeObject, status: str, reason: str, rules: tuple[str, ...] = ()) -> PatchResult:
+    return PatchResult(None, tuple(KernelOutcome(n, status, reason, rules) for n in _kernel_names(co)))
+
+
+def _set_metadata_fn() -> Any | None:
+    try:
+        mod = importlib.import_module("kpatch.rewrite.relocate")
+    except ModuleNotFoundError as e:
+        if e.name and "kpatch.rewrite.relocate".startswith(e.name):
+            return None
+        raise
+    return getattr(mod, "set_metadata", None)
+
+
+def _retarget_note(data: bytearray, co: CodeObject) -> tuple[bytes | None, str]:
+    """Rewrite ``amdhsa.target`` in ``data`` (already carrying the new
+    e_flags).  Returns (new bytes, '') or (None, reason for refusing)."""
+    note = co.metadata_note
+    if note is None or co.metadata is None or KEY_TARGET not in co.metadata:
+        return bytes(data), ""  # V3: no amdhsa.target
+    md = decode_metadata(note.desc)
+    md[KEY_TARGET] = TO_TARGET.hsa_target
+    desc = encode_metadata(md)
+    if len(desc) == len(note.desc):
+        data[note.desc_offset:note.desc_offset + len(desc)] = desc
+        return bytes(data), ""
+    set_metadata = _set_metadata_fn()
+    if set_metadata is None:
+        return None, (f"the metadata note would change size ({len(note.desc)} -> {len(desc)} bytes: "
+                      f"{co.metadata.target!r} -> {TO_TARGET.hsa_target!r}) and this kpatch has no "
+                      "note re-layout (kpatch.rewrite.relocate.set_metadata)")
+
+    def update(m: Any) -> Any:
+        m[KEY_TARGET] = TO_TARGET.hsa_target
+        return m
+
+    return bytes(set_metadata(bytes(data), update)), ""
+
+
+def relabel_code_object(data: bytes) -> PatchResult:
+    """Relabel one gfx1010 code object as gfx1030 (see the module doc).
+
+    Objects for another processor are left untouched; V2 objects and objects
+    built with xnack+ are refused.  FormatError if ``data`` is not a code
+    object."""
+    co = CodeObject.from_bytes(data)
+    if co.is_legacy:
+        return _all(co, "refused", "code object V2 (legacy metadata): not relabelled")
+    target = co.target
+    if target is None or target.processor != FROM_PROCESSOR:
+        label = target.processor if target is not None else "unknown"
+        why = "already labelled gfx1030" if label == TO_TARGET.processor else f"labelled {label}, not {FROM_PROCESSOR}"
+        return _all(co, "untouched", why)
+    if target.xnack == "+":
+        return _all(co, "refused", "compiled with xnack+ (expects XNACK replay, which the gfx1030 "
+                                   "agent of the override does not enable); relabel takes xnack- or xnack-any code")
+    out = bytearray(data)
+    struct.pack_into("<I", out, E_FLAGS_OFFSET, e_flags_for(TO_TARGET, co.code_object_version))
+    new, reason = _retarget_note(out, co)
+    if new is None:
+        return _all(co, "refused", reason)
+    check = CodeObject.from_bytes(new)
+    if check.target != TO_TARGET or (check.metadata is not None and check.metadata.target
+                                     not in (None, TO_TARGET.hsa_target)):
+        raise FormatError(f"relabelled object reads back as {check.target_id}, not {TO_TARGET}")
+    return PatchResult(new, tuple(KernelOutcome(n, "patched", f"relabelled {target} -> {TO_TARGET}, code unchanged",
+                                                (RULE,)) for n in _kernel_names(co)))
+
+
+def relabel_patch_fn(data: bytes, *, mode: str = "relabel", rule_sets: list[str] | None = None) -> PatchResult:
+    """:func:`relabel_code_object` with the patch-function signature."""
+    return relabel_code_object(data)

@@ -1,0 +1,92 @@
+"""The code of a code object cut into units a diff compares one by one.
+
+A *unit* is a function symbol's byte range in ``.text`` (a kernel's
+``STT_FUNC`` symbol, or a device function's), decoded the way
+``llvm-objdump -d`` decodes it; an object without function symbols is one
+unit, the whole ``.text``.  Units are matched between two objects by name.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from kpatch.codeobject import CodeObject
+from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
+from kpatch.isa import TARGETS, disassemble
+
+WHOLE_TEXT = ".text"
+
+
+@dataclass
+class Unit:
+    """One function (or the whole ``.text``): its name, whether it is a
+    kernel, its address range and its instructions."""
+
+    name: str
+    kind: str  # "kernel", "function" or "section"
+    start: int
+    end: int
+    insts: list = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def decode_target(co: CodeObject, override: str | None = None) -> str | None:
+    """The ISA table to decode ``co`` with: ``override``, else the object's
+    own processor when kpatch has its table, else None (not decodable)."""
+    if override:
+        return override
+    proc = co.target.processor if co.target is not None else ""
+    return proc if proc in TARGETS else None
+
+
+def _text_symbols(co: CodeObject) -> list[tuple[int, str]]:
+    """(address, name) of symbols inside ``.text`` where llvm-objdump restarts decoding."""
+    text = co.section(".text")
+    if text is None:
+        return []
+    out: dict[int, str] = {}
+    for s in co.symbols():
+        if (s.name and text.addr <= s.value < text.addr + text.size and s.type in (0, 1, 2)
+                and not s.name.startswith("$")):
+            out.setdefault(s.value, s.name)
+    return sorted(out.items())
+
+
+def function_ranges(co: CodeObject) -> list[tuple[str, int, int]]:
+    """(name, start, end) of every defined, sized function symbol inside
+    ``.text``, by address (first symbol of each name)."""
+    text = co.section(".text")
+    if text is None:
+        return []
+    lo, hi = text.addr, text.addr + text.size
+    seen: dict[str, tuple[str, int, int]] = {}
+    for s in co.symbols():
+        if (s.type == STT_FUNC and s.shndx != SHN_UNDEF and s.size > 0 and s.name
+                and lo <= s.value and s.value + s.size <= hi and s.name not in seen):
+            seen[s.name] = (s.name, s.value, s.value + s.size)
+    return sorted(seen.values(), key=lambda r: (r[1], r[0]))
+
+
+def units(co: CodeObject, target: str | None) -> list[Unit]:
+    """The units of ``co``; instructions are decoded when ``target`` is given."""
+    text = co.section(".text")
+    if text is None:
+        return []
+    kernels = {k.name for k in co.kernels}
+    ranges = function_ranges(co)
+    if ranges:
+        out = [Unit(n, "kernel" if n in kernels else "function", s, e) for n, s, e in ranges]
+    else:
+        out = [Unit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
+    if target is not None:
+        insts = disassemble(co.text, target, text.addr, [a for a, _ in _text_symbols(co)])
+        addrs = [i.address for i in insts]
+        for u in out:
+            a = bisect_left(addrs, u.start)
+            b = bisect_left(addrs, u.end)
+            u.insts = insts[a:b]
+    return out

@@ -1,0 +1,303 @@
+"""Rules as data: the schema of `rules/*.toml`, its loader and validator.
+
+A rule file holds one rule set::
+
+    [set]
+    id = "gfx1010-hazards"            # what --rules names
+    title = "..."                     # one line
+    description = "..."               # what the set does to the hardware
+
+    [[rule]]
+    id = "KH001"                      # stable code, never reused
+    name = "vmem-to-scalar-write"     # stable name
+    summary = "..."                   # one line
+    explain = "..."                   # what it does to the hardware, and what
+                                      # kpatch cannot verify without the GPU
+    # what it matches: exactly one of
+    match.finding = "VMEMtoScalarWriteHazard"        # a class from `kpatch scan --target gfx1010`
+    match.mnemonic = "^global_load_"                 # or an instruction pattern (regex, full match)
+    match.format = ["FLAT", "MUBUF"]                 #   optional: formats
+    match.fields = { glc = 0 }                       #   optional: field values that must hold
+    match.exclude = "atomic"                         #   optional: regex on the mnemonic to skip
+    match.header = true                              # or the code object itself (header rules)
+    # actions (any combination that fits the match)
+    set = { glc = 1, dlc = 1 }                       # set fields of the matched instruction
+    replace = [{ op = "s_nop", simm16 = 0 }]         # replace it by a sequence
+    insert_before = [{ op = "s_waitcnt_depctr", simm16 = 0xffe3 }]
+    insert_after = [{ op = "s_nop", simm16 = 0 }]
+    fix = "offset3f"                                 # a named built-in transformation
+    header = { mach = "gfx1010", xnack = "-", wgp_mode = false }   # header actions
+
+Instructions in sequences are ``{op = MNEMONIC, FIELD = VALUE, ...}`` with
+mnemonics as llvm-objdump prints them; they are built with
+:mod:`kpatch.isa.build` and checked by decoding, so a rule that names an
+instruction the target lacks is rejected when it is loaded.
+
+Loading validates every key; an invalid file gives one ``FormatError``
+naming the file, the rule and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib.resources import files
+
+from kpatch.errors import FormatError, UsageError
+
+MATCH_KINDS = ("finding", "mnemonic", "header")
+SEQ_ACTIONS = ("replace", "insert_before", "insert_after")
+HEADER_KEYS = {
+    "mach": str,  # processor name for e_flags and amdhsa.target
+    "xnack": str,  # "-", "+", "any"
+    "wgp_mode": bool,  # RSRC1.WGP_MODE and .workgroup_processor_mode
+}
+NAMED_FIXES = ("offset3f", "flat-offset-fold", "scratch-offset-fold", "nsa-to-contiguous", "opcode-reuse",
+               "vsharp-llc-noalloc")
+
+_ID = re.compile(r"^K[A-Z]\d{3}$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class InstSpec:
+    """One instruction of a sequence: mnemonic and field values."""
+
+    op: str
+    fields: tuple[tuple[str, int], ...] = ()
+
+    def build(self, target: str) -> bytes:
+        from kpatch.isa import build
+
+        return build.instruction(self.op, target, **dict(self.fields))
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    summary: str
+    explain: str
+    set_id: str
+    match_kind: str  # finding | mnemonic | header
+    finding: str | None = None
+    mnemonic: re.Pattern | None = None
+    formats: tuple[str, ...] = ()
+    fields: tuple[tuple[str, int], ...] = ()
+    exclude: re.Pattern | None = None
+    set_fields: tuple[tuple[str, int], ...] = ()
+    replace: tuple[InstSpec, ...] | None = None
+    insert_before: tuple[InstSpec, ...] = ()
+    insert_after: tuple[InstSpec, ...] = ()
+    fix: str | None = None
+    header: tuple[tuple[str, object], ...] = ()
+
+    def matches_instruction(self, inst) -> bool:
+        """True when an instruction-pattern rule applies to ``inst`` (decoded Instruction)."""
+        if self.match_kind != "mnemonic" or inst.is_unknown:
+            return False
+        if self.formats and inst.format not in self.formats:
+            return False
+        if not self.mnemonic.fullmatch(inst.mnemonic):
+            return False
+        if self.exclude is not None and self.exclude.search(inst.mnemonic):
+            return False
+        f = inst.fields
+        return all(f.get(k) == v for k, v in self.fields)
+
+
+@dataclass
+class RuleSet:
+    id: str
+    title: str
+    description: str
+    path: str
+    rules: list[Rule] = field(default_factory=list)
+
+
+def _err(path: str, where: str, reason: str) -> FormatError:
+    return FormatError(f"{where}: {reason}", os.path.basename(path))
+
+
+def _seq(path: str, where: str, value) -> tuple[InstSpec, ...]:
+    if not isinstance(value, list) or not value:
+        raise _err(path, where, "must be a non-empty list of {op = MNEMONIC, FIELD = VALUE} tables")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not isinstance(item.get("op"), str):
+            raise _err(path, f"{where}[{i}]", "needs op = MNEMONIC")
+        fields = []
+        for k, v in item.items():
+            if k == "op":
+                continue
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise _err(path, f"{where}[{i}].{k}", "field values must be integers")
+            fields.append((k, v))
+        out.append(InstSpec(item["op"], tuple(fields)))
+    return tuple(out)
+
+
+def _int_table(path: str, where: str, value) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, dict):
+        raise _err(path, where, "must be a table of FIELD = INTEGER")
+    for k, v in value.items():
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _err(path, f"{where}.{k}", "must be an integer")
+    return tuple(value.items())
+
+
+def _regex(path: str, where: str, value) -> re.Pattern:
+    if not isinstance(value, str):
+        raise _err(path, where, "must be a regular expression string")
+    try:
+        return re.compile(value)
+    except re.error as e:
+        raise _err(path, where, f"bad regular expression: {e}") from None
+
+
+def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
+    where = f"rule[{i}]"
+    if not isinstance(raw, dict):
+        raise _err(path, where, "must be a table")
+    known = {"id", "name", "summary", "explain", "match", "set", "fix", "header", *SEQ_ACTIONS}
+    for k in raw:
+        if k not in known:
+            raise _err(path, f"{where}.{k}", f"unknown key (known: {', '.join(sorted(known))})")
+    for k in ("id", "name", "summary", "explain"):
+        if not isinstance(raw.get(k), str) or not raw[k].strip():
+            raise _err(path, f"{where}.{k}", "is required (a non-empty string)")
+    where = f"rule {raw['id']}"
+    if not _ID.match(raw["id"]):
+        raise _err(path, f"{where}.id", "must look like K<letter><3 digits>, e.g. KH001")
+    if not _NAME.match(raw["name"]):
+        raise _err(path, f"{where}.name", "must be lowercase words joined by '-'")
+    match = raw.get("match")
+    if not isinstance(match, dict):
+        raise _err(path, f"{where}.match", "is required (a table)")
+    kinds = [k for k in MATCH_KINDS if k in match]
+    if len(kinds) != 1:
+        raise _err(path, f"{where}.match", f"needs exactly one of {', '.join(MATCH_KINDS)}")
+    for k in match:
+        if k not in (*MATCH_KINDS, "format", "fields", "exclude"):
+            raise _err(path, f"{where}.match.{k}", "unknown key")
+    kind = kinds[0]
+    kw: dict = {"id": raw["id"], "name": raw["name"], "summary": raw["summary"].strip(),
+                "explain": raw["explain"].strip(), "set_id": set_id, "match_kind": kind}
+    if kind == "finding":
+        if not isinstance(match["finding"], str):
+            raise _err(path, f"{where}.match.finding", "must be a finding class name")
+        kw["finding"] = match["finding"]
+    elif kind == "mnemonic":
+        kw["mnemonic"] = _regex(path, f"{where}.match.mnemonic", match["mnemonic"])
+        fmts = match.get("format", [])
+        if isinstance(fmts, str):
+            fmts = [fmts]
+        if not isinstance(fmts, list) or not all(isinstance(x, str) for x in fmts):
+            raise _err(path, f"{where}.match.format", "must be a format name or a list of them")
+        kw["formats"] = tuple(fmts)
+        if "fields" in match:
+            kw["fields"] = _int_table(path, f"{where}.match.fields", match["fields"])
+        if "exclude" in match:
+            kw["exclude"] = _regex(path, f"{where}.match.exclude", match["exclude"])
+    elif match["header"] is not True:
+        raise _err(path, f"{where}.match.header", "must be true")
+    actions = [k for k in ("set", "fix", "header", *SEQ_ACTIONS) if k in raw]
+    if not actions:
+        raise _err(path, where, "has no action (set, replace, insert_before, insert_after, fix, header)")
+    if kind == "header" and any(a != "header" for a in actions):
+        raise _err(path, where, "a header rule can only have a header action")
+    if kind != "header" and "header" in raw:
+        raise _err(path, f"{where}.header", "only header rules (match.header = true) take header actions")
+    if "set" in raw:
+        kw["set_fields"] = _int_table(path, f"{where}.set", raw["set"])
+    for a in SEQ_ACTIONS:
+        if a in raw:
+            kw[a] = _seq(path, f"{where}.{a}", raw[a])
+    if "fix" in raw:
+        if raw["fix"] not in NAMED_FIXES:
+            raise _err(path, f"{where}.fix", f"unknown fix (known: {', '.join(NAMED_FIXES)})")
+        kw["fix"] = raw["fix"]
+    if "header" in raw:
+        h = raw["header"]
+        if not isinstance(h, dict) or not h:
+            raise _err(path, f"{where}.header", "must be a non-empty table")
+        for k, v in h.items():
+            if k not in HEADER_KEYS:
+                raise _err(path, f"{where}.header.{k}", f"unknown key (known: {', '.join(HEADER_KEYS)})")
+            if not isinstance(v, HEADER_KEYS[k]):
+                raise _err(path, f"{where}.header.{k}", f"must be a {HEADER_KEYS[k].__name__}")
+        kw["header"] = tuple(h.items())
+    return Rule(**kw)
+
+
+def load_file(path: str) -> RuleSet:
+    """Load and validate one rule file; FormatError names the file, rule and key."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as e:
+        raise UsageError(e.strerror or str(e), path) from None
+    except tomllib.TOMLDecodeError as e:
+        raise FormatError(f"not valid TOML: {e}", os.path.basename(path)) from None
+    head = doc.get("set")
+    if not isinstance(head, dict) or not isinstance(head.get("id"), str):
+        raise _err(path, "[set]", "needs id = NAME")
+    for k in ("title", "description"):
+        if not isinstance(head.get(k), str):
+            raise _err(path, f"[set].{k}", "is required (a string)")
+    rules = doc.get("rule", [])
+    if not isinstance(rules, list) or not rules:
+        raise _err(path, "[[rule]]", "a rule set needs at least one rule")
+    rs = RuleSet(head["id"], head["title"].strip(), head["description"].strip(), path)
+    seen: set[str] = set()
+    for i, raw in enumerate(rules):
+        r = _rule(path, rs.id, i, raw)
+        for key in (r.id, r.name):
+            if key in seen:
+                raise _err(path, f"rule {r.id}", f"duplicate id or name {key!r}")
+            seen.add(key)
+        _check_sequences(path, r)
+        rs.rules.append(r)
+    return rs
+
+
+def _check_sequences(path: str, r: Rule, target: str = "gfx1010") -> None:
+    """Build every instruction a rule inserts, for the hardware the code is made safe for."""
+    from kpatch.errors import KpatchError
+
+    for action in SEQ_ACTIONS:
+        for i, spec in enumerate(getattr(r, action) or ()):
+            try:
+                spec.build(target)
+            except KpatchError as e:
+                raise _err(path, f"rule {r.id}.{action}[{i}]", f"{spec.op}: {e.reason}") from None
+
+
+def builtin_dir() -> str:
+    """Directory of the built-in rule files (shipped in the package as kpatch/rules_data)."""
+    try:
+        return str(files("kpatch.rules_data"))
+    except ModuleNotFoundError:  # running from a source tree that was not installed
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "rules")
+
+
+def load_all(extra_paths: list[str] = ()) -> dict[str, RuleSet]:
+    """Built-in rule sets plus user rule files (a user set may not reuse a built-in id)."""
+    sets: dict[str, RuleSet] = {}
+    d = builtin_dir()
+    paths = [os.path.join(d, n) for n in sorted(os.listdir(d)) if n.endswith(".toml")] if os.path.isdir(d) else []
+    for p in [*paths, *extra_paths]:
+        rs = load_file(p)
+        if rs.id in sets:
+            raise FormatError(f"rule set id {rs.id!r} is already defined by {os.path.basename(sets[rs.id].path)}",
+                              os.path.basename(p))
+        sets[rs.id] = rs
+    ids: dict[str, str] = {}
+    for rs in sets.values():
+        for r in rs.rules:
+            if r.id in ids:
+                raise FormatError(f"rule id {r.id} is used by both {ids[r.id]} and {rs.id}", os.path.basename(rs.path))
+            ids[r.id] = rs.id
+    return sets
