@@ -316,7 +316,12 @@ TYPES = ("b32", "b64", "f16", "i16", "v2f16", "v2i16")
 
 
 def classify_type(texts: list) -> str | None:
-    """The operand type whose constant spellings match LLVM's texts."""
+    """The operand type whose constant spellings match LLVM's texts
+    ('reg': LLVM prints '/*invalid immediate*/' for every constant)."""
+    if all(t == "" for t in texts[:2]):
+        return "reg"
+    if texts[0] == "v248" and texts[1] == "v240":
+        return "vreg"  # a 9-bit field LLVM reads as a VGPR number (low 8 bits)
     for t in TYPES:
         ok = True
         for (val, lit), txt in zip(TYPE_PROBES, texts):
@@ -345,6 +350,25 @@ VOP3P_MODS = [("neg", 0), ("neg", 1), ("neg", 2), ("neg_hi", 0), ("neg_hi", 1), 
               ("op_sel", 0), ("op_sel", 1), ("op_sel", 2), ("op_sel_hi", 0), ("op_sel_hi", 1),
               ("op_sel_hi2", 0), ("clamp", 0)]
 SDWA_DEFAULT = {"dst_sel": 6, "src0_sel": 6, "src1_sel": 6}
+
+
+def sdwa_variants(fmtname: str) -> list[dict]:
+    """Candidate SDWA dwords (all-DWORD selects), most general first."""
+    vs = [dict(SDWA_DEFAULT), {"dst_sel": 6, "src0_sel": 6}, {"src0_sel": 6, "src1_sel": 6},
+          {"src0_sel": 6}, {}]
+    if fmtname == "VOPC":
+        for v in vs:
+            v.pop("dst_sel", None)
+    return vs
+
+
+#: SDWA / DPP modifier probes: (field, value)
+SDWA_MODS = [("src0_sext", 1), ("src0_neg", 1), ("src0_abs", 1), ("src1_sext", 1), ("src1_neg", 1),
+             ("src1_abs", 1), ("clamp", 1), ("omod", 1), ("omod", 2), ("omod", 3), ("s0", 1), ("s1", 1),
+             ("dst_unused", 1), ("dst_unused", 2), ("dst_unused", 3), ("dst_sel", 0), ("dst_sel", 5),
+             ("dst_sel", 7), ("src0_sel", 0), ("src0_sel", 7), ("src1_sel", 0), ("src1_sel", 7)]
+DPP_MODS = [("src0_neg", 1), ("src0_abs", 1), ("src1_neg", 1), ("src1_abs", 1), ("bound_ctrl", 1),
+            ("fi", 1)]
 
 
 def round2(target: str, r1: dict) -> None:
@@ -384,10 +408,8 @@ def round2(target: str, r1: dict) -> None:
         fmt = F.FORMATS[fmtname]
         xfields = F.SDWA_VOPC if fmtname == "VOPC" else F.SDWA
         for op, e in r1.get(fmtname, {}).items():
-            for variant, sd in enumerate((dict(SDWA_DEFAULT), {"dst_sel": 6, "src0_sel": 6},
-                                          {"src0_sel": 6, "src1_sel": 6}, {"src0_sel": 6}, {})):
-                if fmtname == "VOPC":
-                    sd.pop("dst_sel", None)
+            for variant, sd in enumerate(sdwa_variants(fmtname)):
+                sd = dict(sd)
                 for fname in (None, "vdst", "vsrc1", "src0", "sdst"):
                     base = {k: v for k, v in e["base"].items() if k != "src0"}
                     base["src0"] = F.SRC_SDWA
@@ -483,7 +505,10 @@ def round2(target: str, r1: dict) -> None:
                         rr = res[k]
                         ft[fname] = (rr[0] if rr else None, 20)
                 mn, tmpl, zero, mods = learn_layout(r[0], ft, regs)
-                e["sdwa"] = {"m": mn, "o": tmpl, "z": zero, "text": r[0], "variant": variant}
+                if not mn.endswith("_sdwa"):
+                    break
+                e["sdwa"] = {"m": mn, "o": tmpl, "z": zero, "text": r[0], "variant": variant,
+                             "xbase": sdwa_variants(fmtname)[variant]}
                 break
             for kind in ("DPP16", "DPP8"):
                 r = res.get((kind, fmtname, op, None))
@@ -496,6 +521,8 @@ def round2(target: str, r1: dict) -> None:
                         rr = res[k]
                         ft[fname] = (rr[0] if rr else None, 20)
                 mn, tmpl, zero, mods = learn_layout(r[0], ft, regs)
+                if not mn.endswith("_dpp"):
+                    continue
                 e[kind.lower()] = {"m": mn, "o": tmpl, "z": zero, "text": r[0]}
     for fmtname in ("SOPP", "SOPK"):
         for op, e in r1.get(fmtname, {}).items():
@@ -521,9 +548,71 @@ def round2(target: str, r1: dict) -> None:
     r1["_names"] = {"hwreg": hw, "sendmsg": msg}
 
 
+def round3(target: str, r1: dict) -> None:
+    """SDWA/DPP modifier support per opcode, dpp_ctrl and MTBUF format names."""
+    b = Batch()
+    for fmtname in ("VOP1", "VOP2", "VOPC"):
+        fmt = F.FORMATS[fmtname]
+        xf_sdwa = F.SDWA_VOPC if fmtname == "VOPC" else F.SDWA
+        for op, e in r1.get(fmtname, {}).items():
+            base = {k: v for k, v in e["base"].items() if k != "src0"}
+            if "sdwa" in e:
+                xb = e["sdwa"]["xbase"]
+                for name, val in SDWA_MODS:
+                    if name not in [f.name for f in xf_sdwa]:
+                        continue
+                    x = dict(xb)
+                    x[name] = val
+                    b.add(("XS", fmtname, op, name, val), enc(fmt, op, dict(base, src0=F.SRC_SDWA), xenc(xf_sdwa, x)))
+            if "dpp16" in e:
+                xb = {"dpp_ctrl": 0xE4, "row_mask": 0xF, "bank_mask": 0xF}
+                for name, val in DPP_MODS:
+                    x = dict(xb)
+                    x[name] = val
+                    b.add(("XD", fmtname, op, name, val), enc(fmt, op, dict(base, src0=F.SRC_DPP16), xenc(F.DPP16, x)))
+    # dpp_ctrl spellings, on v_mov_b32 (VOP1 op 1)
+    for c in range(512):
+        x = {"dpp_ctrl": c, "row_mask": 0xF, "bank_mask": 0xF}
+        b.add(("CTRL", c), enc(F.VOP1, 1, {"vdst": 1, "src0": F.SRC_DPP16}, xenc(F.DPP16, x)))
+    tload = next((op for op, e in r1["MTBUF"].items() if e["m"] == "tbuffer_load_format_x"), None)
+    for fm in range(128):
+        b.add(("FMT", fm), enc(F.MTBUF, tload, {"soffset": 0x80, "format": fm}))
+    res = b.run(target)
+    for fmtname in ("VOP1", "VOP2", "VOPC"):
+        for op, e in r1.get(fmtname, {}).items():
+            for kind, mods, tag in (("sdwa", SDWA_MODS, "XS"), ("dpp16", DPP_MODS, "XD")):
+                if kind not in e:
+                    continue
+                st = {}
+                for name, val in mods:
+                    k = (tag, fmtname, op, name, val)
+                    if k not in res:
+                        continue
+                    r = res[k]
+                    st[f"{name}={val}"] = "z" if r is None else ("i" if r[0] == e[kind]["text"] else "p")
+                e[kind]["mods"] = st
+    ctrl = {}
+    for c in range(512):
+        r = res[("CTRL", c)]
+        if r:
+            m = re.match(r"v_mov_b32_dpp v1, v0 (.*) row_mask:0xf bank_mask:0xf$", r[0])
+            ctrl[c] = m.group(1) if m else None
+        else:
+            ctrl[c] = None
+    fmts = {}
+    for fm in range(128):
+        r = res[("FMT", fm)]
+        if r:
+            m = re.search(r" format:(\S+)", r[0])
+            fmts[fm] = m.group(1) if m else None
+    r1["_names"]["dpp_ctrl"] = ctrl
+    r1["_names"]["mtbuf_format"] = fmts
+
+
 def probe_target(target: str) -> dict:
     r1 = round1(target)
     round2(target, r1)
+    round3(target, r1)
     return r1
 
 
@@ -566,7 +655,10 @@ def finalize(target: str, r1: dict) -> dict:
     out = {"target": target,
            "generated_by": "tools/gen_isa_tables.py (llvm-objdump-16 probes)",
            "names": {"hwreg": {str(k): v for k, v in sorted(names["hwreg"].items())},
-                     "sendmsg": {str(k): v for k, v in sorted(names["sendmsg"].items())}},
+                     "sendmsg": {str(k): v for k, v in sorted(names["sendmsg"].items())},
+                     "dpp_ctrl": {str(k): v for k, v in sorted(names["dpp_ctrl"].items()) if v},
+                     "mtbuf_format": {str(k): v for k, v in sorted(names["mtbuf_format"].items())
+                                      if v}},
            "formats": {}}
     for fmtname, tab in r1.items():
         ft = out["formats"].setdefault(fmtname, {})
@@ -605,6 +697,10 @@ def finalize(target: str, r1: dict) -> dict:
             for k in ("sdwa", "dpp16", "dpp8"):
                 if k in e:
                     x = {"m": e[k]["m"], "o": e[k]["o"]}
+                    if e[k].get("mods"):
+                        x["mods"] = e[k]["mods"]
+                    if k == "sdwa":
+                        x["xbase"] = e[k]["xbase"]
                     if e[k]["z"]:
                         x["z"] = {z: e["base"].get(z, 0) for z in e[k]["z"] if z != "src0"}
                     ent[k] = x

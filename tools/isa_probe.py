@@ -55,23 +55,40 @@ def parse_objdump(out: str) -> list[tuple[int, str, int]]:
     return res
 
 
-def probe(blocks: list[bytes], cpu: str) -> list[tuple[str, int] | None]:
-    """LLVM's reading of each block: (text, size) or None when it is invalid."""
-    out: list[tuple[str, int] | None] = []
-    chunk = 40000
-    for start in range(0, len(blocks), chunk):
-        part = blocks[start:start + chunk]
-        buf = bytearray()
-        for blk in part:
-            if len(blk) > MAX_PROBE or len(blk) % 4:
-                raise ValueError("bad probe length %d" % len(blk))
-            buf += blk + NOP * ((SLOT - len(blk)) // 4)
+#: blocks that made llvm-objdump-16 crash (LLVM bugs), found by bisection
+CRASHED: list[bytes] = []
+
+
+def _probe_chunk(part: list[bytes], cpu: str) -> list:
+    buf = bytearray()
+    for blk in part:
+        if len(blk) > MAX_PROBE or len(blk) % 4:
+            raise ValueError("bad probe length %d" % len(blk))
+        buf += blk + NOP * ((SLOT - len(blk)) // 4)
+    try:
         res = {a: (t, n) for a, t, n in objdump_lines(bytes(buf), cpu)}
-        for i in range(len(part)):
-            r = res.get(i * SLOT)
-            if r is None:
-                raise RuntimeError("probe slot %d lost" % (start + i))
-            out.append(None if r[0].startswith(".long") else r)
+    except subprocess.CalledProcessError:
+        if len(part) == 1:
+            CRASHED.append(part[0])
+            return [None]
+        h = len(part) // 2
+        return _probe_chunk(part[:h], cpu) + _probe_chunk(part[h:], cpu)
+    out = []
+    for i in range(len(part)):
+        r = res.get(i * SLOT)
+        if r is None:
+            raise RuntimeError("probe slot %d lost" % i)
+        out.append(None if r[0].startswith(".long") else r)
+    return out
+
+
+def probe(blocks: list[bytes], cpu: str) -> list[tuple[str, int] | None]:
+    """LLVM's reading of each block: (text, size) or None when it is invalid
+    (or crashed llvm-objdump: such blocks are appended to :data:`CRASHED`)."""
+    out: list[tuple[str, int] | None] = []
+    chunk = 8000
+    for start in range(0, len(blocks), chunk):
+        out += _probe_chunk(blocks[start:start + chunk], cpu)
     return out
 
 

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-pkgs=(llvm-16 clang-15 lld-15 clang-19 hipcc libamdhip64-dev rocm-device-libs librocprim-dev sqlite3)
+pkgs=(llvm-16 clang-15 lld-15 clang-19 hipcc libamdhip64-dev rocm-device-libs librocprim-dev sqlite3 chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -19,6 +19,7 @@ the hazards (see gfx1010-hazards.md): ``VALU`` (VOP1/2/3/3P/C, VINTRP),
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 
 from kpatch.isa.regs import Reg
 
@@ -52,6 +53,16 @@ CALL = 5  # s_swappc_b64 / s_call_b64: a call; execution resumes after it
 _END = re.compile(r"^s_endpgm")
 _CALLS = ("s_swappc_b64", "s_call_b64")
 
+# --- marks: encodings some detector must look at ---------------------------------
+M_NSA = 1 << 0  # NSA-encoded MIMG
+M_CLAUSE = 1 << 1  # s_clause
+M_BUFFER = 1 << 2  # MUBUF / MTBUF
+M_SMEM = 1 << 3
+M_MULTI_DWORD = 1 << 4  # multi-dword LDS access, or multi-dword flat-segment access
+M_LOCAL = 1 << 5  # may be a finding by its own bytes (prefetch, unknown, 0x3f branch, FLAT offset)
+_MULTI_DWORD_LDS = re.compile(r"^ds_(read|write|load|store)(2|2st64)?_b(64|96|128)$")
+_MULTI_DWORD_FLAT = re.compile(r"^flat_(load|store)_dwordx[234]$")
+
 # --- scalar register masks -----------------------------------------------------
 _FILE_BASE = {"s": 0, "vcc": 106, "ttmp": 108, "m0": 124, "exec": 126}
 EXEC_MASK = (1 << 126) | (1 << 127)
@@ -73,23 +84,25 @@ def mask_of(regs) -> int:
     return m
 
 
+_SPECIAL_NAMES = {106: "vcc_lo", 107: "vcc_hi", 124: "m0", 126: "exec_lo", 127: "exec_hi"}
+
+
 def mask_names(mask: int) -> str:
     """Readable list of the registers in a mask (``s[4:7], exec``)."""
     names: list[str] = []
-    bit = 0
-    while mask >> bit:
-        if not (mask >> bit) & 1:
-            bit += 1
-            continue
-        start = bit
-        while (mask >> bit) & 1 and bit < 106:
-            bit += 1
-        if start < 106:
-            names.append(f"s{start}" if bit - start == 1 else f"s[{start}:{bit - 1}]")
-            continue
-        special = {106: "vcc_lo", 107: "vcc_hi", 124: "m0", 126: "exec_lo", 127: "exec_hi"}
-        names.append(special.get(start, f"ttmp{start - 108}" if 108 <= start < 124 else f"reg{start}"))
-        bit = start + 1
+    sg = mask & ((1 << 106) - 1)
+    while sg:
+        lo = (sg & -sg).bit_length() - 1
+        run = ((sg >> lo) ^ ((sg >> lo) + 1)).bit_length() - 1  # length of the run of ones
+        names.append(f"s{lo}" if run == 1 else f"s[{lo}:{lo + run - 1}]")
+        sg &= ~(((1 << run) - 1) << lo)
+    rest = mask >> 106
+    bit = 106
+    while rest:
+        if rest & 1:
+            names.append(_SPECIAL_NAMES.get(bit, f"ttmp{bit - 108}" if 108 <= bit < 124 else f"reg{bit}"))
+        rest >>= 1
+        bit += 1
     out = ", ".join(names)
     return out.replace("vcc_lo, vcc_hi", "vcc").replace("exec_lo, exec_hi", "exec")
 
@@ -132,7 +145,7 @@ class Facts:
     __slots__ = ("cls", "flow", "mnemonic", "size", "sreads", "sdefs", "valu_sdst", "valu_sgpr_def",
                  "writes_exec", "vcmp_exec", "reads_exec", "simm16", "is_permlane", "is_v_nop",
                  "kill_vm", "kill_smem", "kill_vcmpx_war", "vscnt0", "nsa", "offset", "seg",
-                 "inst")
+                 "marks", "hz", "hzm", "inst")
 
     def __init__(self, inst):
         self.inst = inst  # a representative occurrence (its address is not meaningful)
@@ -211,6 +224,29 @@ class Facts:
             self.kill_smem = False
         self.kill_vcmpx_war = self.valu_sgpr_def or (mn == "s_waitcnt_depctr" and depctr_sa_sdst(s16) == 0)
         self.vscnt0 = mn == "s_waitcnt_vscnt" and f.get("sdst") == SGPR_NULL and s16 == 0
+        self.marks = _marks(self, fmt, f)
+        self.hz = None  # role bits for the hazard engine (filled in by it)
+        self.hzm = None  # per-rule (check, gen) masks (filled in by the hazard engine)
+
+
+def _marks(x: "Facts", fmt: str, f: dict) -> int:
+    """The :data:`MARKS` bits of an encoding."""
+    m = 0
+    mn = x.mnemonic
+    if x.nsa:
+        m |= M_NSA
+    if mn == "s_clause":
+        m |= M_CLAUSE
+    if fmt in ("MUBUF", "MTBUF"):
+        m |= M_BUFFER
+    if x.cls & SMEM:
+        m |= M_SMEM
+    if _MULTI_DWORD_LDS.match(mn) or (x.cls & FLAT and x.seg == 0 and _MULTI_DWORD_FLAT.match(mn)):
+        m |= M_MULTI_DWORD
+    if (mn == "s_inst_prefetch" or x.cls & UNKNOWN or (x.flow in (JUMP, COND) and x.simm16 == 0x3F)
+            or (x.cls & FLAT and x.offset)):
+        m |= M_LOCAL
+    return m
 
 
 class FactsCache:
@@ -230,16 +266,22 @@ class FactsCache:
 FACTS = FactsCache()
 
 
+_RAW = attrgetter("raw")
+
+
 def facts_of(insts, target: str) -> list[Facts]:
     """Facts of each instruction of a list decoded for ``target`` (same order)."""
     table = FACTS.table(target)
-    get = table.get
-    out = []
-    append = out.append
-    for i in insts:
-        raw = i.raw
-        f = get(raw)
-        if f is None:
-            f = table[raw] = Facts(i)
-        append(f)
+    raws = list(map(_RAW, insts))
+    out = list(map(table.get, raws))
+    k = -1
+    try:
+        while True:  # C-level scans for the encodings seen for the first time
+            k = out.index(None, k + 1)
+            f = table.get(raws[k])
+            if f is None:
+                f = table[raws[k]] = Facts(insts[k])
+            out[k] = f
+    except ValueError:
+        pass
     return out

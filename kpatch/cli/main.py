@@ -8,9 +8,12 @@ import traceback
 import click
 
 from kpatch import __version__
+from kpatch.cli.apply import apply_cmd
 from kpatch.cli.common import EXIT_SOME_FAILED, EXIT_USAGE, debug, error_line
+from kpatch.cli.diff import diff_cmd
 from kpatch.cli.disasm import disasm_cmd
 from kpatch.cli.extract import extract_cmd
+from kpatch.cli.revert import revert_cmd
 from kpatch.cli.rules import rules_cmd
 from kpatch.cli.scan import scan_cmd
 from kpatch.errors import KpatchError, UsageError
@@ -33,6 +36,9 @@ def cli() -> None:
 cli.add_command(scan_cmd)
 cli.add_command(extract_cmd)
 cli.add_command(disasm_cmd)
+cli.add_command(apply_cmd)
+cli.add_command(revert_cmd)
+cli.add_command(diff_cmd)
 cli.add_command(rules_cmd)
 
 

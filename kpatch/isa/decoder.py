@@ -29,17 +29,21 @@ for _t in range(512):
 _VOPE32 = ("VOP1", "VOP2", "VOPC")
 _EXTRA_SRC = {F.SRC_SDWA: "sdwa", F.SRC_DPP16: "dpp16", F.SRC_DPP8: "dpp8", F.SRC_DPP8_FI: "dpp8"}
 _FIELDS_OF = {name: {f.name: f for f in fmt.fields} for name, fmt in F.FORMATS.items()}
+_EXTRACT = {name: fmt.extractor() for name, fmt in F.FORMATS.items()}
+_EXTRACT_X = {name: F.make_extractor(fields) for name, fields in F.EXTRA_FORMATS.items()}
 
 
 class _Plan:
     """Per-opcode precomputation: literal source fields, extras."""
 
-    __slots__ = ("lit_fields", "mandatory_lit")
+    __slots__ = ("lit_fields", "mandatory_lit", "src0_is_src")
 
     def __init__(self, info: OpInfo):
         fields = _FIELDS_OF[info.fmt.name]
         self.lit_fields = tuple(fields[n] for n in info.literal_fields if n in fields)
         self.mandatory_lit = info.has_mandatory_literal
+        # VOP1/VOP2/VOPC: does src0 take SDWA/DPP/literal markers at all?
+        self.src0_is_src = "src0" in info.literal_fields
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -117,7 +121,7 @@ def _measure(data: bytes, pos: int, end: int, tables: Tables):
     kind = None
     plan = _plan(info)
     lit = plan.mandatory_lit
-    if fmt.name in _VOPE32:
+    if fmt.name in _VOPE32 and plan.src0_is_src:
         s0 = w0 & 0x1FF
         kind = _EXTRA_SRC.get(s0)
         if kind is not None:
@@ -143,7 +147,7 @@ def _measure(data: bytes, pos: int, end: int, tables: Tables):
 def _render(raw: bytes, fmt: F.Format, info: OpInfo, kind: str | None, tables: Tables) -> Decoded | None:
     """Build the Decoded for a measured encoding (None: LLVM would reject it)."""
     w = int.from_bytes(raw[:fmt.size], "little")
-    fields = {f.name: (w >> f.lo) & f.mask for f in fmt.fields}
+    fields = _EXTRACT[fmt.name](w)
     form = info.form if kind is None else getattr(info, kind)
     for z, required in form.zero:
         if z in fields and fields[z] != required:
@@ -152,9 +156,9 @@ def _render(raw: bytes, fmt: F.Format, info: OpInfo, kind: str | None, tables: T
     rest = raw[fmt.size:]
     if kind is not None:
         xw = int.from_bytes(rest[:4], "little")
-        xf = F.SDWA_VOPC if (kind == "sdwa" and fmt.name == "VOPC") else F.EXTRA_FORMATS[
-            {"sdwa": "SDWA", "dpp16": "DPP16", "dpp8": "DPP8"}[kind]]
-        x = {f.name: (xw >> f.lo) & f.mask for f in xf}
+        xname = "SDWA_VOPC" if (kind == "sdwa" and fmt.name == "VOPC") else {
+            "sdwa": "SDWA", "dpp16": "DPP16", "dpp8": "DPP8"}[kind]
+        x = _EXTRACT_X[xname](xw)
         rest = rest[4:]
     elif fmt is F.MIMG and fields["nsa"]:
         rest = rest[4 * fields["nsa"]:]
@@ -223,7 +227,7 @@ def _size_entry(w0: int, tables: Tables):
     plan = _plan(info)
     lit = plan.mandatory_lit
     shifts = ()
-    if fmt.name in _VOPE32:
+    if fmt.name in _VOPE32 and plan.src0_is_src:
         s0 = w0 & 0x1FF
         kind = _EXTRA_SRC.get(s0)
         if kind is not None:

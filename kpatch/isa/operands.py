@@ -153,10 +153,20 @@ def literal_text(lit: int, optype: str) -> str:
     return "0x%x" % lit
 
 
+INVALID_IMMEDIATE = "/*invalid immediate*/"
+
+
 def src_text(value: int, count: int, optype: str, literal: int | None) -> str | None:
-    """Text of a 9-bit (or 8-bit scalar) source value; None when invalid."""
+    """Text of a 9-bit (or 8-bit scalar) source value; None when invalid.
+
+    Operands of type ``reg`` take registers only: LLVM prints constants in
+    them as ``/*invalid immediate*/``."""
+    if optype == "vreg":
+        return vgpr_text(value & 0xFF, count)
     if value >= VGPR_BASE:
         return vgpr_text(value - VGPR_BASE, count)
+    if optype == "reg" and (128 <= value <= 208 or 240 <= value <= 248 or value == LITERAL):
+        return INVALID_IMMEDIATE
     if value == LITERAL:
         if literal is None:
             return None

@@ -45,11 +45,15 @@ class Operand:
 
 @dataclass
 class Form:
-    """Mnemonic, operand template and zero-required fields of one encoding form."""
+    """Mnemonic, operand template and zero-required fields of one encoding form.
+
+    ``mods`` (SDWA/DPP forms) maps ``"field=value"`` to ``p`` (printed), ``i``
+    (ignored by LLVM) or ``z`` (LLVM rejects the encoding)."""
 
     mnemonic: str
     operands: tuple[Operand, ...]
     zero: tuple[tuple[str, int], ...] = ()  # (field, value it must have)
+    mods: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -78,7 +82,7 @@ class OpInfo:
     def literal_fields(self) -> tuple[str, ...]:
         """Source fields whose value 255 means a trailing literal."""
         return tuple(o.field for o in self.form.operands
-                     if o.tag == "f" and o.kind in ("src", "ss"))
+                     if o.tag == "f" and o.kind in ("src", "ss") and o.type != "vreg")
 
     @property
     def has_mandatory_literal(self) -> bool:
@@ -100,7 +104,8 @@ def _form(d: dict) -> Form:
     z = d.get("z", {})
     if isinstance(z, list):
         z = {k: 0 for k in z}
-    return Form(d["m"], tuple(_operand(x) for x in d["o"]), tuple(sorted(z.items())))
+    return Form(d["m"], tuple(_operand(x) for x in d["o"]), tuple(sorted(z.items())),
+                d.get("mods", {}))
 
 
 @dataclass

@@ -250,12 +250,26 @@ def _sdwa_src(ctx: Ctx, value: int, sgpr: int, width: int) -> str | None:
     return O.vgpr_text(value, width)
 
 
+def _xmod_status(form: Form, x: dict, name: str) -> str:
+    """Status of an SDWA/DPP modifier field's current value ('p' if untested)."""
+    return form.mods.get(f"{name}={x[name]}", "p")
+
+
+_SDWA_CHECK = ("src0_sext", "src0_neg", "src0_abs", "src1_sext", "src1_neg", "src1_abs", "clamp",
+               "omod", "s0", "s1", "dst_unused", "dst_sel", "src0_sel", "src1_sel")
+
+
 def print_sdwa(ctx: Ctx) -> str | None:
     info = ctx.info
     form = info.sdwa
     x = ctx.x
     f = ctx.f
     fmtname = info.fmt.name
+    for name in _SDWA_CHECK:
+        if name in x and x[name] and _xmod_status(form, x, name) == "z":
+            return None
+    ign = {n for n in ("src0_sext", "src0_neg", "src0_abs", "src1_sext", "src1_neg", "src1_abs",
+                       "clamp", "omod") if n in x and x[n] and _xmod_status(form, x, n) == "i"}
     parts = []
     nsrc = 0
     for op in form.operands:
@@ -273,11 +287,11 @@ def print_sdwa(ctx: Ctx) -> str | None:
                 t = _sdwa_src(ctx, f["vsrc1"], x["s1"], op.width)
             if t is None:
                 return None
-            if x[f"src{k}_sext"]:
+            if x[f"src{k}_sext"] and f"src{k}_sext" not in ign:
                 t = f"sext({t})"
-            if x[f"src{k}_abs"]:
+            if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
                 t = f"|{t}|"
-            if x[f"src{k}_neg"]:
+            if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
                 t = "-" + t
             parts.append(t)
         elif op.field == "sdst":
@@ -295,9 +309,9 @@ def print_sdwa(ctx: Ctx) -> str | None:
             parts.append(t)
     s = form.mnemonic + (" " + ", ".join(parts) if parts else "")
     if fmtname != "VOPC":
-        if x["clamp"]:
+        if x["clamp"] and "clamp" not in ign:
             s += " clamp"
-        if x["omod"]:
+        if x["omod"] and "omod" not in ign:
             s += _omod(x["omod"])
         if x["dst_sel"] > 6 or x["dst_unused"] > 2:
             return None
@@ -335,6 +349,15 @@ def print_dpp(ctx: Ctx, dpp8: bool) -> str | None:
     form = info.dpp8 if dpp8 else info.dpp16
     x = ctx.x
     f = ctx.f
+    ign = set()
+    if not dpp8:
+        for name in ("src0_neg", "src0_abs", "src1_neg", "src1_abs", "bound_ctrl", "fi"):
+            if x[name]:
+                st = _xmod_status(form, x, name)
+                if st == "z":
+                    return None
+                if st == "i":
+                    ign.add(name)
     parts = []
     for op in form.operands:
         if op.tag == "t":
@@ -348,9 +371,9 @@ def print_dpp(ctx: Ctx, dpp8: bool) -> str | None:
             if t is None:
                 return None
             if not dpp8:
-                if x[f"src{k}_abs"]:
+                if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
                     t = f"|{t}|"
-                if x[f"src{k}_neg"]:
+                if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
                     t = "-" + t
             parts.append(t)
         else:
@@ -365,10 +388,11 @@ def print_dpp(ctx: Ctx, dpp8: bool) -> str | None:
         if f["src0"] == 0xEA:
             s += " fi:1"
         return s
-    s += f" {dpp_ctrl_text(x['dpp_ctrl'])} row_mask:0x{x['row_mask']:x} bank_mask:0x{x['bank_mask']:x}"
-    if x["bound_ctrl"]:
+    ctrl = ctx.tables.names.get("dpp_ctrl", {}).get(x["dpp_ctrl"]) or dpp_ctrl_text(x["dpp_ctrl"])
+    s += f" {ctrl} row_mask:0x{x['row_mask']:x} bank_mask:0x{x['bank_mask']:x}"
+    if x["bound_ctrl"] and "bound_ctrl" not in ign:
         s += " bound_ctrl:1"
-    if x["fi"]:
+    if x["fi"] and "fi" not in ign:
         s += " fi:1"
     return s
 

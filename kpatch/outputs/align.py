@@ -46,7 +46,9 @@ class FieldChange:
     new: object
 
     def text(self) -> str:
-        return f"{self.name} {fmt_value(self.old)}->{fmt_value(self.new)}"
+        a, b = fmt_value(self.old), fmt_value(self.new)
+        sep = " -> " if " " in a or " " in b else "->"
+        return f"{self.name} {a}{sep}{b}"
 
 
 @dataclass
@@ -69,6 +71,8 @@ class Op:
 
 def fmt_value(v: object) -> str:
     """Values as a diff shows them: small integers in decimal, others in hex."""
+    if v is None:
+        return "(none)"
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, int):
@@ -269,8 +273,9 @@ def instruction_keys(insts: Sequence) -> list[tuple]:
 def field_changes(old, new) -> list[FieldChange]:
     """Differences between two decoded instructions, most telling first:
     mnemonic, format, base-encoding fields, SDWA/DPP fields, literal, and
-    ``bytes`` for anything else (MIMG NSA dwords); ``meaning`` when the
-    bytes are the same but decode differently (another target's table)."""
+    ``bytes`` for anything else (MIMG NSA dwords); ``same bytes, decoded
+    as`` when the bytes are the same but decode differently (another
+    target's table: opcode reuse between gfx1030 and gfx1010)."""
     out: list[FieldChange] = []
     if old.mnemonic != new.mnemonic:
         out.append(FieldChange("mnemonic", old.mnemonic, new.mnemonic))
@@ -289,7 +294,7 @@ def field_changes(old, new) -> list[FieldChange]:
             out.append(FieldChange("literal", old.literal, new.literal))
     if old.raw == new.raw:
         if old.text() != new.text():
-            out.append(FieldChange("meaning", "same bytes", f"{old.target}->{new.target}"))
+            out.append(FieldChange("same bytes, decoded as", old.target, new.target))
     elif not out or all(c.name in ("mnemonic",) for c in out):
         out.append(FieldChange("bytes", old.raw.hex(), new.raw.hex()))
     return out
@@ -297,8 +302,8 @@ def field_changes(old, new) -> list[FieldChange]:
 
 def _refine(old: Sequence, new: Sequence, i0: int, i1: int, j0: int, j1: int) -> list[Op]:
     """Ops for a replaced block old[i0:i1] / new[j0:j1]: instructions with
-    the same mnemonic pair up first (in order), then leftovers by position;
-    the rest are removed / inserted."""
+    the same mnemonic pair up first (in order), then leftovers of the same
+    format by position; the rest are removed / inserted."""
     n, m = i1 - i0, j1 - j0
     if n == 0 or m == 0:
         return ([Op(REMOVED, i, None) for i in range(i0, i1)]
@@ -306,16 +311,22 @@ def _refine(old: Sequence, new: Sequence, i0: int, i1: int, j0: int, j1: int) ->
     a = [old[i].mnemonic for i in range(i0, i1)]
     b = [new[j].mnemonic for j in range(j0, j1)]
     if n * m <= _REFINE_CELLS:
-        pairs = _lcs_dp(a, b)
+        pairs = lcs_pairs(a, b)
     else:
         pairs = matching_pairs(a, b)
     ops: list[Op] = []
     pi = pj = 0
     for i, j in pairs + [(n, m)]:
-        # leftovers between two same-mnemonic pairs: pair by position
+        # leftovers between two same-mnemonic pairs: pair by position when
+        # they have the same format (else one was removed, one inserted)
         k = min(i - pi, j - pj)
         for t in range(k):
-            ops.append(Op(CHANGED, i0 + pi + t, j0 + pj + t))
+            x, y = i0 + pi + t, j0 + pj + t
+            if old[x].format == new[y].format:
+                ops.append(Op(CHANGED, x, y))
+            else:
+                ops.append(Op(REMOVED, x, None))
+                ops.append(Op(INSERTED, None, y))
         ops.extend(Op(REMOVED, i0 + x, None) for x in range(pi + k, i))
         ops.extend(Op(INSERTED, None, j0 + y) for y in range(pj + k, j))
         if i < n:
@@ -324,7 +335,7 @@ def _refine(old: Sequence, new: Sequence, i0: int, i1: int, j0: int, j1: int) ->
     return ops
 
 
-def _lcs_dp(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
+def lcs_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
     """A longest common subsequence by dynamic programming (small inputs)."""
     n, m = len(a), len(b)
     t = [[0] * (m + 1) for _ in range(n + 1)]

@@ -40,6 +40,8 @@ class BlobResult:
     data: bytes | None
     kernels: list[KernelOutcome] = field(default_factory=list)
     note: str = ""
+    #: (bundle entry id or None, original code object, patched code object) for each change
+    pairs: list[tuple[str | None, bytes, bytes]] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -101,7 +103,9 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
 
 
 def _renamed(entry_id: str, old_target: str, new_target: str) -> str:
-    assert entry_id.endswith(old_target)
+    """``entry_id`` with its trailing target id replaced."""
+    if not entry_id.endswith(old_target):
+        raise FormatError(f"bundle entry id {entry_id!r} does not end with its target id {old_target!r}")
     return entry_id[: len(entry_id) - len(old_target)] + new_target
 
 
@@ -114,16 +118,21 @@ def _patch_bundle(bundle: bytes, **kw) -> BlobResult:
         ids = ", ".join(e.id for e in entries) or "none"
         return BlobResult(None, [], f"bundle has no {want} entry (entries: {ids})")
     existing = [e for e in entries if not e.is_host and _processor(e.target_id) == result_proc]
+    if mode == "relabel":
+        sources = sources[:1]  # one gfx1010 entry provides the gfx1030 code
     if mode == "native" and existing:
         return BlobResult(None, [], f"bundle already has native {result_proc} code ({existing[0].id}); left as is")
     new_data: dict[str, bytes] = {}
     new_ids: dict[str, str] = {}
     kernels: list[KernelOutcome] = []
+    pairs: list[tuple[str | None, bytes, bytes]] = []
     for e in sources:
-        r = patch_code_object_checked(bytes(e.data(bundle)), **kw)
+        original = bytes(e.data(bundle))
+        r = patch_code_object_checked(original, **kw)
         kernels.extend(r.kernels)
         if r.data is None:
             continue
+        pairs.append((e.id, original, r.data))
         new_target = CodeObject.from_bytes(r.data).target_id
         if mode == "relabel" and existing:
             # the bundle's gfx1030 slot gets the relabelled code; the gfx1010 entry stays
@@ -139,11 +148,9 @@ def _patch_bundle(bundle: bytes, **kw) -> BlobResult:
     align, pad_tail = infer_bundle_layout(bundle)
     items = [(new_ids.get(e.id, e.id), new_data.get(e.id, bytes(e.data(bundle)))) for e in entries]
     ids = [i for i, _ in items]
-    if len(set(ids)) != len(ids):
-        refused = [KernelOutcome(k.name, "refused", "the new bundle entry id would duplicate an existing one", k.rules)
-                   for k in kernels]
-        return BlobResult(None, refused, note)
-    return BlobResult(write_bundle(items, align, pad_tail=pad_tail), kernels, note)
+    if len(set(ids)) != len(ids) or not all(ids):
+        raise FormatError("offload bundle has duplicate or empty entry ids; cannot rewrite it")
+    return BlobResult(write_bundle(items, align, pad_tail=pad_tail), kernels, note, pairs)
 
 
 def patch_blob(data: bytes, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
@@ -154,7 +161,8 @@ def patch_blob(data: bytes, *, mode: str, rule_sets: list[str], patch_fn: PatchF
     kind = blob_kind(data)
     if kind == "code-object":
         r = patch_code_object_checked(bytes(data), **kw)
-        return BlobResult(r.data, list(r.kernels), "code object")
+        pairs = [(None, bytes(data), r.data)] if r.data is not None else []
+        return BlobResult(r.data, list(r.kernels), "code object", pairs)
     if kind == "bundle":
         return _patch_bundle(bytes(data), **kw)
     if kind == "ccob":

@@ -44,12 +44,14 @@ def _all(co: CodeObject, status: str, reason: str, rules: tuple[str, ...] = ()) 
 
 
 def _set_metadata_fn() -> Any | None:
+    """The rewriter's ``set_metadata(data, updater) -> bytes`` (``updater``
+    edits the decoded :class:`~kpatch.codeobject.Metadata` in place and
+    returns it), or None when this installation does not have it (or it
+    cannot be imported)."""
     try:
         mod = importlib.import_module("kpatch.rewrite.relocate")
-    except ModuleNotFoundError as e:
-        if e.name and "kpatch.rewrite.relocate".startswith(e.name):
-            return None
-        raise
+    except ImportError:
+        return None
     return getattr(mod, "set_metadata", None)
 
 
@@ -75,15 +77,22 @@ def _retarget_note(data: bytearray, co: CodeObject) -> tuple[bytes | None, str]:
         m[KEY_TARGET] = TO_TARGET.hsa_target
         return m
 
-    return bytes(set_metadata(bytes(data), update)), ""
+    try:
+        return bytes(set_metadata(bytes(data), update)), ""
+    except FormatError as e:
+        return None, f"cannot re-lay out the metadata note: {e.reason}"
+    except TypeError as e:  # an interface this module does not expect
+        return None, f"kpatch.rewrite.relocate.set_metadata cannot be used: {e}"
 
 
 def relabel_code_object(data: bytes) -> PatchResult:
     """Relabel one gfx1010 code object as gfx1030 (see the module doc).
 
-    Objects for another processor are left untouched; V2 objects and objects
-    built with xnack+ are refused.  FormatError if ``data`` is not a code
-    object."""
+    Any xnack setting is accepted: xnack+ code only avoids what XNACK replay
+    would break, so it is also correct with XNACK off (and a V3 object says
+    xnack+ whenever it was built for "any").  Objects for another processor
+    are left untouched; V2 objects are refused.  FormatError if ``data`` is
+    not a code object."""
     co = CodeObject.from_bytes(data)
     if co.is_legacy:
         return _all(co, "refused", "code object V2 (legacy metadata): not relabelled")
@@ -92,9 +101,6 @@ def relabel_code_object(data: bytes) -> PatchResult:
         label = target.processor if target is not None else "unknown"
         why = "already labelled gfx1030" if label == TO_TARGET.processor else f"labelled {label}, not {FROM_PROCESSOR}"
         return _all(co, "untouched", why)
-    if target.xnack == "+":
-        return _all(co, "refused", "compiled with xnack+ (expects XNACK replay, which the gfx1030 "
-                                   "agent of the override does not enable); relabel takes xnack- or xnack-any code")
     out = bytearray(data)
     struct.pack_into("<I", out, E_FLAGS_OFFSET, e_flags_for(TO_TARGET, co.code_object_version))
     new, reason = _retarget_note(out, co)

@@ -1,0 +1,216 @@
+"""Control flow of a unit of code: one or more functions laid out back to back.
+
+:func:`build_cfg` splits the instructions into basic blocks:
+
+* a block starts at each function entry, at every branch target and after
+  every instruction that does not simply fall through;
+* SOPP branches (``s_branch``, ``s_cbranch_*``) go to
+  ``address + 4 + simm16 * 4``; conditional ones also fall through;
+* ``s_endpgm`` ends the function; ``s_setpc_b64`` (a return or computed
+  jump) ends the block with no known successor (listed in ``indirect``);
+  ``s_swappc_b64`` / ``s_call_b64`` are calls: execution resumes after them,
+  as LLVM's hazard recognizer assumes (listed in ``calls``);
+* no edge crosses a function boundary: a branch whose target is outside its
+  function, or not an instruction boundary, is listed in ``bad_targets``.
+
+Loop back edges are the retreating edges of a depth-first search from each
+function's entry (:meth:`CFG.back_edges`).  Blocks are numpy arrays
+(``block_start``/``block_end``, ``block_of`` per instruction) and each has at
+most two successors (``succ1``/``succ2``, -1 for none), so building the
+graph costs a few array operations, not Python work per instruction.
+"""
+
+from __future__ import annotations
+
+import bisect
+from functools import cached_property
+from operator import attrgetter
+
+import numpy as np
+
+from kpatch.analysis.facts import CALL, COND, FALL, INDIRECT, JUMP, Facts
+
+_FLOW = attrgetter("flow")
+_ADDRESS = attrgetter("address")
+
+
+def sopp_target(address: int, simm16: int) -> int:
+    """``address + 4 + simm16 * 4`` with simm16 signed."""
+    if simm16 & 0x8000:
+        simm16 -= 0x10000
+    return address + 4 + 4 * simm16
+
+
+class CFG:
+    """Basic blocks and edges; ``insts``/``facts`` are parallel lists."""
+
+    def __init__(self, insts: list, facts: list[Facts], func_starts: list[int]):
+        self.insts = insts
+        self.facts = facts
+        self.n = n = len(insts)
+        self.func_starts = list(func_starts)
+        self.calls: list[int] = []  # instruction indices of s_swappc_b64 / s_call_b64
+        self.indirect: list[int] = []  # instruction indices of s_setpc_b64
+        self.bad_targets: list[tuple[int, int]] = []  # (branch index, target address)
+        flows = np.fromiter(map(_FLOW, facts), dtype=np.int8, count=n)
+        self.flows = flows
+        leader = np.zeros(n + 1, dtype=bool)
+        fs = np.array([s for s in self.func_starts if s < n], dtype=np.int64)
+        leader[fs] = True
+        func_end = np.zeros(n + 1, dtype=bool)  # instruction k is the last of its function
+        func_end[fs[fs > 0] - 1] = True
+        func_end[n - 1 if n else 0] = True
+        special = np.flatnonzero(flows)
+        targets = {}
+        if special.size:
+            calls = special[flows[special] == CALL]
+            self.calls = calls.tolist()
+            self.indirect = special[flows[special] == INDIRECT].tolist()
+            leader[special[flows[special] != CALL] + 1] = True
+            br = special[(flows[special] == JUMP) | (flows[special] == COND)].tolist()
+            if br:
+                addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=n)
+                tgt = np.array([sopp_target(int(addresses[k]), facts[k].simm16) for k in br], dtype=np.int64)
+                j = np.searchsorted(addresses, tgt)
+                jc = np.minimum(j, n - 1)
+                ok = (j < n) & (addresses[jc] == tgt)
+                # the target must be in the branch's own function
+                fsl = self.func_starts
+                for k, t, jj, good in zip(br, tgt.tolist(), jc.tolist(), ok.tolist()):
+                    if good and bisect.bisect_right(fsl, k) == bisect.bisect_right(fsl, jj):
+                        targets[k] = jj
+                    else:
+                        self.bad_targets.append((k, t))
+                if targets:
+                    leader[np.fromiter(targets.values(), dtype=np.int64, count=len(targets))] = True
+        leader = leader[:n]
+        self.block_start = bs = np.flatnonzero(leader)
+        nb = self.nblocks = len(bs)
+        self.block_end = be = np.append(bs[1:], n).astype(np.int64)
+        self.block_of = np.cumsum(leader) - 1
+        last = be - 1
+        lf = flows[last] if nb else flows[:0]
+        falls = ((lf == FALL) | (lf == CALL) | (lf == COND)) & ~func_end[last]
+        succ1 = np.where(falls, np.arange(nb) + 1, -1)
+        succ2 = np.full(nb, -1, dtype=np.int64)
+        self.branchy = ((lf == JUMP) | (lf == COND)).tolist()
+        if targets:
+            lastl = last.tolist()
+            block_of = self.block_of
+            for b in np.flatnonzero((lf == JUMP) | (lf == COND)).tolist():
+                t = targets.get(lastl[b])
+                if t is not None:
+                    tb = int(block_of[t])
+                    if tb != succ1[b]:
+                        succ2[b] = tb
+        self._succ = (succ1, succ2)
+        self.succ1 = succ1.tolist()
+        self.succ2 = succ2.tolist()
+
+    # -- navigation ---------------------------------------------------------------
+    def succs(self, b: int) -> list[int]:
+        return [s for s in (self.succ1[b], self.succ2[b]) if s >= 0]
+
+    @cached_property
+    def preds(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.nblocks)]
+        for b, (s1, s2) in enumerate(zip(self.succ1, self.succ2)):
+            if s1 >= 0:
+                out[s1].append(b)
+            if s2 >= 0:
+                out[s2].append(b)
+        return out
+
+    def block_at(self, k: int) -> int:
+        """The block holding instruction index ``k``."""
+        return int(self.block_of[k])
+
+    def span(self, b: int) -> tuple[int, int]:
+        """Instruction indices ``start, end`` of block ``b``."""
+        return int(self.block_start[b]), int(self.block_end[b])
+
+    def function_of(self, k: int) -> int:
+        """Index (into ``func_starts``) of the function holding instruction ``k``."""
+        return bisect.bisect_right(self.func_starts, k) - 1
+
+    def function_blocks(self, i: int) -> range:
+        """Block indices of function ``i``."""
+        a = self.func_starts[i]
+        b = self.func_starts[i + 1] if i + 1 < len(self.func_starts) else self.n
+        if a >= b:
+            return range(0)
+        return range(int(self.block_of[a]), int(self.block_of[b - 1]) + 1)
+
+    def address(self, k: int) -> int:
+        return self.insts[k].address
+
+    def back_edges(self, i: int | None = None) -> set[tuple[int, int]]:
+        """Loop back edges (block pairs): retreating edges of a depth-first
+        search from each function entry (of function ``i`` only if given);
+        blocks the entry does not reach are searched afterwards."""
+        fns = range(len(self.func_starts)) if i is None else [i]
+        colour = {}
+        back: set[tuple[int, int]] = set()
+        for f in fns:
+            for root in self.function_blocks(f):
+                if root in colour:
+                    continue
+                colour[root] = 1
+                stack = [(root, self.succs(root), 0)]
+                while stack:
+                    b, succs, j = stack[-1]
+                    if j < len(succs):
+                        stack[-1] = (b, succs, j + 1)
+                        s = succs[j]
+                        c = colour.get(s, 0)
+                        if c == 1:
+                            back.add((b, s))
+                        elif c == 0:
+                            colour[s] = 1
+                            stack.append((s, self.succs(s), 0))
+                    else:
+                        colour[b] = 2
+                        stack.pop()
+        return back
+
+    def backward_edge_count(self, i: int) -> int:
+        """Edges of function ``i`` that go to the same or an earlier block
+        (equal to the loop back edges of the usual loop layouts; cheap)."""
+        r = self.function_blocks(i)
+        if not len(r):
+            return 0
+        idx = np.arange(r.start, r.stop)
+        return int(sum(np.count_nonzero((s[r.start:r.stop] >= 0) & (s[r.start:r.stop] <= idx)) for s in self._succ))
+
+    def ends_with_branch(self, b: int) -> bool:
+        return self.branchy[b]
+
+
+def build_cfg(insts: list, facts: list[Facts], func_starts: list[int] | None = None) -> CFG:
+    """Blocks and edges of ``insts`` (functions starting at ``func_starts``
+    instruction indices; default: one function)."""
+    return CFG(insts, facts, func_starts if func_starts is not None else [0])
+
+
+def reverse_postorder(cfg: CFG) -> list[int]:
+    """Block indices in reverse postorder from each function entry, then the rest."""
+    seen = [False] * cfg.nblocks
+    order: list[int] = []
+    for root in range(cfg.nblocks):
+        if seen[root]:
+            continue
+        seen[root] = True
+        stack = [(root, iter(cfg.succs(root)))]
+        post: list[int] = []
+        while stack:
+            b, it = stack[-1]
+            for s in it:
+                if not seen[s]:
+                    seen[s] = True
+                    stack.append((s, iter(cfg.succs(s))))
+                    break
+            else:
+                post.append(b)
+                stack.pop()
+        order.extend(reversed(post))
+    return order

@@ -1,0 +1,109 @@
+"""What a detector sees: every function of one code object, laid out in
+one control-flow graph (no edge crosses a function boundary)."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+import numpy as np
+
+from kpatch.analysis.cfg import CFG
+
+_MARKS = attrgetter("marks")
+
+
+@dataclass
+class FunctionSpan:
+    """One function of the unit: instructions ``start:end``; ``kernel`` is
+    the code object's Kernel, None for a device function."""
+
+    name: str
+    kind: str  # "kernel" or "function"
+    kernel: object | None
+    start: int
+    end: int
+    address: int
+    size: int
+
+
+@dataclass
+class Context:
+    """The code under analysis.
+
+    ``source`` is the ISA the code was decoded as (``gfx1010`` for gfx101x
+    code objects, ``gfx1030`` for gfx103x); ``compiled_for_gfx101x`` says
+    whether the compiler knew gfx101x's bugs (it then guarantees what the
+    bytes cannot show, e.g. LDS alignment)."""
+
+    co: object  # kpatch.codeobject.CodeObject
+    cfg: CFG
+    source: str
+    processor: str
+    functions: list[FunctionSpan]
+    _marks: object = field(default=None, repr=False)
+    _distinct: set | None = field(default=None, repr=False)
+
+    @property
+    def compiled_for_gfx101x(self) -> bool:
+        return self.processor.startswith("gfx101")
+
+    @property
+    def insts(self) -> list:
+        return self.cfg.insts
+
+    @property
+    def facts(self) -> list:
+        return self.cfg.facts
+
+    def function_of(self, k: int) -> FunctionSpan:
+        i = bisect.bisect_right([f.start for f in self.functions], k) - 1
+        return self.functions[max(i, 0)]
+
+    def marked(self, bits: int, start: int = 0, end: int | None = None) -> list[int]:
+        """Indices (in ``start:end``) of the instructions whose facts carry any
+        of the ``bits`` marks (:data:`kpatch.analysis.facts.M_NSA` ...)."""
+        if self._marks is None:
+            facts = self.cfg.facts
+            self._marks = np.fromiter(map(_MARKS, facts), dtype=np.int32, count=len(facts))
+        m = self._marks if end is None and not start else self._marks[start:end]
+        return (np.flatnonzero(m & bits) + start).tolist()
+
+    @property
+    def distinct(self) -> set:
+        """The distinct encodings (facts) of the unit."""
+        if self._distinct is None:
+            self._distinct = set(self.cfg.facts)
+        return self._distinct
+
+
+def local_hits(ctx: Context, check, memo: dict, candidates: list[int] | None = None) -> list[tuple[int, object]]:
+    """``(index, result)`` for every instruction whose encoding ``check(facts)``
+    flags (a truthy result).  ``check`` depends on the encoding only, so it
+    runs once per distinct encoding (memoised in ``memo``).  ``candidates``
+    limits the search to those instruction indices."""
+    facts = ctx.facts
+    if len(memo) > 200_000:
+        memo.clear()
+    if candidates is not None:
+        out = []
+        for k in candidates:
+            f = facts[k]
+            r = memo.get(f, memo)
+            if r is memo:
+                r = memo[f] = check(f)
+            if r:
+                out.append((k, r))
+        return out
+    flagged = {}
+    for f in ctx.distinct:
+        r = memo.get(f, memo)
+        if r is memo:
+            r = memo[f] = check(f)
+        if r:
+            flagged[f] = r
+    if not flagged:
+        return []
+    where = np.flatnonzero(np.fromiter(map(flagged.__contains__, facts), dtype=bool, count=len(facts)))
+    return [(k, flagged[facts[k]]) for k in where.tolist()]

@@ -1,0 +1,36 @@
+"""Offset3fBug, FlatSegmentOffsetBug, NegativeUnalignedScratchOffsetBug:
+encodings that are valid on gfx1010 but hit a gfx101x bug by their fields
+alone."""
+
+from __future__ import annotations
+
+from kpatch.analysis.detectors.context import Context, local_hits
+from kpatch.analysis.facts import COND, FLAT, JUMP, M_LOCAL, Facts
+from kpatch.analysis.findings import Finding
+
+OFFSET_3F = 0x3F
+SADDR_OFF = 0x7D  # FLAT saddr "off": the address is in VGPRs
+SEG_FLAT, SEG_SCRATCH = 0, 1
+_MEMO: dict = {}
+
+
+def signed12(v: int) -> int:
+    return v - 0x1000 if v & 0x800 else v
+
+
+def _check(f: Facts):
+    if f.flow in (JUMP, COND) and f.simm16 == OFFSET_3F:
+        return ("Offset3fBug", f"{f.inst.text()}: branch offset 0x3f")
+    if f.cls & FLAT and f.offset:
+        if f.seg == SEG_FLAT:
+            return ("FlatSegmentOffsetBug", f"{f.inst.text()}: flat access with immediate offset {f.offset}")
+        off = signed12(f.offset)
+        if f.seg == SEG_SCRATCH and f.inst.fields.get("saddr") == SADDR_OFF and off < 0 and off % 4:
+            return ("NegativeUnalignedScratchOffsetBug",
+                    f"{f.inst.text()}: VGPR address with negative unaligned offset {off}")
+    return None
+
+
+def detect(ctx: Context) -> list[Finding]:
+    hits = local_hits(ctx, _check, _MEMO, ctx.marked(M_LOCAL))
+    return [Finding(cls, ctx.insts[k].address, detail) for k, (cls, detail) in hits]

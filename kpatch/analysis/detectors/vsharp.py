@@ -1,0 +1,146 @@
+"""VsharpLlcNoalloc: buffer descriptors whose word 3 is built from a constant
+with LLC_NOALLOC set.
+
+A MUBUF/MTBUF names its descriptor as ``srsrc`` (four SGPRs from
+4 * srsrc); word 3 is the last of them.  From each such instruction the
+register is traced back along every path to the instructions that write it
+(its reaching definitions).  A writer contributes the constants it can be
+seen to put there: ``s_mov_b32``/``s_movk_i32`` of a constant, a copy from
+another SGPR (traced in turn), ``s_cselect_b32`` (both arms), ``s_or_b32``
+(the constant bits it sets).  Anything else - typically a descriptor loaded
+from kernel arguments - is not visible and not reported.
+
+Word 3 layout (GFX10.3): dst_sel 0-11, format 12-18, index_stride 21-22,
+add_tid_enable 23, resource_level 24, LLC_NOALLOC 26-27, oob_select 28-29,
+type 30-31.
+"""
+
+from __future__ import annotations
+
+from kpatch.analysis.detectors.context import Context
+from kpatch.analysis.facts import M_BUFFER, mask_of
+from kpatch.analysis.findings import Finding
+
+LLC_NOALLOC_SHIFT = 26
+LLC_NOALLOC_MASK = 3 << LLC_NOALLOC_SHIFT
+MAX_DEPTH = 4  # copies followed
+MAX_STEPS = 5000  # instructions walked per trace
+
+# 9-bit / 8-bit scalar source encodings of inline constants
+_INLINE_FLOATS = {240: 0x3F000000, 241: 0xBF000000, 242: 0x3F800000, 243: 0xBF800000,
+                  244: 0x40000000, 245: 0xC0000000, 246: 0x40800000, 247: 0xC0800000, 248: 0x3E22F983}
+LITERAL = 255
+
+
+def scalar_constant(value: int, literal: int | None) -> int | None:
+    """The 32-bit value of a scalar source operand that is a constant, else None."""
+    if 128 <= value <= 192:
+        return value - 128
+    if 193 <= value <= 208:
+        return (192 - value) & 0xFFFFFFFF  # -1 .. -16
+    if value in _INLINE_FLOATS:
+        return _INLINE_FLOATS[value]
+    if value == LITERAL:
+        return literal
+    return None
+
+
+def _writes(f, memo: dict) -> int:
+    m = memo.get(f)
+    if m is None:
+        m = memo[f] = mask_of(f.inst.writes)
+    return m
+
+
+def reaching_writers(ctx: Context, k: int, bit: int, memo: dict) -> tuple[list[int], bool]:
+    """Indices of the instructions whose write of scalar register ``bit``
+    reaches instruction ``k``; and whether some path reaches the function entry."""
+    cfg = ctx.cfg
+    facts = ctx.facts
+    want = 1 << bit
+    found: set[int] = set()
+    entry = False
+    seen: set[int] = set()
+    preds = cfg.preds
+    work = [(cfg.block_at(k), k - 1)]
+    steps = 0
+    while work and steps < MAX_STEPS:
+        b, j = work.pop()
+        start = int(cfg.block_start[b])
+        while j >= start:
+            steps += 1
+            if _writes(facts[j], memo) & want:
+                found.add(j)
+                break
+            j -= 1
+        else:
+            if not preds[b]:
+                entry = True
+            for p in preds[b]:
+                if p not in seen:
+                    seen.add(p)
+                    work.append((p, int(cfg.block_end[p]) - 1))
+    return sorted(found), entry
+
+
+def constants(ctx: Context, j: int, bit: int, memo: dict, depth: int = 0) -> set[int]:
+    """Constants writer ``j`` may put in scalar register ``bit`` (empty: unknown)."""
+    inst = ctx.insts[j]
+    mn = inst.mnemonic
+    f = inst.fields
+    if mn == "s_movk_i32":
+        v = f["simm16"]
+        return {(v - 0x10000 if v & 0x8000 else v) & 0xFFFFFFFF}
+    srcs = []
+    if mn in ("s_mov_b32", "s_cselect_b32", "s_or_b32"):
+        srcs = [f[n] for n in ("ssrc0", "ssrc1") if n in f]
+    else:
+        return set()
+    vals: list[set[int]] = []
+    for s in srcs:
+        c = scalar_constant(s, inst.literal)
+        if c is not None:
+            vals.append({c})
+        elif s <= 105 and depth < MAX_DEPTH:
+            got: set[int] = set()
+            writers, _ = reaching_writers(ctx, j, s, memo)
+            for w in writers:
+                got |= constants(ctx, w, s, memo, depth + 1)
+            vals.append(got)
+        else:
+            vals.append(set())
+    if mn == "s_mov_b32":
+        return vals[0]
+    if mn == "s_cselect_b32":
+        return vals[0] | vals[1]
+    if not vals[0] and not vals[1]:  # s_or_b32 of two unknowns
+        return set()
+    # s_or_b32: the bits the known operand(s) certainly set
+    return {x | y for x in (vals[0] or {0}) for y in (vals[1] or {0})}
+
+
+def detect(ctx: Context) -> list[Finding]:
+    insts = ctx.insts
+    memo: dict = {}
+    out: list[Finding] = []
+    facts = ctx.facts
+    for k in ctx.marked(M_BUFFER):
+        f = facts[k]
+        inst = insts[k]
+        base = inst.fields["srsrc"] * 4
+        word3 = base + 3
+        if not f.sreads >> word3 & 1:
+            continue  # no descriptor operand (buffer_gl0_inv and the like)
+        writers, _ = reaching_writers(ctx, k, word3, memo)
+        for j in writers:
+            bad = sorted(v for v in constants(ctx, j, word3, memo) if v & LLC_NOALLOC_MASK)
+            if bad:
+                v = bad[0]
+                out.append(Finding(
+                    "VsharpLlcNoalloc", inst.address,
+                    f"{inst.text()}: descriptor word 3 s{word3} = {v:#010x} (LLC_NOALLOC="
+                    f"{(v & LLC_NOALLOC_MASK) >> LLC_NOALLOC_SHIFT}) set by {insts[j].text()} at "
+                    f"{insts[j].address:#x}",
+                    addresses=(insts[j].address,)))
+                break
+    return out

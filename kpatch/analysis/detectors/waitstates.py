@@ -1,0 +1,133 @@
+"""The wait-state hazards, as rules of the path-sensitive engine
+(:mod:`kpatch.analysis.dataflow`).  Triggers and expiry follow LLVM's
+GCNHazardRecognizer (fixVMEMtoScalarWriteHazards,
+fixSMEMtoVectorWriteHazards, fixVcmpxPermlaneHazards, fixVcmpxExecWARHazard,
+fixLdsBranchVmemWARHazard); see gfx1010-hazards.md.
+
+* VMEMtoScalarWriteHazard - field: SGPRs read by VMEM/DS/FLAT; gen: their
+  scalar reads (EXEC included); check: SALU/SMEM explicit destinations;
+  kill: any VALU, ``s_waitcnt 0``, ``s_waitcnt_depctr`` with vm_vsrc = 0.
+* SMEMtoVectorWriteHazard - field: SGPRs read by SMEM; check: a VALU's
+  scalar destination; kill: a non-SOPP SALU (except s_setvskip, s_version,
+  s_waitcnt_vscnt/vmcnt/expcnt), ``s_waitcnt`` with lgkmcnt(0),
+  ``s_waitcnt_lgkmcnt null, 0``.
+* VcmpxPermlaneHazard - one bit: a VALU compare wrote EXEC; check:
+  v_permlane(x)16; kill: a VALU other than v_nop.
+* VcmpxExecWARHazard - one bit: a non-VALU read EXEC; check: a VALU that
+  writes EXEC; kill: a VALU that writes an SGPR, ``s_waitcnt_depctr`` with
+  sa_sdst = 0.
+* LdsBranchVmemWARHazard - bits (DS, no branch yet), (DS, branch since),
+  (VMEM, ...), (VMEM, ...); DS / VMEM set their "no branch" bit, a block
+  ending in a branch turns "no branch" into "branch since"; a DS checks
+  (VMEM, branch since) and a VMEM (DS, branch since); DS, VMEM and
+  ``s_waitcnt_vscnt null, 0`` kill.  VMEM here is MUBUF/MTBUF/MIMG and
+  global/scratch FLAT (not flat-segment FLAT), and the rule applies only to
+  functions that have both kinds.
+"""
+
+from __future__ import annotations
+
+from kpatch.analysis.dataflow import HazardEngine, Hit, MaskRule
+from kpatch.analysis.detectors.context import Context
+from kpatch.analysis.facts import DS, FLAT, FLAT_SEG, SALU, SMEM, SOPP, VALU, VMEM, Facts, mask_names
+from kpatch.analysis.findings import Finding
+
+SGPR_FIELD = 128  # bits: the 9-bit operand encodings 0..127
+
+_VMEM_LIKE = VMEM | DS | FLAT
+_LDS_VMEM = VMEM | FLAT_SEG
+
+VMEM_TO_SCALAR = MaskRule(
+    "VMEMtoScalarWriteHazard", SGPR_FIELD,
+    check=lambda f: f.sdefs if f.cls & (SALU | SMEM) else 0,
+    kill=lambda f: f.kill_vm,
+    gen=lambda f: f.sreads if f.cls & _VMEM_LIKE else 0)
+
+SMEM_TO_VECTOR = MaskRule(
+    "SMEMtoVectorWriteHazard", SGPR_FIELD,
+    check=lambda f: f.valu_sdst,
+    kill=lambda f: f.kill_smem,
+    gen=lambda f: f.sreads if f.cls & SMEM else 0)
+
+VCMPX_PERMLANE = MaskRule(
+    "VcmpxPermlaneHazard", 1,
+    check=lambda f: 1 if f.is_permlane else 0,
+    kill=lambda f: bool(f.cls & VALU) and not f.is_v_nop,
+    gen=lambda f: 1 if f.vcmp_exec else 0)
+
+VCMPX_EXEC_WAR = MaskRule(
+    "VcmpxExecWARHazard", 1,
+    check=lambda f: 1 if f.writes_exec else 0,
+    kill=lambda f: f.kill_vcmpx_war,
+    gen=lambda f: 1 if f.reads_exec and not f.cls & VALU else 0)
+
+DS_F, DS_T, VM_F, VM_T = 1, 2, 4, 8
+_NO_BRANCH, _BRANCH_SINCE = DS_F | VM_F, DS_T | VM_T
+
+
+def _lds_check(f: Facts) -> int:
+    if f.cls & DS:
+        return VM_T
+    if f.cls & _LDS_VMEM:
+        return DS_T
+    return 0
+
+
+LDS_BRANCH_VMEM = MaskRule(
+    "LdsBranchVmemWARHazard", 4,
+    check=_lds_check,
+    kill=lambda f: bool(f.cls & (DS | _LDS_VMEM)) or f.vscnt0,
+    gen=lambda f: DS_F if f.cls & DS else VM_F if f.cls & _LDS_VMEM else 0,
+    on_branch=lambda v: ((v & _NO_BRANCH) << 1) | (v & _BRANCH_SINCE),
+    before_branch=lambda m: m | ((m & _BRANCH_SINCE) >> 1))
+
+RULES = [VMEM_TO_SCALAR, SMEM_TO_VECTOR, VCMPX_PERMLANE, VCMPX_EXEC_WAR, LDS_BRANCH_VMEM]
+ENGINE = HazardEngine(RULES)
+
+
+def _has_lds_and_vmem(facts) -> bool:
+    lds = vm = False
+    for f in set(facts):
+        lds |= bool(f.cls & DS)
+        vm |= bool(f.cls & _LDS_VMEM)
+    return lds and vm
+
+
+def _detail(ctx: Context, hit: Hit, srcs: list[int]) -> str:
+    insts = ctx.insts
+    me = insts[hit.k].text()
+    if srcs:
+        first = insts[srcs[0]]
+        src = f"{first.text()} at {first.address:#x}" + (f" (+{len(srcs) - 1} more)" if len(srcs) > 1 else "")
+    else:
+        src = "an earlier instruction on some path"
+    name = hit.rule.name
+    if name == "VMEMtoScalarWriteHazard" or name == "SMEMtoVectorWriteHazard":
+        return f"{me} writes {mask_names(hit.mask)} still read by {src}"
+    if name == "VcmpxPermlaneHazard":
+        return f"{me} follows {src} with no VALU between"
+    if name == "VcmpxExecWARHazard":
+        return f"{me} writes EXEC read by {src}"
+    kind = "VMEM" if hit.mask & VM_T else "LDS"
+    return f"{me} after a branch after {kind} {src}"
+
+
+def detect(ctx: Context) -> list[Finding]:
+    hits = ENGINE.run(ctx.cfg)
+    if not hits:
+        return []
+    lds_ok: dict[int, bool] = {}
+    insts = ctx.insts
+    out: list[Finding] = []
+    for h in hits:
+        if h.rule is LDS_BRANCH_VMEM:
+            fn = ctx.function_of(h.k)
+            ok = lds_ok.get(fn.start)
+            if ok is None:
+                ok = lds_ok[fn.start] = _has_lds_and_vmem(ctx.facts[fn.start:fn.end])
+            if not ok:
+                continue
+        srcs = ENGINE.sources(ctx.cfg, h, limit=32)
+        out.append(Finding(h.rule.name, insts[h.k].address, _detail(ctx, h, srcs),
+                           addresses=tuple(insts[j].address for j in srcs)))
+    return out

@@ -1,0 +1,160 @@
+"""``analyse(code_object, target)``: every kernel's findings and verdict.
+
+For each kernel (and each other function symbol in ``.text``, since
+kernels may call them): take its bytes from the symbol's offset and size
+(without the ``s_code_end`` padding that follows the last function) and
+decode them as the code object's own ISA (gfx1010 for gfx101x objects,
+gfx1030 for gfx103x).  All functions go into one control-flow graph (no
+edge crosses a function boundary), every detector runs once over it, and
+each finding goes to the function holding its address.  A kernel
+that calls or jumps through computed addresses also takes the verdicts of
+the code object's device functions (kpatch does not resolve call targets).
+Code objects for other processors cannot run on gfx1010 at all.
+"""
+
+from __future__ import annotations
+
+import bisect
+from operator import attrgetter
+
+import numpy as np
+
+from kpatch.analysis.cfg import build_cfg
+from kpatch.analysis.detectors import DETECTORS, Context
+from kpatch.analysis.detectors.context import FunctionSpan
+from kpatch.analysis.facts import facts_of
+from kpatch.analysis.report import FunctionReport, Report
+from kpatch.analysis.verdict import UNPATCHABLE, Verdict, combine, verdict_of
+from kpatch.errors import UsageError
+from kpatch.isa import decode
+
+SUPPORTED_TARGETS = ("gfx1010",)
+STT_FUNC = 2
+_ADDRESS = attrgetter("address")
+S_CODE_END = bytes.fromhex("00009fbf")  # 0xBF9F0000
+
+
+def decode_family(processor: str) -> str | None:
+    """The ISA table kpatch decodes a processor's code with (None: not GFX10)."""
+    if processor.startswith("gfx101"):
+        return "gfx1010"
+    if processor.startswith("gfx103"):
+        return "gfx1030"
+    return None
+
+
+def _strip_code_end(code: bytes) -> bytes:
+    n = len(code) - len(code) % 4
+    while n >= 4 and code[n - 4:n] == S_CODE_END:
+        n -= 4
+    return code[:n]
+
+
+def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
+    """(name, kind, kernel or None, start index in .text, end index) of every
+    kernel and device function whose code lies in ``.text``."""
+    text = co.text
+    t_off = co.text_offset
+    t_addr = co.text_vaddr or 0
+    if t_off is None:
+        return []
+    kernels = co.kernels
+    kernel_names = {k.name for k in kernels}
+    funcs = []
+    starts = set()
+    for s in co.symbols():
+        if s.type != STT_FUNC or s.shndx == 0:
+            continue
+        if t_addr <= s.value < t_addr + len(text):
+            starts.add(s.value - t_addr)
+            if s.name not in kernel_names and s.size and s.name not in (f[0] for f in funcs):
+                funcs.append((s.name, "function", None, s.value - t_addr, s.value - t_addr + s.size))
+    ordered = sorted(starts)
+    out = []
+    for k in kernels:
+        if k.code_offset is None or not t_off <= k.code_offset < t_off + len(text):
+            out.append((k.name, "kernel", k, -1, -1))
+            continue
+        a = k.code_offset - t_off
+        if k.code_size:
+            b = a + k.code_size
+        else:
+            i = bisect.bisect_right(ordered, a)
+            b = ordered[i] if i < len(ordered) else len(text)
+        out.append((k.name, "kernel", k, a, min(b, len(text))))
+    return out + funcs
+
+
+def _not_analysable(name: str, kind: str, address, size: int, reason: str) -> FunctionReport:
+    return FunctionReport(name, kind, address, size, verdict=Verdict(UNPATCHABLE, (), (reason,)))
+
+
+def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
+    """Decode every function range (sorted by address) into one instruction
+    list; return it and the functions' spans."""
+    text = co.text
+    base = co.text_vaddr or 0
+    insts: list = []
+    spans: list[FunctionSpan] = []
+    for name, kind, kernel, a, b in sorted(ranges, key=lambda r: (r[3], r[1] != "kernel")):
+        code = _strip_code_end(text[a:b])
+        start = len(insts)
+        insts.extend(decode(code, source, base + a))
+        spans.append(FunctionSpan(name, kind, kernel, start, len(insts), base + a, len(code)))
+    return insts, spans
+
+
+def analyse(co, target: str = "gfx1010") -> Report:
+    """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
+    for running on ``target``."""
+    if target not in SUPPORTED_TARGETS:
+        raise UsageError(f"kpatch analyses code for {', '.join(SUPPORTED_TARGETS)}, not {target!r}")
+    processor = co.target.processor if co.target is not None else ""
+    source = decode_family(processor)
+    report = Report(target, co.target_id, source)
+    if source is None:
+        why = (f"{co.target_id or 'unknown target'} code is not GFX10: kpatch only converts gfx103x "
+               f"(and checks gfx101x) code")
+        for k in co.kernels:
+            report.kernels.append(_not_analysable(k.name, "kernel", k.entry, k.code_size or 0, why))
+        return report
+    ranges = function_ranges(co)
+    missing = [r for r in ranges if r[3] < 0]
+    insts, spans = build_unit(co, source, [r for r in ranges if r[3] >= 0])
+    facts = facts_of(insts, source)
+    cfg = build_cfg(insts, facts, [s.start for s in spans])
+    ctx = Context(co, cfg, source, processor, spans)
+    per_span: list[list] = [[] for _ in spans]
+    starts = [s.start for s in spans]
+    if insts:
+        addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
+        for _, detect in DETECTORS:
+            found = detect(ctx)
+            if not found:
+                continue
+            idx = np.searchsorted(addresses, np.array([f.address for f in found], dtype=np.int64))
+            for f, k in zip(found, idx.tolist()):
+                per_span[bisect.bisect_right(starts, k) - 1].append(f)
+    calls = sorted(cfg.calls + cfg.indirect)
+    for i, (span, findings) in enumerate(zip(spans, per_span)):
+        findings.sort(key=lambda f: (f.address, f.cls))
+        rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
+                             instructions=span.end - span.start, blocks=len(cfg.function_blocks(i)),
+                             loops=cfg.backward_edge_count(i))
+        lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
+        rep.calls = [insts[k].address for k in calls[lo:hi]]
+        for k, t in cfg.bad_targets:
+            if span.start <= k < span.end:
+                rep.notes.append(f"branch at {insts[k].address:#x} leaves the function (target {t:#x})")
+        rep.verdict = verdict_of(findings)
+        (report.kernels if span.kind == "kernel" else report.functions).append(rep)
+    for name, kind, kernel, _, _ in missing:
+        report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, "kernel code not found in .text"))
+    device = combine(f.verdict for f in report.functions) if report.functions else None
+    for k in report.kernels:
+        if k.calls and device is not None and device.status != "ok":
+            k.notes.append("calls functions kpatch does not resolve: the code object's device functions count")
+            k.verdict = combine([k.verdict, device])
+    order = {k.name: i for i, k in enumerate(co.kernels)}
+    report.kernels.sort(key=lambda k: order.get(k.name, 0))
+    return report

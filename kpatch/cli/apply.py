@@ -1,0 +1,298 @@
+"""`kpatch apply`: patch MIOpen kernel DBs into the user kernel DB, or one file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable
+
+import click
+
+from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, err_console, error_line, out_console, show_progress
+from kpatch.containers.kdb import KernelDB
+from kpatch.errors import KpatchError, UsageError
+from kpatch.outputs.apply_db import EntryReport, apply_to_db
+from kpatch.outputs.apply_file import apply_to_file
+from kpatch.outputs.device import Choice, detect_cu, detect_mode, read_gpu_nodes
+from kpatch.outputs.miopen_paths import DEFAULT_ROCM_ROOTS, check_output_dir, resolve_cache_dir, user_db_name
+from kpatch.outputs.patchfn import (
+    DEFAULT_RULE_SETS, MODES, RESULT_PROCESSOR, KernelOutcome, default_patch_fn, default_provenance_fn)
+
+#: Test hooks (environment): a fake sysfs root and the places to look for MIOpen's version.h.
+SYSFS_ENV = "KPATCH_SYSFS_ROOT"
+ROCM_ROOTS_ENV = "KPATCH_ROCM_ROOTS"
+
+
+def sysfs_root() -> str:
+    return os.environ.get(SYSFS_ENV) or "/sys"
+
+
+def rocm_roots() -> tuple[str, ...]:
+    value = os.environ.get(ROCM_ROOTS_ENV)
+    return tuple(p for p in value.split(os.pathsep) if p) if value is not None else DEFAULT_ROCM_ROOTS
+
+
+def choose_mode(mode: str | None) -> Choice:
+    if mode:
+        return Choice(mode, "--mode")
+    return detect_mode(os.environ, read_gpu_nodes(sysfs_root()))
+
+
+def choose_rule_sets(mode: str, rules: tuple[str, ...]) -> list[str]:
+    names = [r.strip() for item in rules for r in item.split(",") if r.strip()]
+    if mode == "relabel" and names:
+        raise UsageError("--mode relabel changes no code: --rules does not apply")
+    return names or list(DEFAULT_RULE_SETS[mode])
+
+
+# --- printing -----------------------------------------------------------------------
+
+
+def kernel_line(uri: str, k: KernelOutcome) -> str:
+    line = f"{k.status:<9} {uri} {k.name}"
+    if k.rules:
+        line += f" [{', '.join(k.rules)}]"
+    if k.reason and k.status != "patched":
+        line += f": {k.reason}"
+    return line
+
+
+def print_item(uri: str, status: str, reason: str, note: str, kernels: list[KernelOutcome]) -> None:
+    """Per kernel: patched / refused (reason) / untouched; errors on stderr."""
+    if status == "error":
+        error_line(uri, reason)
+        return
+    if status in ("skipped", "refused") or not kernels:
+        out_console.print(f"{status:<9} {uri}: {reason or note or 'no kernels'}", markup=False)
+    for k in kernels:
+        out_console.print(kernel_line(uri, k), markup=False)
+
+
+def summary_text(counts: dict[str, int], unit: str) -> str:
+    names = {"error": "errors"}
+    items = [f"{counts[s]} {names.get(s, s)}" for s in ("changed", "unchanged", "skipped", "refused", "error")
+             if s in counts]
+    n = sum(counts[s] for s in ("changed", "unchanged", "skipped", "refused", "error") if s in counts)
+    return (f"{n} {unit}: {', '.join(items)}; kernels: {counts['kernels_patched']} patched, "
+            f"{counts['kernels_refused']} refused, {counts['kernels_untouched']} untouched")
+
+
+@contextmanager
+def entry_progress(total: int | None):
+    """A progress bar on stderr (terminal only); yields ``advance()``."""
+    if not show_progress():
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]applying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as p:
+        task = p.add_task("apply", total=total)
+        yield lambda: p.advance(task)
+
+
+def _count_entries(paths: list[str]) -> int | None:
+    total = 0
+    for p in paths:
+        if p.endswith(".bz2"):
+            return None  # counting would decompress the whole DB once more
+        try:
+            with KernelDB.open(p) as db:
+                total += db.count()
+        except KpatchError:
+            pass
+    return total
+
+
+# --- the two forms -------------------------------------------------------------------
+
+
+class ReportPairs:
+    """Collects (label, original, patched) code objects for ``--report`` and
+    writes the HTML diff report (kpatch.outputs.diff / diff_html)."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.pairs: list[tuple[str, bytes, bytes]] = []
+        if path:
+            check_output_dir(os.path.dirname(os.path.abspath(path)))
+
+    @property
+    def on_change(self) -> Callable | None:
+        return self.add if self.path else None
+
+    def add(self, label: str, old: bytes, new: bytes) -> None:
+        self.pairs.append((label, old, new))
+
+    def write(self, as_json: bool) -> None:
+        if not self.path:
+            return
+        from kpatch.outputs.diff import build_report
+        from kpatch.outputs.diff_html import write_html
+
+        # the patched code is meant for gfx1010 whatever its label says: decode it so
+        report = build_report(self.pairs, old_name="original", new_name="patched", new_target="gfx1010")
+        try:
+            write_html(report, self.path)
+        except OSError as e:
+            raise KpatchError(f"cannot write the HTML report: {e.strerror or e}", self.path) from None
+        if not as_json:
+            out_console.print(f"report {self.path} ({len(self.pairs)} changed code objects)", markup=False)
+
+
+def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, rule_sets: list[str],
+           dry_run: bool, as_json: bool, patch_fn: Callable, is_patched: Callable,
+           report: ReportPairs | None = None) -> int:
+    report = report or ReportPairs(None)
+    cu_choice = detect_cu(cu, os.environ, read_gpu_nodes(sysfs_root()))
+    if out_dir:
+        out_choice = Choice(os.path.abspath(out_dir), "--out-dir")
+    else:
+        found = resolve_cache_dir(os.environ, rocm_roots=rocm_roots())
+        out_choice = Choice(found.path, found.why)
+    output = os.path.join(str(out_choice.value), user_db_name(RESULT_PROCESSOR[str(mode.value)], int(cu_choice.value)))
+    if not as_json:
+        out_console.print(f"mode {mode.value} ({mode.why}); CU {cu_choice.value} ({cu_choice.why})", markup=False)
+        out_console.print(f"output {output} ({out_choice.why})", markup=False)
+    total = _count_entries(dbs) if show_progress() else None
+    with entry_progress(total) as advance:
+
+        def on_entry(rep: EntryReport) -> None:
+            advance()
+            if not as_json:
+                print_item(rep.uri, rep.status, rep.reason, rep.note, rep.kernels)
+
+        result = apply_to_db(dbs, output, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
+                             is_patched=is_patched, dry_run=dry_run, on_entry=on_entry, on_change=report.on_change)
+    errors = [{"uri": src, "error": why} for src, why in result.source_errors]
+    errors += [{"uri": e.uri, "error": e.reason} for e in result.entries if e.status == "error"]
+    counts = result.counts()
+    for src, why in result.source_errors:
+        error_line(src, why)
+    if as_json:
+        doc: dict[str, Any] = {
+            "mode": mode.value, "mode_reason": mode.why, "cu": cu_choice.value, "cu_reason": cu_choice.why,
+            "output": output, "output_reason": out_choice.why, "rule_sets": rule_sets, "dry_run": dry_run,
+            "written": result.written, "created": result.created, "backup": result.backup,
+            "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        out_console.print(summary_text(counts, "entries"), markup=False)
+        if dry_run:
+            out_console.print(f"dry run: nothing written ({counts['changed']} entries would go to {output})",
+                              markup=False)
+        elif result.written:
+            made = "created" if result.created else "updated"
+            out_console.print(f"{made} {output}: {result.written} entries written", markup=False)
+            if result.backup:
+                out_console.print(f"backup {result.backup} (`kpatch revert {output}` restores it)", markup=False)
+        else:
+            out_console.print(f"nothing to write: {output} left as it was", markup=False)
+    report.write(as_json)
+    return EXIT_SOME_FAILED if errors else EXIT_OK
+
+
+def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: bool, as_json: bool,
+             patch_fn: Callable, is_patched: Callable, report: ReportPairs | None = None) -> int:
+    report = report or ReportPairs(None)
+    result = apply_to_file(path, out, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
+                           is_patched=is_patched, dry_run=dry_run, on_change=report.on_change)
+    counts = result.counts()
+    errors = [{"uri": p.uri, "error": p.reason} for p in result.parts if p.status == "error"]
+    if as_json:
+        doc = {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
+               "kind": result.kind, "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
+               "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        out_console.print(f"mode {mode.value} ({mode.why})", markup=False)
+        for p in result.parts:
+            print_item(p.uri, p.status, p.reason, p.note, p.kernels)
+        unit = "bundles" if result.kind == "hostelf" else "files"
+        out_console.print(summary_text(counts, unit), markup=False)
+        if dry_run:
+            out_console.print(f"dry run: nothing written to {result.output}", markup=False)
+        elif result.written:
+            out_console.print(f"wrote {result.output}", markup=False)
+        else:
+            out_console.print(f"nothing changed: {result.output} not written", markup=False)
+    report.write(as_json)
+    return EXIT_SOME_FAILED if errors else EXIT_OK
+
+
+@click.command("apply")
+@click.argument("file", required=False, metavar="[FILE]")
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False), help="Where FILE's patched copy goes.")
+@click.option("--db", "dbs", multiple=True, metavar="SRC",
+              help="A MIOpen kernel DB to patch (.kdb, .kdb.bz2 or .ukdb); repeatable.")
+@click.option("--mode", type=click.Choice(MODES), help="override, native or relabel (default: from the machine).")
+@click.option("--cu", type=int, help="The CU count MIOpen uses in DB names (CUs / 2 on RDNA; default: detected).")
+@click.option("--out-dir", type=click.Path(file_okay=False), help="Directory of the user kernel DB to write.")
+@click.option("--rules", multiple=True, metavar="SETS", help="Rule sets to apply (comma-separated, repeatable).")
+@click.option("--report", type=click.Path(dir_okay=False),
+              help="Also write an HTML diff report of every changed code object (written even with --dry-run).")
+@click.option("--dry-run", is_flag=True, help="Patch and report, but write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
+def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str | None, cu: int | None,
+              out_dir: str | None, rules: tuple[str, ...], report: str | None, dry_run: bool, as_json: bool) -> None:
+    """Make gfx1030 kernels safe on gfx1010 and put them where MIOpen loads them.
+
+    \b
+    kpatch apply --db SRC [--db SRC ...] [--mode M] [--cu N] [--out-dir DIR] [--rules R]
+                 [--report FILE.html] [--dry-run]
+        patches every kernel of the MIOpen kernel DBs SRC (system .kdb or
+        .kdb.bz2, or a user .ukdb, e.g. MIOpen's own run-time cache, which
+        is then patched in place) into MIOpen's user kernel DB, which MIOpen
+        consults before its system DB.
+    kpatch apply FILE -o OUT
+        the same for one code object, offload bundle or host library.
+
+    \b
+    Modes (default: HSA_OVERRIDE_GFX_VERSION=10.3.0 -> override; a gfx1010
+    GPU in /sys/class/kfd without override -> native):
+      override  patched code keeps its gfx1030 label; writes gfx1030_<CU>.ukdb
+                (keys end with -mcpu=gfx1030)
+      native    patched code is labelled gfx1010; writes gfx1010_<CU>.ukdb with
+                keys ending -mcpu=gfx1010
+      relabel   code compiled for gfx1010 (keys ending -mcpu=gfx1010) is
+                relabelled gfx1030, code unchanged, into gfx1030_<CU>.ukdb
+    <CU> is what MIOpen uses: MIOPEN_DEVICE_CU, else CUs / 2 on RDNA (18 for an
+    RX 5600 XT); `--cu N` sets it.
+
+    \b
+    The user DB directory is MIOPEN_CUSTOM_CACHE_DIR (with the MIOpen version
+    appended from MIOpen 3.5 on), else ~/.cache/miopen/<version> of the newest
+    MIOpen found, else give --out-dir.  Only entries that changed are written;
+    other entries of an existing user DB stay as they are.  The DB is replaced
+    atomically after a backup (`kpatch revert` restores it); a second run
+    changes nothing.  kpatch never writes into system directories.
+
+    \b
+    Output: per kernel `patched`, `refused` (with the reason) or `untouched`,
+    then a summary; with --json one document {"entries"|"parts", "errors",
+    "summary", ...}.  Exit status: 0 when every input was read, 1 when some
+    could not be (each named on stderr; the rest is still done), 2 for usage
+    errors.
+    """
+    if file and dbs:
+        raise click.UsageError("give either FILE -o OUT or --db SRC, not both")
+    if not file and not dbs:
+        raise click.UsageError("give FILE -o OUT or at least one --db SRC")
+    if file and not out:
+        raise click.UsageError("FILE needs -o OUT")
+    if file and (cu is not None or out_dir):
+        raise click.UsageError("--cu and --out-dir are for --db")
+    chosen = choose_mode(mode)
+    rule_sets = choose_rule_sets(str(chosen.value), rules)
+    patch_fn = default_patch_fn(str(chosen.value))
+    is_patched = default_provenance_fn()
+    pairs = ReportPairs(report)
+    if file:
+        code = run_file(file, out, chosen, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs)
+    else:
+        code = run_db(list(dbs), chosen, cu, out_dir, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs)
+    sys.exit(code)

@@ -1,0 +1,233 @@
+"""`kpatch apply --db`: patch the kernels of MIOpen kernel DBs into a user DB.
+
+For every entry of every source DB (system ``.kdb``, ``.kdb.bz2``, or a
+``.ukdb``, possibly the output itself):
+
+1. the output key: ``kernel_args`` must end with the ``-mcpu=`` token of the
+   mode's input processor; in ``native`` / ``relabel`` mode that token is
+   replaced by the output processor's (:func:`output_args`).  Entries with
+   other keys are ``skipped`` (MIOpen would never look them up in this DB);
+2. the blob is patched (:func:`kpatch.outputs.blobpatch.patch_blob`);
+3. only a blob that changed, and differs from what the output DB already
+   holds under the output key, is staged.
+
+Then the staged rows are written into the output DB in one atomic step with
+a backup first (:mod:`kpatch.outputs.userdb`).  A second run finds nothing
+to change: patched blobs carry a provenance record (or, for relabelled code,
+a gfx1030 label) and identical bytes are not written again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from kpatch.containers.kdb import KernelDB
+from kpatch.containers.uri import Uri
+from kpatch.errors import KpatchError
+from kpatch.outputs.blobpatch import patch_blob
+from kpatch.outputs.miopen_paths import check_output_dir
+from kpatch.outputs.patchfn import RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, ProvenanceFn
+from kpatch.outputs.userdb import StagedRows, commit_rows
+
+ENTRY_STATUSES = ("changed", "unchanged", "skipped", "error")
+
+#: Called with (label, original code object, patched code object).
+ChangeFn = Callable[[str, bytes, bytes], None]
+
+
+def output_args(kernel_args: str, mode: str) -> str | None:
+    """The ``kernel_args`` of the output entry, or None when the key is not
+    one the mode handles.  The trailing ``-mcpu=<input>`` token (at the
+    start or after whitespace) is replaced by ``-mcpu=<output>``, nothing
+    else changes."""
+    src, dst = SOURCE_PROCESSOR[mode], RESULT_PROCESSOR[mode]
+    m = re.search(r"(^|\s)-mcpu=" + re.escape(src) + r"$", kernel_args)
+    if not m:
+        return None
+    return kernel_args[: m.end() - len(src)] + dst
+
+
+def is_system_db(path: str) -> bool:
+    """A source that is not a user DB (``.ukdb``) is treated as a system DB."""
+    return not path.endswith(".ukdb")
+
+
+@dataclass
+class EntryReport:
+    """What happened to one source entry."""
+
+    uri: str
+    kernel_name: str
+    kernel_args: str
+    output_args: str | None
+    status: str  # changed | unchanged | skipped | error
+    reason: str = ""
+    kernels: list[KernelOutcome] = field(default_factory=list)
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return {"uri": self.uri, "kernel_name": self.kernel_name, "kernel_args": self.kernel_args,
+                "output_args": self.output_args, "status": self.status, "reason": self.reason,
+                "note": self.note, "kernels": [k.to_json() for k in self.kernels]}
+
+
+@dataclass
+class DbApplyResult:
+    """The outcome of :func:`apply_to_db`."""
+
+    output: str
+    entries: list[EntryReport] = field(default_factory=list)
+    source_errors: list[tuple[str, str]] = field(default_factory=list)
+    written: int = 0
+    backup: str | None = None
+    created: bool = False
+    dry_run: bool = False
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in ENTRY_STATUSES}
+        for e in self.entries:
+            out[e.status] += 1
+        for e in self.entries:
+            for k in e.kernels:
+                out[f"kernels_{k.status}"] = out.get(f"kernels_{k.status}", 0) + 1
+        for s in ("patched", "refused", "untouched"):
+            out.setdefault(f"kernels_{s}", 0)
+        return out
+
+
+def _existing_code(db: KernelDB | None, name: str, args: str) -> bytes | None:
+    if db is None:
+        return None
+    try:
+        row = db.get(name, args)
+        return row.code() if row is not None else None
+    except KpatchError:
+        return None  # unreadable: it will be replaced
+
+
+@contextmanager
+def open_output(path: str, *, dry_run: bool) -> Iterator[KernelDB | None]:
+    """The existing output DB for reading, opened so that no ``-wal`` /
+    ``-shm`` files are left behind: read-write (SQLite removes them when the
+    last connection closes; nothing is written) or, in a dry run, a private
+    copy when the file alone holds the whole DB."""
+    if not os.path.exists(path):
+        yield None
+        return
+    wal = path + "-wal"
+    if not dry_run:
+        db = KernelDB.open(path, writable=True)
+    elif os.path.exists(wal) and os.path.getsize(wal) > 0:
+        db = KernelDB.open(path)  # the WAL holds rows; SQLite's side files exist already
+    else:
+        with tempfile.TemporaryDirectory(prefix="kpatch-") as tmp:
+            copy = os.path.join(tmp, os.path.basename(path))
+            shutil.copyfile(path, copy)
+            db = KernelDB.open(copy)
+            try:
+                yield db
+            finally:
+                db.close()
+        return
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def apply_to_db(sources: Iterable[str], output_db: str, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
+                is_patched: ProvenanceFn, dry_run: bool = False,
+                on_entry: Callable[[EntryReport], None] | None = None,
+                on_change: ChangeFn | None = None) -> DbApplyResult:
+    """Patch every entry of ``sources`` into the user DB ``output_db`` (see
+    the module doc).  UsageError (before anything is read) if the output
+    location is not allowed; per-entry and per-source problems are recorded
+    in the result and the rest goes on.  ``on_entry`` is called with each
+    entry's report, ``on_change`` with (label, original code object, patched
+    code object) for each code object that changed (e.g. for a diff report)."""
+    sources = list(sources)
+    output_db = os.path.abspath(output_db)
+    check_output_dir(os.path.dirname(output_db), [s for s in sources if is_system_db(s)], create=not dry_run)
+    result = DbApplyResult(output_db, dry_run=dry_run)
+    staged = None if dry_run else StagedRows(os.path.dirname(output_db), os.path.basename(output_db))
+    staged_keys: set[tuple[str, str]] = set()
+    try:
+        with open_output(output_db, dry_run=dry_run) as existing:
+            for src in sources:
+                _apply_source(src, result, existing, staged, staged_keys, mode=mode, rule_sets=rule_sets,
+                              patch_fn=patch_fn, is_patched=is_patched, on_entry=on_entry, on_change=on_change)
+        if staged is not None and len(staged):
+            done = commit_rows(output_db, staged)
+            result.written = done.written
+            result.backup = done.backup.path if done.backup else None
+            result.created = done.created
+    finally:
+        if staged is not None:
+            staged.close()
+    return result
+
+
+def _apply_source(src: str, result: DbApplyResult, existing: KernelDB | None, staged: StagedRows | None,
+                  staged_keys: set[tuple[str, str]], *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
+                  is_patched: ProvenanceFn, on_entry: Callable[[EntryReport], None] | None,
+                  on_change: ChangeFn | None) -> None:
+    try:
+        db = KernelDB.open(src)
+    except KpatchError as e:
+        result.source_errors.append((src, e.reason))
+        return
+    base = Uri("kdb", os.path.abspath(src))
+    try:
+        for entry in db.entries():
+            report = _apply_entry(entry, base, existing, staged, staged_keys, on_change, mode=mode,
+                                  rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
+            result.entries.append(report)
+            if on_entry:
+                on_entry(report)
+    except KpatchError as e:  # the DB itself broke while being read
+        result.source_errors.append((src, e.reason))
+    finally:
+        db.close()
+
+
+def _apply_entry(entry, base: Uri, existing: KernelDB | None, staged: StagedRows | None,
+                 staged_keys: set[tuple[str, str]], on_change: ChangeFn | None, **kw) -> EntryReport:
+    mode = kw["mode"]
+    where = base.with_(name=entry.kernel_name, args=entry.kernel_args)
+    uri = str(where)
+    out_args = output_args(entry.kernel_args, mode)
+    report = EntryReport(uri, entry.kernel_name, entry.kernel_args, out_args, "skipped")
+    if out_args is None:
+        report.reason = f"key does not end with -mcpu={SOURCE_PROCESSOR[mode]}"
+        return report
+    try:
+        code = entry.code()
+        r = patch_blob(code, **kw)
+    except KpatchError as e:
+        report.status, report.reason = "error", e.reason
+        return report
+    report.kernels, report.note = list(r.kernels), r.note
+    if r.data is None:
+        report.status = "unchanged"
+        report.reason = r.note if not r.kernels else ""
+        return report
+    key = (entry.kernel_name, out_args)
+    if _existing_code(existing, *key) == r.data and key not in staged_keys:
+        report.status, report.reason = "unchanged", "the user DB already holds the patched code"
+        report.kernels = [KernelOutcome(k.name, "untouched", "already patched in the user DB", k.rules)
+                          if k.status == "patched" else k for k in report.kernels]
+        return report
+    if staged is not None:
+        staged.add(entry.kernel_name, out_args, r.data)
+    staged_keys.add(key)
+    if on_change is not None:
+        for entry_id, old, new in r.pairs:
+            on_change(str(where.with_(entry=entry_id)) if entry_id else uri, old, new)
+    report.status = "changed"
+    return report

@@ -1,0 +1,531 @@
+"""What in ``.text`` has to follow when code moves.
+
+:func:`scan_text` cuts ``.text`` into *units* (functions, from the STT_FUNC
+symbols and kernel entry points) and the padding between them, decodes each
+unit, and finds every PC-relative construct:
+
+* SOPP branches and ``s_call_b64`` (target = address + 4 + 4 * simm16);
+* ``s_getpc_b64 s[N:N+1]`` immediately followed by ``s_add_u32 sN, sN, lo``
+  and ``s_addc_u32 sN+1, sN+1, hi`` (what LLVM emits for every reference to
+  a symbol: target = address of the ``s_add_u32`` + the 64-bit constant);
+* ``s_setpc_b64`` / ``s_swappc_b64``, whose register pair is followed back
+  through the unit's control flow to such a pattern (a direct call or tail
+  call), or is ``s[30:31]`` in a non-kernel function (a return: the AMDGPU
+  calling convention keeps the return address written by ``s_swappc_b64``
+  there).
+
+Anything else becomes a :class:`Problem`: class ``A`` problems (an
+``s_getpc_b64`` used otherwise, undecodable words, branches into the middle
+of an instruction, code that falls off the end of its function) pin every
+address of the object, so no code may move at all; class ``B`` problems (a
+computed jump to an address loaded at run time) make the rewriter refuse the
+kernels that reach them.
+
+Call edges (direct calls, tail calls, branches into another unit, function
+addresses taken by a getpc pattern) let the rewriter find which kernels
+share which functions.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from kpatch.codeobject import CodeObject
+from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
+from kpatch.isa import decode
+from kpatch.isa.instruction import Instruction
+
+S_CODE_END = 0xBF9F0000
+S_NOP_0 = 0xBF800000
+PAD_WORDS = frozenset({S_CODE_END, S_NOP_0, 0})
+
+#: Instructions after which execution never reaches the next word.
+TERMINATORS = frozenset({"s_endpgm", "s_endpgm_saved", "s_endpgm_ordered_ps_done",
+                         "s_setpc_b64", "s_branch", "s_code_end"})
+#: PC-relative instructions kpatch does not relocate.
+UNSUPPORTED_PCREL = frozenset({"s_rfe_b64", "s_subvector_loop_begin", "s_subvector_loop_end",
+                               "s_cbranch_join", "s_cbranch_g_fork"})
+#: Mnemonics that read or write the program counter (inserted code may hold none).
+PC_MNEMONICS = frozenset({"s_getpc_b64", "s_setpc_b64", "s_swappc_b64", "s_call_b64"}) | UNSUPPORTED_PCREL
+#: SGPRs a callee may clobber (AMDGPU calling convention: s[4:31] are
+#: caller-saved, s[0:3] hold the scratch descriptor; s30/s31 get the return
+#: address).  Everything from s32 up is preserved across a call.
+CALL_CLOBBERED_SGPRS = range(0, 32)
+RETURN_ADDRESS = 30
+
+
+def is_pc_relative(inst: Instruction) -> bool:
+    """Does this instruction read or write the program counter?"""
+    return inst.is_branch or inst.mnemonic in PC_MNEMONICS
+
+
+@dataclass
+class Unit:
+    """One function (kernel or not) or run of symbol-less code in ``.text``."""
+
+    name: str
+    start: int
+    end: int
+    kind: str  # "kernel", "function" or "code"
+    first: int = 0  # index of its first instruction in TextScan.insts
+    count: int = 0  # number of instructions
+    align: int = 4  # alignment its start keeps when code moves
+    sized: bool = True  # its extent comes from a symbol size (else it was trimmed)
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+
+@dataclass
+class Gap:
+    """Bytes of ``.text`` between units (or before the first / after the last).
+
+    ``rigid`` bytes (the ``s_code_end`` run LLVM leaves after a module's last
+    function, or the whole region before the first unit) move unchanged; the
+    rest is alignment fill that may shrink or grow.
+    """
+
+    start: int
+    end: int
+    data: bytes
+    rigid: int  # length of the leading part that is kept as is
+
+    @property
+    def fill_word(self) -> bytes:
+        """The word used to lengthen the fill."""
+        if len(self.data) > self.rigid:
+            return self.data[-4:]
+        if self.rigid:
+            return self.data[self.rigid - 4:self.rigid]
+        return S_NOP_0.to_bytes(4, "little")
+
+
+@dataclass
+class GetPc:
+    """``s_getpc_b64 s[N:N+1]; s_add_u32 sN, sN, lo; s_addc_u32 sN+1, sN+1, hi``."""
+
+    index: int  # instruction index of s_getpc_b64
+    reg: int  # N
+    target: int  # address the pair holds after the s_addc_u32
+    hi_literal: bool  # the high half is a 32-bit literal (else an inline constant)
+
+
+@dataclass
+class Problem:
+    """Something the rewriter cannot relocate."""
+
+    unit: str
+    address: int
+    cls: str  # "A": pins every address; "B": refuse the kernels that reach it
+    kind: str  # a kpatch.rewrite.edits.REFUSAL_KINDS key
+    reason: str
+    ui: int = -1  # unit index
+
+
+@dataclass
+class TextScan:
+    """Units, gaps, instructions and PC-relative constructs of ``.text``."""
+
+    section_index: int
+    start: int
+    end: int
+    data: bytes
+    target: str
+    units: list[Unit]
+    gaps: list[Gap]  # gaps[i] lies before units[i]; gaps[-1] after the last unit
+    insts: list[Instruction]
+    unit_of: list[int]  # instruction index -> unit index
+    branches: dict[int, int] = field(default_factory=dict)  # instruction index -> target address
+    getpcs: list[GetPc] = field(default_factory=list)
+    getpc_at: dict[int, GetPc] = field(default_factory=dict)  # index of each of the 3 instructions
+    edges: dict[int, set[int]] = field(default_factory=dict)  # unit -> units it reaches
+    problems: list[Problem] = field(default_factory=list)
+    index_at: dict[int, int] = field(default_factory=dict)  # address -> instruction index
+    _starts: list[int] = field(default_factory=list)
+
+    def unit_at(self, address: int) -> int | None:
+        """Index of the unit whose [start, end) holds ``address``."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0 and address < self.units[i].end:
+            return i
+        return None
+
+    def problems_of(self, cls: str) -> list[Problem]:
+        return [p for p in self.problems if p.cls == cls]
+
+
+def _func_ranges(co: CodeObject, text_index: int, text_start: int, text_end: int):
+    """(start, size, name, is_kernel) of every function symbol and kernel entry in .text."""
+    kernels = {k.entry: k.name for k in co.kernels}
+    found: dict[int, list] = {}
+    for s in co.symbols():
+        if s.type != STT_FUNC or s.shndx != text_index or s.shndx == SHN_UNDEF:
+            continue
+        if not text_start <= s.value < text_end:
+            continue
+        cur = found.get(s.value)
+        if cur is None:
+            found[s.value] = [s.value, s.size, s.name]
+        else:
+            cur[1] = max(cur[1], s.size)
+            if s.value in kernels:
+                cur[2] = kernels[s.value]
+    for entry, name in kernels.items():
+        if text_start <= entry < text_end and entry not in found:
+            found[entry] = [entry, 0, name]
+        elif entry in found:
+            found[entry][2] = name
+    out = []
+    for start in sorted(found):
+        _, size, name = found[start]
+        out.append((start, min(size, text_end - start), name, start in kernels))
+    return out
+
+
+def _words(data: bytes) -> list[int]:
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]
+
+
+def _trim_padding(insts: list[Instruction]) -> int:
+    """How many instructions to keep: up to the last terminator followed only by padding."""
+    n = len(insts)
+    while n and int.from_bytes(insts[n - 1].raw[:4], "little") in PAD_WORDS and insts[n - 1].size == 4:
+        n -= 1
+    if n and insts[n - 1].mnemonic in TERMINATORS:
+        return n
+    return len(insts)
+
+
+def _alignment(address: int) -> int:
+    a = 4
+    while a < 256 and address % (a * 2) == 0:
+        a *= 2
+    return a
+
+
+def scan_text(co: CodeObject, target: str) -> TextScan | None:
+    """Units and PC-relative constructs of the object's ``.text`` (None if it has none)."""
+    text = co.section(".text")
+    if text is None or text.size == 0:
+        return None
+    data = co.text
+    start, end = text.addr, text.addr + text.size
+    ranges = _func_ranges(co, text.index, start, end)
+    # merge overlapping ranges, give size-0 ones the room up to the next range
+    units: list[Unit] = []
+    for i, (s, size, name, is_kernel) in enumerate(ranges):
+        nxt = ranges[i + 1][0] if i + 1 < len(ranges) else end
+        e = s + size if size else nxt
+        kind = "kernel" if is_kernel else "function"
+        if units and s < units[-1].end:
+            units[-1].end = max(units[-1].end, e)
+            if is_kernel and units[-1].kind != "kernel":
+                units[-1].kind = "kernel"
+            continue
+        units.append(Unit(name, s, e, kind, align=_alignment(s), sized=bool(size)))
+    units = _add_anonymous_code(units, data, start, end)
+    return _decode_units(co, text.index, start, end, data, target, units)
+
+
+def _add_anonymous_code(units: list[Unit], data: bytes, start: int, end: int) -> list[Unit]:
+    """Units for code that no symbol covers (any word but padding)."""
+    out: list[Unit] = []
+    pos = start
+    for u in units + [None]:
+        stop = u.start if u is not None else end
+        if stop > pos:
+            real = [i for i, w in enumerate(_words(data[pos - start:stop - start]))
+                    if w not in PAD_WORDS]
+            if real:
+                a = pos + 4 * real[0]
+                out.append(Unit(f"<code@{a:#x}>", a, stop, "code", align=4, sized=False))
+        if u is not None:
+            out.append(u)
+            pos = max(pos, u.end)
+    return out
+
+
+def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
+    insts: list[Instruction] = []
+    unit_of: list[int] = []
+    problems: list[Problem] = []
+    for ui, u in enumerate(units):
+        body = data[u.start - start:u.end - start]
+        got = decode(body, target, u.start)
+        if not u.sized:
+            got = got[:_trim_padding(got)]
+            u.end = got[-1].address + got[-1].size if got else u.start
+        u.first, u.count = len(insts), len(got)
+        insts.extend(got)
+        unit_of.extend([ui] * len(got))
+    gaps = []
+    pos = start
+    for u in units:
+        gaps.append(_gap(data, start, pos, u.start, leading=(pos == start)))
+        pos = u.end
+    gaps.append(_gap(data, start, pos, end, leading=False, trailing=True))
+    scan = TextScan(text_index, start, end, data, target, units, gaps, insts, unit_of,
+                    problems=problems)
+    scan._starts = [u.start for u in units]
+    scan.index_at = {ins.address: i for i, ins in enumerate(insts)}
+    for ui in range(len(units)):
+        scan.edges[ui] = set()
+    for ui, u in enumerate(units):
+        _scan_unit(scan, ui, u)
+    return scan
+
+
+def _gap(data: bytes, base: int, a: int, b: int, *, leading: bool, trailing: bool = False) -> Gap:
+    raw = data[a - base:b - base]
+    if leading:
+        return Gap(a, b, raw, len(raw))
+    rigid = 0
+    words = _words(raw)
+    while rigid < len(words) and words[rigid] == S_CODE_END:
+        rigid += 1
+    rigid *= 4
+    if trailing:  # nothing after it needs alignment: keep it all
+        rigid = len(raw)
+    return Gap(a, b, raw, rigid)
+
+
+def _problem(scan: TextScan, ui: int, address: int, cls: str, kind: str, reason: str) -> None:
+    scan.problems.append(Problem(scan.units[ui].name, address, cls, kind,
+                                 f"cannot relocate: {reason}", ui))
+
+
+def _inline_u32(code: int) -> int | None:
+    """The 32-bit value of an inline-constant scalar source (0..64, -1..-16)."""
+    if 128 <= code <= 192:
+        return code - 128
+    if 193 <= code <= 208:
+        return (-(code - 192)) & 0xFFFFFFFF
+    return None
+
+
+def _getpc_pattern(insts: list[Instruction], g: int, last: int):
+    """(reg, target, hi_literal) if insts[g] starts the getpc/add/addc pattern, else a reason."""
+    gp = insts[g]
+    n = gp.field("sdst")
+    if n > 104 or n % 2:
+        return f"s_getpc_b64 at {gp.address:#x} writes {gp.text().split(' ', 1)[-1]}, not an SGPR pair"
+    if g + 2 > last:
+        return f"s_getpc_b64 at {gp.address:#x} is not followed by s_add_u32/s_addc_u32"
+    add, addc = insts[g + 1], insts[g + 2]
+    if add.mnemonic != "s_add_u32" or addc.mnemonic != "s_addc_u32":
+        return (f"s_getpc_b64 s[{n}:{n + 1}] at {gp.address:#x} is followed by "
+                f"{add.mnemonic}, not s_add_u32/s_addc_u32")
+    fa, fc = add.fields, addc.fields
+    if fa["sdst"] != n or fc["sdst"] != n + 1:
+        return f"s_getpc_b64 s[{n}:{n + 1}] at {gp.address:#x}: the adds do not write its result"
+    if {fa["ssrc0"], fa["ssrc1"]} != {n, 255} or add.literal is None:
+        return f"s_add_u32 at {add.address:#x} does not add a 32-bit literal to s{n}"
+    other = fc["ssrc1"] if fc["ssrc0"] == n + 1 else fc["ssrc0"] if fc["ssrc1"] == n + 1 else None
+    if other is None:
+        return f"s_addc_u32 at {addc.address:#x} does not add to s{n + 1}"
+    if other == 255:
+        hi, hi_literal = addc.literal, True
+    else:
+        hi, hi_literal = _inline_u32(other), False
+    if hi is None:
+        return f"s_addc_u32 at {addc.address:#x} adds a register, not a constant"
+    delta = (hi << 32) | add.literal
+    if delta & (1 << 63):
+        delta -= 1 << 64
+    return n, add.address + delta, hi_literal
+
+
+def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
+    insts = scan.insts
+    first, last = u.first, u.last
+    if u.count == 0:
+        return
+    decoded_to = insts[last].address + insts[last].size
+    for i in range(first, last + 1):
+        ins = insts[i]
+        if ins.is_unknown:
+            _problem(scan, ui, ins.address, "A", "undecodable",
+                     f"word {ins.raw.hex()} at {ins.address:#x} in {u.name} does not decode for "
+                     f"{scan.target}")
+            return
+    if decoded_to != u.end:
+        _problem(scan, ui, insts[last].address, "A", "undecodable",
+                 f"the last instruction of {u.name} runs past its end {u.end:#x}")
+        return
+    if insts[last].mnemonic not in TERMINATORS:
+        _problem(scan, ui, insts[last].address, "A", "falls-through",
+                 f"{u.name} does not end with s_endpgm/s_setpc_b64/s_branch "
+                 f"({insts[last].mnemonic} at {insts[last].address:#x}): code falls through its end")
+    for i in range(first, last + 1):
+        ins = insts[i]
+        m = ins.mnemonic
+        if ins.is_branch or m == "s_call_b64":
+            t = ins.branch_target
+            j = scan.index_at.get(t)
+            if j is None:
+                _problem(scan, ui, ins.address, "A", "branch-target",
+                         f"{m} at {ins.address:#x} targets {t:#x}, which is not an instruction")
+                continue
+            scan.branches[i] = t
+            tu = scan.unit_of[j]
+            if tu != ui:
+                scan.edges[ui].add(tu)
+        elif m == "s_getpc_b64":
+            got = _getpc_pattern(insts, i, last)
+            if isinstance(got, str):
+                _problem(scan, ui, ins.address, "A", "pc-relative", got)
+                continue
+            reg, t, hi_lit = got
+            gp = GetPc(i, reg, t, hi_lit)
+            scan.getpcs.append(gp)
+            for k in (i, i + 1, i + 2):
+                scan.getpc_at[k] = gp
+            if scan.start <= t < scan.end:
+                j = scan.index_at.get(t)
+                if j is None:
+                    _problem(scan, ui, ins.address, "A", "branch-target",
+                             f"s_getpc_b64 at {ins.address:#x} computes {t:#x} inside .text, "
+                             f"which is not an instruction")
+                else:
+                    scan.edges[ui].add(scan.unit_of[j])
+        elif m in UNSUPPORTED_PCREL:
+            _problem(scan, ui, ins.address, "A", "unsupported",
+                     f"{m} at {ins.address:#x} is PC-relative and kpatch does not relocate it")
+    _computed_jumps(scan, ui, u)
+
+
+# ---------------------------------------------------------------------------
+# computed jumps: follow register pairs back to getpc patterns
+
+
+def _written_sgprs(ins: Instruction) -> list[int]:
+    out = []
+    for r in ins.writes:
+        if r.file == "s":
+            out.extend(range(r.index, r.index + r.count))
+    return out
+
+
+def _transfer(scan: TextScan, i: int, state: dict) -> dict:
+    """State after instruction i: SGPR -> ("lo"|"hi", target) known to hold a getpc result."""
+    ins = scan.insts[i]
+    m = ins.mnemonic
+    gp = scan.getpc_at.get(i)
+    if gp is not None and i == gp.index + 2:
+        state = dict(state)
+        state[gp.reg] = ("lo", gp.target)
+        state[gp.reg + 1] = ("hi", gp.target)
+        return state
+    if ins.is_unknown:
+        return {}
+    written = _written_sgprs(ins)
+    if m == "s_swappc_b64":
+        written = list(CALL_CLOBBERED_SGPRS) + written
+    if not written or not state:
+        return state
+    new = dict(state)
+    if m in ("s_mov_b64", "s_mov_b32") and ins.fields.get("ssrc0", 999) <= 105:
+        n = ins.fields["ssrc0"]
+        width = 2 if m == "s_mov_b64" else 1
+        copied = [state.get(n + k) for k in range(width)]
+        for k, r in enumerate(written):
+            new.pop(r, None)
+        for k in range(width):
+            if copied[k] is not None:
+                new[ins.fields["sdst"] + k] = copied[k]
+        return new
+    for r in written:
+        new.pop(r, None)
+    return new
+
+
+def _computed_jumps(scan: TextScan, ui: int, u: Unit) -> None:
+    insts = scan.insts
+    first, last = u.first, u.last
+    jumps = [i for i in range(first, last + 1)
+             if insts[i].mnemonic in ("s_setpc_b64", "s_swappc_b64")]
+    if not jumps:
+        return
+    # basic blocks: leaders are the start, branch targets inside the unit, and
+    # the instruction after any branch or terminator
+    leaders = {first}
+    for i in range(first, last + 1):
+        ins = insts[i]
+        t = scan.branches.get(i)
+        if t is not None and ins.mnemonic != "s_call_b64":
+            j = scan.index_at[t]
+            if first <= j <= last:
+                leaders.add(j)
+        if (ins.is_branch or ins.mnemonic in TERMINATORS) and i < last:
+            leaders.add(i + 1)
+    order = sorted(leaders)
+    block_end = {b: (order[k + 1] - 1 if k + 1 < len(order) else last) for k, b in enumerate(order)}
+    succs: dict[int, list[int]] = {}
+    for b in order:
+        e = block_end[b]
+        ins = insts[e]
+        out = []
+        t = scan.branches.get(e)
+        if t is not None and ins.mnemonic != "s_call_b64":
+            j = scan.index_at[t]
+            if first <= j <= last:
+                out.append(j)
+        if ins.mnemonic not in TERMINATORS and e < last:
+            out.append(e + 1)
+        succs[b] = out
+    TOP = None  # not yet reached
+    entry_state: dict[int, dict | None] = {b: TOP for b in order}
+    entry_state[first] = {}
+    work = [first]
+    while work:
+        b = work.pop()
+        st = entry_state[b]
+        for i in range(b, block_end[b] + 1):
+            st = _transfer(scan, i, st)
+        for s in succs[b]:
+            cur = entry_state[s]
+            if cur is TOP:
+                merged = st
+            else:
+                merged = {k: v for k, v in cur.items() if st.get(k) == v}
+            if cur is TOP or merged != cur:
+                entry_state[s] = merged
+                work.append(s)
+    for b in order:
+        st = entry_state[b]
+        if st is TOP:
+            continue  # unreachable from the entry
+        for i in range(b, block_end[b] + 1):
+            ins = insts[i]
+            if ins.mnemonic in ("s_setpc_b64", "s_swappc_b64"):
+                _check_jump(scan, ui, u, i, st)
+            st = _transfer(scan, i, st)
+    # jumps in blocks unreachable from the entry have unknown inputs
+    for b in order:
+        if entry_state[b] is TOP:
+            for i in range(b, block_end[b] + 1):
+                if insts[i].mnemonic in ("s_setpc_b64", "s_swappc_b64"):
+                    _check_jump(scan, ui, u, i, {})
+
+
+def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict) -> None:
+    ins = scan.insts[i]
+    n = ins.field("ssrc0")
+    lo, hi = state.get(n), state.get(n + 1)
+    if lo is not None and hi is not None and lo[0] == "lo" and hi[0] == "hi" and lo[1] == hi[1]:
+        t = lo[1]
+        j = scan.index_at.get(t)
+        if j is None:
+            _problem(scan, ui, ins.address, "A", "branch-target",
+                     f"{ins.mnemonic} at {ins.address:#x} jumps to {t:#x}, which is not an instruction")
+        else:
+            scan.edges[ui].add(scan.unit_of[j])
+        return
+    if ins.mnemonic == "s_setpc_b64" and n == RETURN_ADDRESS and u.kind != "kernel":
+        return  # a return: s[30:31] holds the address s_swappc_b64 wrote at run time
+    what = "jumps" if ins.mnemonic == "s_setpc_b64" else "calls"
+    _problem(scan, ui, ins.address, "B", "computed-jump",
+             f"{ins.mnemonic} at {ins.address:#x} in {u.name} {what} to s[{n}:{n + 1}], an address "
+             f"computed at run time that kpatch cannot bound")

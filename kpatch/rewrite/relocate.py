@@ -1,0 +1,474 @@
+"""Apply edits to a code object, moving code and fixing everything that points at it.
+
+:func:`apply_edits` is the rewriter: same-size edits are written in place;
+edits that change sizes move the code after them, and then every
+PC-relative branch and call, every ``s_getpc_b64`` literal, every kernel
+descriptor's entry offset, symbol values and sizes, and (when ``.text``
+outgrows its room) the ELF layout after it are fixed, with the Offset3fBug
+fixpoint on top.  What cannot be moved with certainty is refused, per
+kernel (its edits are dropped, its code stays as it was) or, when the
+object cannot be kept consistent at all, for the whole object (a
+:class:`~kpatch.rewrite.edits.Refusal` is raised).
+
+Refusal rules (see :mod:`kpatch.rewrite.codescan` for the problem classes):
+
+* an unrecognised PC-relative use anywhere (class A) pins every address:
+  every kernel whose code (or a function it calls) has a size-changing edit
+  is refused; same-size edits still apply;
+* a computed jump kpatch cannot bound (class B) refuses the kernels that
+  reach it, when code moves;
+* an edit that replaces a PC-relative instruction, splits a getpc pattern,
+  or inserts PC-relative code refuses the kernels reaching it;
+* a function shared by a refused kernel and another kernel with edits in
+  that function refuses the other kernel too (the shared code stays as it
+  was);
+* a branch whose new offset does not fit 16 bits refuses the kernels that
+  reach it.
+
+Functions that no kernel reaches directly (for example ones only called
+through pointers) are refused or patched on their own, under their own name.
+
+The header-level edits (:func:`set_e_flags`, :func:`set_metadata`,
+:func:`set_descriptor_field`) live in :mod:`kpatch.rewrite.headers` and are
+re-exported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kpatch.codeobject import CodeObject
+from kpatch.codeobject.elf import ET_REL, SHT_NULL
+from kpatch.errors import UsageError
+from kpatch.isa import TARGETS, decode, encode
+from kpatch.rewrite.codescan import Problem, TextScan, is_pc_relative, scan_text
+from kpatch.rewrite.edits import Edit, Refusal, Slot, group_edits
+from kpatch.rewrite.elfpatch import AddressMap, ElfLayout, write
+from kpatch.rewrite.textlayout import TextLayout, layout_text
+
+SHF_EXECINSTR = 0x4
+
+
+@dataclass
+class RewriteResult:
+    """A rewritten code object and what was done to it."""
+
+    data: bytes
+    address_map: dict[int, int] = field(default_factory=dict)  # old -> new vaddr, every instruction
+    inserted: list[tuple[int, int, str]] = field(default_factory=list)  # (new vaddr, size, rule)
+    relocations: dict[str, int] = field(default_factory=dict)
+    refused: list[Refusal] = field(default_factory=list)
+    applied: list[Edit] = field(default_factory=list)  # the edits that were applied
+
+
+def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool = True) -> RewriteResult:
+    """Apply ``edits`` to the code object ``data`` whose code is ``target`` code.
+
+    ``target`` names the ISA the code is decoded as (``gfx1030`` for the
+    objects kpatch patches).  ``offset3f``: fix every branch that relocation
+    gives the offset 0x3f (needed when the result runs on gfx1010).
+    Raises :class:`Refusal` when the object cannot be rewritten at all and
+    :class:`~kpatch.errors.UsageError` for edits that do not name an
+    instruction or hold code that does not decode.
+    """
+    return rewrite(data, target, edits, offset3f=offset3f)
+
+
+# ---------------------------------------------------------------------------
+
+
+def _other_target(target: str) -> str:
+    return "gfx1010" if target != "gfx1010" else "gfx1030"
+
+
+def _decode_code(code: bytes, target: str, address: int):
+    """Decode inserted code for ``target`` (or the other GFX10 target if it only
+    decodes there); UsageError if it is not whole instructions."""
+    for t in (target, _other_target(target)):
+        insts = decode(code, t, address)
+        if not any(i.is_unknown for i in insts) and sum(i.size for i in insts) == len(code):
+            return insts
+    raise UsageError(f"edit code {code.hex()} at {address:#x} is not a sequence of "
+                     f"{target} instructions")
+
+
+def _edit_problem(scan: TextScan, idx: int, slot: Slot) -> Refusal | None:
+    """Why the edits at instruction ``idx`` cannot be applied, or None."""
+    ins = scan.insts[idx]
+    a = ins.address
+    for e in slot.edits:
+        for c in _decode_code(bytes(e.code), scan.target, a):
+            if is_pc_relative(c):
+                return Refusal(f"cannot relocate: rule {e.rule} inserts {c.mnemonic} at {a:#x}; "
+                               f"kpatch does not place PC-relative code", kind="edit-pc-relative",
+                               address=a)
+    if slot.replace is not None and is_pc_relative(ins):
+        return Refusal(f"cannot relocate: rule {slot.replace.rule} replaces {ins.mnemonic} at "
+                       f"{a:#x}, a PC-relative instruction", kind="edit-pc-relative", address=a)
+    gp = scan.getpc_at.get(idx)
+    if gp is not None:
+        g = scan.insts[gp.index].address
+        if slot.replace is not None:
+            return Refusal(f"cannot relocate: rule {slot.replace.rule} replaces {ins.mnemonic} at "
+                           f"{a:#x}, part of the s_getpc_b64 sequence at {g:#x}",
+                           kind="edit-pc-relative", address=a)
+        inside = (slot.before if idx > gp.index else []) + (slot.after if idx < gp.index + 2 else [])
+        for e in inside:
+            clobbered = _clobbers(_decode_code(bytes(e.code), scan.target, a), gp.reg)
+            if clobbered:
+                return Refusal(f"cannot relocate: rule {e.rule} puts code that writes {clobbered} "
+                               f"inside the s_getpc_b64/s_add_u32/s_addc_u32 sequence at {g:#x}",
+                               kind="edit-pc-relative", address=a)
+    return None
+
+
+def _clobbers(insts, reg: int) -> str:
+    """Which of s[reg], s[reg+1] and SCC (what the getpc sequence carries) the code writes."""
+    hit = []
+    for c in insts:
+        for r in c.writes:
+            if r.file == "scc":
+                hit.append("scc")
+            elif r.file == "s" and r.index <= reg + 1 and reg < r.index + r.count:
+                hit.append(str(r))
+    return ", ".join(dict.fromkeys(hit))
+
+
+class _Plan:
+    """Which edits survive: roots (kernels, and functions no kernel reaches), the
+    units each root reaches, and the refusals so far."""
+
+    def __init__(self, scan: TextScan, slots: dict[int, Slot]):
+        self.scan = scan
+        self.slots = slots
+        units = scan.units
+        reached: set[int] = set()
+        for ui, u in enumerate(units):
+            if u.kind == "kernel":
+                reached |= self._reach(ui) - {ui}
+        self.roots = [ui for ui, u in enumerate(units) if u.kind == "kernel" or ui not in reached]
+        self.closure = {r: self._reach(r) for r in self.roots}
+        self.roots_of: dict[int, list[int]] = {ui: [] for ui in range(len(units))}
+        for r, c in self.closure.items():
+            for ui in c:
+                self.roots_of[ui].append(r)
+        self.slot_units: dict[int, list[int]] = {}
+        for i in slots:
+            self.slot_units.setdefault(scan.unit_of[i], []).append(i)
+        self.refused: dict[int, Refusal] = {}
+
+    def _reach(self, start: int) -> set[int]:
+        seen = {start}
+        todo = [start]
+        while todo:
+            for v in self.scan.edges.get(todo.pop(), ()):
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return seen
+
+    def blocked(self) -> set[int]:
+        """Units whose edits are dropped (reached by a refused root)."""
+        out: set[int] = set()
+        for r in self.refused:
+            out |= self.closure[r]
+        return out
+
+    def active(self) -> dict[int, Slot]:
+        b = self.blocked()
+        return {i: s for i, s in self.slots.items() if self.scan.unit_of[i] not in b}
+
+    def has_edits(self, r: int, *, sized: bool = False) -> bool:
+        """Does root ``r`` reach an edit (one that changes sizes, with ``sized``)?"""
+        insts = self.scan.insts
+        return any(not sized or self.slots[i].size_change(insts[i].size)
+                   for ui in self.closure[r] for i in self.slot_units.get(ui, ()))
+
+    def refuse(self, r: int, refusal: Refusal) -> bool:
+        if r in self.refused:
+            return False
+        self.refused[r] = refusal.for_kernel(self.scan.units[r].name)
+        return True
+
+    def refuse_unit(self, ui: int, refusal: Refusal, *, sized: bool = False) -> bool:
+        """Refuse every root that reaches unit ``ui`` and has edits; True if any was new."""
+        new = False
+        for r in self.roots_of[ui]:
+            if self.has_edits(r, sized=sized):
+                new |= self.refuse(r, refusal)
+        return new
+
+    def propagate(self) -> bool:
+        """Refuse roots that reach an edited unit whose edits a refusal dropped."""
+        new = False
+        while True:
+            b = self.blocked()
+            changed = False
+            for r in self.roots:
+                if r in self.refused:
+                    continue
+                shared = [ui for ui in self.closure[r] if ui in b and ui in self.slot_units]
+                if shared:
+                    ui = shared[0]
+                    owner = next(x for x in self.refused if ui in self.closure[x])
+                    changed |= self.refuse(r, Refusal(
+                        f"cannot patch: {self.scan.units[ui].name} is shared with refused "
+                        f"{self.scan.units[owner].name}, so its edits are not applied",
+                        kind="shared-code", address=self.scan.units[ui].start))
+            if not changed:
+                return new
+            new = True
+
+
+def _decide(scan: TextScan, slots: dict[int, Slot], conflicts: dict[int, Refusal],
+            offset3f: bool) -> tuple[_Plan, TextLayout]:
+    """Refuse what must be refused and lay out ``.text`` with the remaining edits."""
+    plan = _Plan(scan, slots)
+    problems = dict(conflicts)
+    for i, slot in slots.items():
+        if i not in problems:
+            p = _edit_problem(scan, i, slot)
+            if p is not None:
+                problems[i] = p
+    class_a = scan.problems_of("A")
+    for _ in range(4 * len(scan.units) + 4):
+        new = False
+        for i, p in problems.items():
+            new |= plan.refuse_unit(scan.unit_of[i], p)
+        active = plan.active()
+        moving = any(s.size_change(scan.insts[i].size) for i, s in active.items())
+        if moving and class_a:
+            a = class_a[0]
+            why = Refusal(f"cannot relocate: {a.reason.removeprefix('cannot relocate: ')} "
+                          f"(in {a.unit}); no code in this object can move", kind="immovable",
+                          address=a.address)
+            for r in plan.roots:
+                if plan.has_edits(r, sized=True):
+                    new |= plan.refuse(r, why)
+        if moving:
+            for p in scan.problems_of("B"):
+                new |= plan.refuse_unit(p.ui, Refusal(p.reason, kind=p.kind, address=p.address))
+        new |= plan.propagate()
+        if new:
+            continue
+        lay = layout_text(scan, active, offset3f=offset3f)
+        if not lay.out_of_range:
+            return plan, lay
+        for i in lay.out_of_range:
+            ins = scan.insts[i]
+            why = Refusal(f"cannot relocate: {ins.mnemonic} at {ins.address:#x} would need an "
+                          f"offset beyond 16 bits after the insertions", kind="branch-range",
+                          address=ins.address)
+            new |= plan.refuse_unit(scan.unit_of[i], why, sized=True)
+        if not new:
+            ins = scan.insts[lay.out_of_range[0]]
+            raise Refusal(f"cannot relocate: {ins.mnemonic} at {ins.address:#x} no longer "
+                          f"reaches its target", kind="branch-range", address=ins.address)
+    raise Refusal("cannot relocate: refusals did not settle", kind="layout")  # pragma: no cover
+
+
+def _scan(co: CodeObject, target: str | None) -> TextScan | None:
+    if not target:
+        name = co.target.mach.name if co.target is not None else ""
+        if name not in TARGETS:
+            raise Refusal(f"cannot relocate: kpatch cannot decode {name or 'this target'}'s "
+                          f"code to move it", kind="layout")
+        target = name
+    if target not in TARGETS:
+        raise UsageError(f"kpatch decodes gfx10 code for {', '.join(TARGETS)}, not {target!r}")
+    return scan_text(co, target)
+
+
+def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f: bool = True,
+            section_contents: dict[str, bytes] | None = None) -> RewriteResult:
+    """Apply ``edits`` and give named sections new contents (``section_contents``,
+    e.g. a re-encoded ``.note``), moving whatever has to move.  ``target`` may be
+    None to decode the code for the object's own target.  See :func:`apply_edits`."""
+    co = CodeObject.from_bytes(data)
+    if co.is_legacy:
+        raise Refusal("cannot patch: code object V2 uses another kernel format", kind="layout")
+    if co.e_type == ET_REL:
+        raise Refusal("cannot patch: relocatable object files (not linked) are not supported",
+                      kind="layout")
+    contents = {name: bytes(v) for name, v in (section_contents or {}).items()}
+    slots_by_addr, conflict_list = group_edits(list(edits))
+    scan = _scan(co, target) if slots_by_addr else None
+    slots: dict[int, Slot] = {}
+    conflicts: dict[int, Refusal] = {}
+    if slots_by_addr:
+        if scan is None:
+            raise UsageError("edits given for an object without .text")
+        for addr, slot in slots_by_addr.items():
+            i = scan.index_at.get(addr)
+            if i is None:
+                raise UsageError(f"edit address {addr:#x} is not the start of an instruction "
+                                 f"in a function of .text")
+            slots[i] = slot
+        for addr, reason in conflict_list:
+            conflicts[scan.index_at[addr]] = Refusal(f"cannot patch: {reason}", kind="edit-conflict",
+                                                     address=addr)
+    for _ in range(3):
+        plan = lay = None
+        if scan is not None:
+            plan, lay = _decide(scan, slots, conflicts, offset3f)
+        try:
+            return _finish(co, scan, lay, plan, contents, target, offset3f)
+        except Refusal as e:
+            # a getpc target that cannot be placed pins the code like any class A problem
+            if e.kind != "data-target" or scan is None or not slots or e.address is None:
+                raise
+            ui = scan.unit_at(e.address)
+            scan.problems.append(Problem(scan.units[ui].name, e.address, "A", e.kind, e.reason, ui))
+    raise Refusal("cannot relocate: PC-relative targets could not be placed", kind="data-target")
+
+
+def _finish(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
+            contents: dict[str, bytes], target: str | None, offset3f: bool) -> RewriteResult:
+    layout = ElfLayout(co.data)
+    text_sec = layout.section(".text")
+    new_sizes: dict[int, int] = {}
+    by_index: dict[int, bytes] = {}
+    for name, b in contents.items():
+        s = layout.section(name)
+        if s is None:
+            raise UsageError(f"no section {name}")
+        new_sizes[s.index] = len(b)
+        by_index[s.index] = b
+    if lay is not None:
+        new_sizes[text_sec.index] = lay.size
+    layout.plan(new_sizes)
+    inside = lay is not None and lay.moved()
+    relative = text_sec is not None and any(
+        s.alloc and s.type != SHT_NULL and s.delta != text_sec.delta for s in layout.secs)
+    execs = [s for s in layout.secs if s.flags & SHF_EXECINSTR and s.name != ".text"]
+    if (inside or relative) and execs:
+        raise Refusal(f"cannot relocate: code outside .text ({execs[0].name})", kind="layout")
+    if relative and scan is None:
+        scan = _scan(co, target)
+        plan, lay = _Plan(scan, {}), layout_text(scan, {}, offset3f=offset3f)
+    if (inside or relative) and scan.problems_of("A"):
+        a = scan.problems_of("A")[0]
+        raise Refusal(f"{a.reason} (in {a.unit}); the object's code cannot move relative to "
+                      f"its data", kind="immovable", address=a.address)
+    code_maps = {}
+    if inside or relative:
+        d = text_sec.delta
+        code_maps[text_sec.index] = lambda addr, kind, _m=lay.map, _d=d: (
+            None if (v := _m(addr, kind)) is None else v + _d)
+    amap = AddressMap(layout, code_maps)
+    stats: dict[str, int] = {}
+    inserted: list = []
+    if lay is not None and (inside or relative or lay.slots):
+        text, inserted = lay.build()
+        if inside or relative:
+            stats["getpc_literals_fixed"] = _fix_getpc(scan, lay, text, amap, text_sec.delta)
+        by_index[text_sec.index] = bytes(text)
+    stats["descriptors_fixed"] = (_fix_descriptors(co, layout, amap, by_index)
+                                  if (inside or relative) else 0)
+    out, ws = write(layout, by_index, amap)
+    result = RewriteResult(out)
+    if lay is not None:
+        d = text_sec.delta
+        result.address_map = {a: v + d for a, v in lay.address_map.items()}
+        result.inserted = [(a + d, n, r) for a, n, r in inserted]
+        result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
+        stats["edits_applied"] = len(result.applied)
+        stats["branches_retargeted"] = len(lay.new_simm)
+        stats["offset3f_fixed"] = sum(lay.nops3f.values())
+        stats["text_growth"] = lay.size - (scan.end - scan.start)
+    if plan is not None:
+        result.refused = sorted(plan.refused.values(), key=lambda r: (r.kernel or "", r.reason))
+    stats.update(symbols_fixed=ws.symbols_fixed, dynamic_fixed=ws.dynamic_fixed,
+                 relocations_fixed=ws.relocations_fixed, sections_moved=ws.sections_moved,
+                 segments_fixed=ws.segments_fixed)
+    stats["debug_sections_stale"] = sum(
+        1 for s in layout.secs if s.name.startswith(".debug") and (inside or relative))
+    result.relocations = stats
+    CodeObject.from_bytes(out)  # the result must still parse
+    return result
+
+
+def _fix_getpc(scan: TextScan, lay: TextLayout, text: bytearray, amap: AddressMap, d: int) -> int:
+    """Rewrite each getpc pattern's constant for the new distance to its target
+    (``d``: how far .text itself moved)."""
+    fixed = 0
+    base = scan.start
+    for gp in scan.getpcs:
+        t = gp.target
+        if scan.start <= t < scan.end:
+            new_t = lay.map(t, "entry")
+            if new_t is None:
+                a = scan.insts[gp.index].address
+                raise Refusal(f"cannot relocate: s_getpc_b64 at {a:#x} refers to {t:#x}, not an "
+                              f"instruction", kind="data-target", address=a)
+            new_t += d
+        else:
+            try:
+                new_t = amap.map(t, "entry", what="s_getpc_b64 target")
+            except Refusal as e:
+                raise Refusal(f"{e.reason} (s_getpc_b64 at {scan.insts[gp.index].address:#x})",
+                              kind="data-target", address=scan.insts[gp.index].address) from None
+        pc = lay.new_addr[gp.index] + 4 + d
+        delta = (new_t - pc) & (2**64 - 1)
+        lo, hi = delta & 0xFFFFFFFF, delta >> 32
+        add, addc = scan.insts[gp.index + 1], scan.insts[gp.index + 2]
+        a_at = lay.new_addr[gp.index + 1] - base
+        c_at = lay.new_addr[gp.index + 2] - base
+        changed = False
+        if add.literal != lo:
+            text[a_at + 4:a_at + 8] = lo.to_bytes(4, "little")
+            changed = True
+        if gp.hi_literal:
+            if addc.literal != hi:
+                text[c_at + 4:c_at + 8] = hi.to_bytes(4, "little")
+                changed = True
+        else:
+            code = _inline_code(hi)
+            if code is None:
+                raise Refusal(f"cannot relocate: s_addc_u32 at {addc.address:#x} holds an inline "
+                              f"constant and the new high half {hi:#x} is not one", kind="pc-relative",
+                              address=addc.address)
+            f = "ssrc1" if addc.field("ssrc0") == gp.reg + 1 else "ssrc0"
+            if addc.field(f) != code:
+                text[c_at:c_at + 4] = encode(addc, **{f: code})
+                changed = True
+        fixed += changed
+    return fixed
+
+
+def _inline_code(value: int) -> int | None:
+    v = value - (1 << 32) if value & 0x80000000 else value
+    if 0 <= v <= 64:
+        return 128 + v
+    if -16 <= v <= -1:
+        return 192 - v
+    return None
+
+
+def _fix_descriptors(co: CodeObject, layout: ElfLayout, amap: AddressMap,
+                     by_index: dict[int, bytes]) -> int:
+    """Point every kernel descriptor's KERNEL_CODE_ENTRY_BYTE_OFFSET at its moved entry."""
+    fixed = 0
+    edited: dict[int, bytearray] = {}
+    for k in co.kernels:
+        s = next((x for x in layout.secs if x.file_size and
+                  x.offset <= k.descriptor_offset < x.offset + x.size), None)
+        if s is None:
+            raise Refusal(f"cannot relocate: descriptor {k.symbol} is in no section", kind="layout")
+        new_kd = k.descriptor_vaddr + s.delta
+        new_entry = amap.map(k.entry, "entry", what=f"entry of {k.name}")
+        value = new_entry - new_kd
+        if value == k.descriptor.kernel_code_entry_byte_offset:
+            continue
+        buf = edited.get(s.index)
+        if buf is None:
+            buf = edited[s.index] = bytearray(by_index.get(s.index, layout.contents(s.index)))
+        at = k.descriptor_offset - s.offset + 16
+        buf[at:at + 8] = value.to_bytes(8, "little", signed=True)
+        fixed += 1
+    for i, b in edited.items():
+        by_index[i] = bytes(b)
+    return fixed
+
+
+from kpatch.rewrite.headers import set_descriptor_field, set_e_flags, set_metadata  # noqa: E402,F401

@@ -1,0 +1,393 @@
+"""`kpatch apply --db` orchestration, with the rules engine replaced by test
+doubles (conftest.FakePatcher) on the real sample DB.
+
+Expected DB contents come from MIOpen's exact lookup (the SQL text with the
+values pasted in, bzip2, MD5 and size checked: conftest.miopen_select), from
+sqlite3 reading rows directly, and from LLVM's bundler; never from kpatch's
+own DB reader.
+"""
+
+from __future__ import annotations
+
+import bz2
+import json
+import os
+import shutil
+import sqlite3
+import struct
+
+import pytest
+
+import kpatch.outputs.userdb as userdb
+from kpatch.containers.kdb import write_kdb
+from kpatch.data import sample_db_path
+from kpatch.errors import UsageError
+from kpatch.outputs.apply_db import apply_to_db, output_args
+from kpatch.outputs.userdb import list_backups, restore_latest
+
+from .conftest import (
+    BUNDLER15, FakePatcher, fake_is_patched, invoke, listing, marked, miopen_select, no_provenance, read, run, sha)
+
+GFX1030 = "hipv4-amdgcn-amd-amdhsa--gfx1030"
+
+
+def raw_rows(path: str) -> list[tuple]:
+    """Every row as stored, read with sqlite3 alone."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return conn.execute("SELECT id, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size "
+                            "FROM kern_db ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+def sample_items() -> list[tuple[str, str, bytes]]:
+    """(name, args, code) of the sample DB, decoded with sqlite3 + bz2 (not kpatch)."""
+    out = []
+    for _, name, args, blob, md5, size in raw_rows(sample_db_path()):
+        out.append((name, args, bz2.decompress(blob) if size else bytes(blob)))
+    return out
+
+
+@pytest.fixture
+def cache(tmp_path):
+    d = tmp_path / "cache" / "3.2.0.abc"
+    d.mkdir(parents=True)
+    return d
+
+
+def apply(sources, output, **kw):
+    args = dict(mode="override", rule_sets=["gfx1010-hazards"], patch_fn=FakePatcher(), is_patched=fake_is_patched)
+    args.update(kw)
+    return apply_to_db([str(s) for s in sources], str(output), **args)
+
+
+def expected_patched(code: bytes, tmp_path) -> bytes:
+    """What override mode with FakePatcher must store for one sample blob:
+    the code object marked; a bundle rebuilt by LLVM's bundler with its
+    gfx1030 entry marked (the same tool and options that made the sample)."""
+    if code.startswith(b"\x7fELF"):
+        return marked(code)
+    src = tmp_path / "orig.bundle"
+    src.write_bytes(code)
+    run(BUNDLER15, "--unbundle", "--type=o", f"--input={src}", f"--targets={GFX1030}", f"--output={tmp_path / 'e.co'}")
+    (tmp_path / "m.co").write_bytes(marked(read(str(tmp_path / "e.co"))))
+    run(BUNDLER15, "--type=o", f"--targets=host-x86_64-unknown-linux,{GFX1030}", "--input=/dev/null",
+        f"--input={tmp_path / 'm.co'}", f"--output={tmp_path / 'new.bundle'}")
+    return read(str(tmp_path / "new.bundle"))
+
+
+@pytest.mark.parametrize("args, mode, want", [
+    (" -DX=1 -mcpu=gfx1030", "override", " -DX=1 -mcpu=gfx1030"),
+    (" -DX=1 -mcpu=gfx1030", "native", " -DX=1 -mcpu=gfx1010"),
+    ("-mcpu=gfx1030", "native", "-mcpu=gfx1010"),
+    ("-Wa,-defsym,X=1 -mcumode\t-mcpu=gfx1030", "native", "-Wa,-defsym,X=1 -mcumode\t-mcpu=gfx1010"),
+    (" -mcpu=gfx1010", "relabel", " -mcpu=gfx1030"),
+    (" -mcpu=gfx10300", "override", None),
+    (" -xmcpu=gfx1030", "override", None),
+    (" -mcpu=gfx1030 -O3", "native", None),
+    (" -mcpu=gfx1030", "relabel", None),
+    (" -mcpu=gfx1010", "native", None),
+    (" -mcpu=gfx1030:xnack-", "override", None),
+])
+def test_output_args(args, mode, want):
+    assert output_args(args, mode) == want
+
+
+@pytest.mark.llvm
+def test_override_writes_what_miopen_loads(tmp_path, cache):
+    out = cache / "gfx1030_18.ukdb"
+    patcher = FakePatcher()
+    r = apply([sample_db_path()], out, patch_fn=patcher)
+    items = sample_items()
+    assert r.written == len(items) and r.created and r.backup and r.backup.endswith(".absent")
+    assert {m for m, _ in patcher.calls} == {"override"} and patcher.calls[0][1] == ["gfx1010-hazards"]
+    for name, args, code in items:
+        assert miopen_select(str(out), name, args) == expected_patched(code, tmp_path)
+    assert len(raw_rows(str(out))) == len(items)
+    # MIOpen keeps user DBs in WAL mode; nothing is left beside the DB but the backup marker
+    conn = sqlite3.connect(str(out))
+    assert conn.execute("PRAGMA journal_mode;").fetchone()[0] == "wal"
+    conn.close()
+    assert listing(str(cache)) == sorted(["gfx1030_18.ukdb", os.path.basename(r.backup)])
+
+
+def test_only_changed_entries_are_written(cache):
+    out = cache / "gfx1030_18.ukdb"
+    patcher = FakePatcher(skip=("asm_scale_loop", "asm_lds_swap"), refuse=("MIOpenSumSq",))
+    r = apply([sample_db_path()], out, patch_fn=patcher)
+    keys = {(n, a) for _, n, a, *_ in raw_rows(str(out))}
+    want = {(n, a) for n, a, _ in sample_items() if n != "asm_kernels.s.o"}
+    assert keys == want and r.written == len(want)
+    statuses = {(e.kernel_name, e.kernel_args): e.status for e in r.entries}
+    assert [s for (n, _), s in statuses.items() if n == "asm_kernels.s.o"] == ["unchanged", "unchanged"]
+    refused = [k for e in r.entries for k in e.kernels if k.status == "refused"]
+    assert refused and all(k.name == "MIOpenSumSq" and k.reason == "fake refusal" for k in refused)
+
+
+def test_merge_keeps_unrelated_entries_byte_for_byte(cache):
+    out = cache / "gfx1030_18.ukdb"
+    (name, args, _), *_ = sample_items()
+    write_kdb(str(out), [("MIOpenUnrelated.cl.o", " -DA=1 -mcpu=gfx1030", b"\x01" * 5000),
+                         (name, args, b"stale kernel"),
+                         ("other.s.o", "-mcumode -mcpu=gfx1030", b"\x7fELF unrelated")], user=True)
+    before = {(r[1], r[2]): r for r in raw_rows(str(out))}
+    apply([sample_db_path()], out)
+    after = {(r[1], r[2]): r for r in raw_rows(str(out))}
+    for key in (("MIOpenUnrelated.cl.o", " -DA=1 -mcpu=gfx1030"), ("other.s.o", "-mcumode -mcpu=gfx1030")):
+        assert after[key] == before[key]  # same id, blob, hash and size
+    assert after[(name, args)][3] != before[(name, args)][3]
+    assert len(after) == 2 + len(sample_items())
+
+
+def test_second_run_changes_nothing(cache):
+    out = cache / "gfx1030_18.ukdb"
+    apply([sample_db_path()], out)
+    digest, files = sha(str(out)), listing(str(cache))
+    for is_patched in (fake_is_patched, no_provenance):  # provenance, then byte comparison alone
+        r = apply([sample_db_path()], out, is_patched=is_patched)
+        assert r.written == 0 and r.backup is None
+        assert {e.status for e in r.entries} == {"unchanged"}
+        assert all(k.status == "untouched" for e in r.entries for k in e.kernels)
+        assert sha(str(out)) == digest and listing(str(cache)) == files
+
+
+def test_user_db_patched_in_place(cache):
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), sample_items(), user=True)  # MIOpen's own run-time cache
+    patcher = FakePatcher()
+    r = apply([out], out, patch_fn=patcher)
+    assert r.written == len(sample_items()) and r.backup and not r.backup.endswith(".absent")
+    for name, args, code in sample_items():
+        got = miopen_select(str(out), name, args)
+        assert got != code and (not got.startswith(b"\x7fELF") or got == marked(code))
+    digest = sha(str(out))
+    again = FakePatcher()
+    r2 = apply([out], out, patch_fn=again)
+    assert r2.written == 0 and again.calls == []  # recognised by provenance: not even patched again
+    assert all(k.reason.startswith("already patched") for e in r2.entries for k in e.kernels)
+    assert sha(str(out)) == digest
+
+
+def test_backup_then_revert(cache):
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    original = sha(str(out))
+    r = apply([sample_db_path()], out)
+    assert sha(r.backup) == original and sha(str(out)) != original
+    assert [b.path for b in list_backups(str(out))] == [r.backup]
+    restored = restore_latest(str(out))
+    assert restored.path == r.backup and sha(str(out)) == original
+    assert raw_rows(str(out))[0][1:3] == ("keep.cl.o", " -mcpu=gfx1030")
+
+
+def test_revert_of_a_created_db_removes_it(cache):
+    out = cache / "gfx1030_18.ukdb"
+    apply([sample_db_path()], out)
+    restore_latest(str(out))
+    assert not out.exists()
+
+
+def test_dry_run_writes_nothing(tmp_path, cache):
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    digest, files = sha(str(out)), listing(str(cache))
+    r = apply([sample_db_path()], out, dry_run=True)
+    assert r.dry_run and r.written == 0 and r.backup is None
+    assert {e.status for e in r.entries} == {"changed"}
+    assert sha(str(out)) == digest and listing(str(cache)) == files
+    missing = tmp_path / "not-yet" / "gfx1030_18.ukdb"
+    apply([sample_db_path()], missing, dry_run=True)
+    assert not missing.parent.exists()
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("error", [Crash, KeyboardInterrupt])
+def test_crash_while_writing_leaves_the_db_intact(cache, monkeypatch, error):
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    digest, files = sha(str(out)), listing(str(cache))
+    real_rows = userdb.StagedRows.rows
+
+    def rows_then_crash(self):
+        for i, row in enumerate(real_rows(self)):
+            if i == 2:
+                raise error()
+            yield row
+
+    monkeypatch.setattr(userdb.StagedRows, "rows", rows_then_crash)
+    with pytest.raises(error):
+        apply([sample_db_path()], out)
+    assert sha(str(out)) == digest and listing(str(cache)) == files  # no temp, staging or backup file left
+    assert raw_rows(str(out))[0][1] == "keep.cl.o"
+
+
+def test_crash_at_the_final_rename_leaves_the_db_intact(cache, monkeypatch):
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    digest, files = sha(str(out)), listing(str(cache))
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.abspath(dst) == str(out):
+            raise Crash()
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(userdb.os, "replace", replace)
+    with pytest.raises(Crash):
+        apply([sample_db_path()], out)
+    assert sha(str(out)) == digest and listing(str(cache)) == files
+
+
+def test_db_in_use_is_not_touched(cache):
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    digest = sha(str(out))
+    miopen = sqlite3.connect(str(out))  # stands in for a running MIOpen holding the DB
+    miopen.execute("SELECT COUNT(*) FROM kern_db").fetchall()
+    files = listing(str(cache))
+    try:
+        with pytest.raises(UsageError, match="in use"):
+            apply([sample_db_path()], out)
+        assert listing(str(cache)) == files
+    finally:
+        miopen.close()
+    assert sha(str(out)) == digest
+
+
+def test_never_writes_into_system_directories(tmp_path):
+    target = "/usr/lib/kpatch-test-never/gfx1030_18.ukdb"
+    with pytest.raises(UsageError, match="system directory"):
+        apply([sample_db_path()], target)
+    assert not os.path.exists(os.path.dirname(target))
+    sysdir = tmp_path / "share" / "miopen" / "db"
+    sysdir.mkdir(parents=True)
+    shutil.copy(sample_db_path(), sysdir / "gfx1030.kdb")
+    with pytest.raises(UsageError, match="system kernel DB"):
+        apply([sysdir / "gfx1030.kdb"], sysdir / "gfx1030_18.ukdb")
+    assert listing(str(sysdir)) == ["gfx1030.kdb"]
+
+
+@pytest.mark.llvm
+def test_native_rewrites_keys_and_bundle_ids(cache):
+    out = cache / "gfx1010_18.ukdb"
+    apply([sample_db_path()], out, mode="native")
+    rows = raw_rows(str(out))
+    assert all(a.endswith(" -mcpu=gfx1010") for _, _, a, *_ in rows)
+    for name, args, code in sample_items():
+        assert miopen_select(str(out), name, args) is None  # the gfx1030 key is not there
+        got = miopen_select(str(out), name, args[: -len("gfx1030")] + "gfx1010")
+        if got.startswith(b"\x7fELF"):
+            assert struct.unpack_from("<I", got, 48)[0] == 0x233
+        else:
+            path = cache / "b.bundle"
+            path.write_bytes(got)
+            ids = sorted(run(BUNDLER15, "--list", "--type=o", f"--input={path}").stdout.split())
+            assert ids == ["hipv4-amdgcn-amd-amdhsa--gfx1010:xnack-", "host-x86_64-unknown-linux"]
+            path.unlink()
+
+
+def test_wrong_label_from_the_patcher_is_refused(cache):
+    """A patch function that labels gfx1010 code in override mode would make
+    the HSA loader reject it under the override: nothing is written."""
+
+    def relabels_wrongly(data, *, mode, rule_sets):
+        return FakePatcher()(data, mode="native", rule_sets=rule_sets)
+
+    out = cache / "gfx1030_18.ukdb"
+    r = apply([sample_db_path()], out, patch_fn=relabels_wrongly)
+    assert r.written == 0 and not out.exists()
+    kernels = [k for e in r.entries for k in e.kernels]
+    assert kernels and all(k.status == "refused" and "labelled gfx1010" in k.reason for k in kernels)
+
+
+def test_bz2_system_db(tmp_path, cache):
+    src = tmp_path / "gfx1030.kdb.bz2"
+    src.write_bytes(bz2.compress(read(sample_db_path())))
+    out = cache / "gfx1030_18.ukdb"
+    r = apply([src], out)
+    assert r.written == len(sample_items()) and not r.source_errors
+    assert all(e.uri.startswith(f"kdb://{src}?") for e in r.entries)
+
+
+def corrupt_copy(tmp_path) -> str:
+    path = str(tmp_path / "corrupt.kdb")
+    shutil.copy(sample_db_path(), path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE kern_db SET kernel_hash = '00000000000000000000000000000000' WHERE id = 2")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_a_bad_entry_is_an_error_and_the_rest_goes_on(tmp_path, cache):
+    out = cache / "gfx1030_18.ukdb"
+    r = apply([corrupt_copy(tmp_path), tmp_path / "missing.kdb"], out)
+    errors = [e for e in r.entries if e.status == "error"]
+    assert len(errors) == 1 and "MD5 mismatch" in errors[0].reason
+    assert r.written == len(sample_items()) - 1
+    assert [s for s, _ in r.source_errors] == [str(tmp_path / "missing.kdb")]
+
+
+def test_cli_lines_json_and_exit_status(tmp_path, cache, monkeypatch):
+    args = ["apply", "--db", corrupt_copy(tmp_path), "--mode", "override", "--cu", "18", "--out-dir", str(cache)]
+    code, stdout, stderr, exc = invoke(monkeypatch, args, patcher=FakePatcher(refuse=("vec_add",)),
+                                       is_patched=fake_is_patched)
+    assert exc is None and code == 1
+    assert len(stderr.strip().splitlines()) == 1 and "MD5 mismatch" in stderr and "kdb://" in stderr
+    lines = stdout.splitlines()
+    assert lines[0].startswith("mode override (--mode); CU 18 (--cu)")
+    assert lines[1].startswith(f"output {cache / 'gfx1030_18.ukdb'}")
+    assert any(line.startswith("refused   kdb://") and line.endswith("vec_add: fake refusal") for line in lines)
+    n_patched = sum(line.startswith("patched   kdb://") for line in lines)
+    assert "6 entries: 5 changed, 0 unchanged, 0 skipped, 1 errors" in stdout
+    assert f"kernels: {n_patched} patched, 1 refused, 0 untouched" in stdout
+    code, stdout, stderr, exc = invoke(monkeypatch, args + ["--json"], patcher=FakePatcher(),
+                                       is_patched=fake_is_patched)
+    doc = json.loads(stdout)
+    assert code == 1 and doc["written"] == 0 and doc["summary"]["unchanged"] == 5
+    assert doc["summary"]["error"] == 1 and len(doc["errors"]) == 1
+    assert doc["output"] == str(cache / "gfx1030_18.ukdb")
+
+
+def test_cli_revert_and_list(cache, monkeypatch):
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    original = sha(str(out))
+    code, *_ = invoke(monkeypatch, ["apply", "--db", sample_db_path(), "--mode", "override", "--cu", "18",
+                                    "--out-dir", str(cache)], patcher=FakePatcher(), is_patched=fake_is_patched)
+    assert code == 0 and sha(str(out)) != original
+    code, stdout, _, _ = invoke(monkeypatch, ["revert", "--list", "--out-dir", str(cache)])
+    assert code == 0 and f"{out}: 1 backup(s)" in stdout
+    code, stdout, _, _ = invoke(monkeypatch, ["revert", str(out)])
+    assert code == 0 and stdout.startswith(f"restored {out} from {out}.kpatch-backup-")
+    assert sha(str(out)) == original
+
+
+def test_cli_usage_errors(cache, monkeypatch):
+    code, _, stderr, exc = invoke(monkeypatch, ["apply", "--mode", "override"])
+    assert code == 2
+    _, _, _, exc = invoke(monkeypatch, ["apply", "--db", sample_db_path(), "--mode", "relabel", "--rules", "x",
+                                        "--cu", "18", "--out-dir", str(cache)])
+    assert isinstance(exc, UsageError) and "--rules" in exc.reason
+
+
+def test_cli_report_lists_every_changed_code_object(tmp_path, cache, monkeypatch):
+    from html import escape
+    from urllib.parse import quote
+
+    report = tmp_path / "report.html"
+    code, stdout, stderr, exc = invoke(monkeypatch, ["apply", "--db", sample_db_path(), "--mode", "override",
+                                                     "--cu", "18", "--out-dir", str(cache), "--report", str(report),
+                                                     "--dry-run"], patcher=FakePatcher(), is_patched=fake_is_patched)
+    assert exc is None and code == 0, stderr
+    html = report.read_text()
+    src = f"kdb://{sample_db_path()}"
+    for name, args, _ in sample_items():
+        assert escape(f"{src}?name={quote(name, safe='')}&args={quote(args, safe='')}") in html
+    assert f"report {report} ({len(sample_items())} changed code objects)" in stdout
+    assert "#entry=hipv4-amdgcn-amd-amdhsa--gfx1030" in html  # the bundle's code object, named by its entry
+    assert not (cache / "gfx1030_18.ukdb").exists()

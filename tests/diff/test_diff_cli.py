@@ -1,0 +1,94 @@
+"""`kpatch diff` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from conftest import run_kpatch
+from kpatch.containers.kdb import write_kdb
+
+from .conftest import ASM_V4, objdump, read, text_file_offset, write
+
+
+def test_text_output_side_by_side(branchy):
+    r = run_kpatch("diff", branchy[0], branchy[1])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"--- {branchy[0]}" and lines[1] == f"+++ {branchy[1]}"
+    depctr = [(a, t) for a, t in objdump(branchy[1]) if t.startswith("s_waitcnt_depctr")]
+    (addr, text), = depctr
+    plus = [ln for ln in lines if ln.lstrip().startswith("+ ")]
+    assert len(plus) == 1 and plus[0].rstrip().endswith(f"{addr:x}  {text}")
+    reloc = [ln for ln in lines if ln.lstrip().startswith("> ")]
+    assert len(reloc) == 2 and all("(relocated, same target)" in ln for ln in reloc)
+    assert any("-- kernel k_branchy" in ln for ln in lines)
+    assert "unchanged functions (2): helper, k_other" in r.stdout
+    assert lines[-1].startswith("summary: 1 pair compared, 1 changed")
+    assert "\x1b[" not in r.stdout  # no colour codes when piped
+
+
+def test_json_output(branchy):
+    r = run_kpatch("diff", "--json", branchy[0], branchy[2])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["inserted"] == 1 and doc["summary"]["control_flow_problems"] == 0
+    (obj,) = doc["objects"]
+    k = next(f for f in obj["functions"] if f["name"] == "k_branchy")
+    ins = [row for row in k["rows"] if row["kind"] == "inserted"]
+    nop = [(a, t) for a, t in objdump(branchy[2]) if t == "s_nop 0"][0]
+    assert [(row["new"]["address"], row["new"]["text"]) for row in ins] == [nop]
+
+
+def test_control_flow_problem_sets_exit_status(branchy, tmp_path):
+    listing = objdump(branchy[1])
+    loop = [a for a, t in listing if t.startswith("s_cbranch_scc1")][1]
+    data = bytearray(read(branchy[1]))
+    off = text_file_offset(branchy[1]) + loop
+    data[off] ^= 0x01  # simm16 low bit: the loop branch now lands one dword off
+    broken = write(str(tmp_path / "broken.co"), bytes(data))
+    r = run_kpatch("diff", branchy[0], broken)
+    assert r.returncode == 1
+    assert "control-flow problems (1):" in r.stdout
+    assert f"at {loop:#x}" in r.stdout
+    bang = [ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("! ") and "│" in ln]
+    assert len(bang) == 1 and f"{loop:x}  s_cbranch_scc1" in bang[0]
+
+
+def test_exit_code_and_identical(branchy):
+    assert run_kpatch("diff", "--exit-code", branchy[0], branchy[0]).returncode == 0
+    assert run_kpatch("diff", "--exit-code", branchy[0], branchy[1]).returncode == 1
+    r = run_kpatch("diff", branchy[0], branchy[0])
+    assert r.returncode == 0 and "0 changed, 1 identical (not shown)" in r.stdout
+
+
+def test_html_option_writes_a_report(branchy, tmp_path):
+    html = str(tmp_path / "r.html")
+    r = run_kpatch("diff", "--html", html, branchy[0], branchy[1])
+    assert r.returncode == 0, r.stderr
+    text = read(html).decode()
+    assert text.startswith("<!DOCTYPE html>") and 'data-name="k_branchy"' in text
+    assert f"HTML report written to {html}" in r.stderr
+
+
+def test_kernel_db_against_user_db(tmp_path):
+    # the user DB holds the asm_kernels entry with cache bits changed, keyed for gfx1010
+    data = bytearray(read(ASM_V4))
+    off = text_file_offset(ASM_V4)
+    glc_load = [a for a, t in objdump(ASM_V4) if t.startswith("buffer_load_dword") and t.endswith(" glc")][0]
+    data[off + glc_load + 1] &= ~0x40  # MUBUF GLC is bit 14
+    src, out = str(tmp_path / "s.kdb"), str(tmp_path / "gfx1010_18.ukdb")
+    write_kdb(src, [("asm_kernels.s.o", " -mcpu=gfx1030", read(ASM_V4))], user=False)
+    write_kdb(out, [("asm_kernels.s.o", " -mcpu=gfx1010", bytes(data))], user=True)
+    r = run_kpatch("diff", src, out)
+    assert r.returncode == 0, r.stderr
+    assert "== asm_kernels.s.o [-mcpu=gfx1010]" in r.stdout
+    changed = [ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("~ ")]
+    assert len(changed) == 1 and f"{glc_load:x}" in changed[0] and changed[0].rstrip().endswith("glc 1->0")
+
+
+def test_missing_input_is_reported(branchy, tmp_path):
+    r = run_kpatch("diff", branchy[0], os.path.join(str(tmp_path), "nope.co"))
+    assert r.returncode == 1
+    assert "no such file or directory" in r.stderr and r.stderr.startswith("error: ")
+    assert "1 unreadable" in r.stdout
