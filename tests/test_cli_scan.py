@@ -200,7 +200,7 @@ def test_scan_directory_finds_fixtures():
     assert code == 0, err
     hsaco = sorted(f for f in os.listdir(FIXTURES) if f.endswith(".hsaco"))
     found_raw = sorted(os.path.basename(c["uri"][len("file://"):]) for c in doc["code_objects"]
-                       if c["container"] == "hsaco")
+                       if c["container"] == "hsaco" and os.path.dirname(c["uri"][len("file://"):]) == FIXTURES)
     assert found_raw == hsaco
     assert any(c["container"] == "fatbin/bundle" for c in doc["code_objects"])
     assert any(c["container"] == "ccob" for c in doc["code_objects"])

@@ -2,7 +2,7 @@
 # Build the rocPRIM gfx1010/gfx1030 pair used to validate kpatch's gfx1010
 # analysis (issue 4) on real library code.
 #
-# tests/fixtures/src/rocprim_algos.hip instantiates rocPRIM's device
+# tests/fixtures/src/rocprim/rocprim_algos.hip instantiates rocPRIM's device
 # algorithms (Debian's librocprim-dev, /usr/include/rocprim).  This script
 # compiles it once for both targets with Debian's hipcc, unbundles the two code
 # objects and writes an oracle of counts computed by llvm-objdump-16 and
@@ -26,7 +26,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SRC="$ROOT/tests/fixtures/src/rocprim_algos.hip"
+SRC="$ROOT/tests/fixtures/src/rocprim/rocprim_algos.hip"
 CACHE="$ROOT/kdb_cache/rocprim"
 FIXTURE="$ROOT/tests/fixtures/bin/rocprim"
 HIPCC=hipcc
@@ -96,9 +96,9 @@ echo "== ORACLE.json (counts by llvm-objdump-16 / llvm-readelf-16)"
 python3 - "$FIXTURE/ORACLE.json" "$TMP" "$CACHE" "${TARGETS[@]}" <<'PY'
 """Count mitigation instructions per kernel in llvm-objdump-16's disassembly.
 
-An instruction line of llvm-objdump-16 -d starts with a tab and ends with
+An instruction line of llvm-objdump-16 -d starts with a tab and has
 `// ADDRESS: ENCODING`; a function starts with `ADDRESS <NAME>:`.  Kernels are
-the FUNC symbols that have a matching NAME.kd symbol in llvm-readelf-16 -s.
+the symbols NAME that have a matching NAME.kd symbol in llvm-readelf-16 -s.
 """
 import hashlib
 import json
@@ -113,31 +113,40 @@ DEPCTR = re.compile(r"^s_waitcnt_depctr 0xffe3$")
 VSCNT = re.compile(r"^s_waitcnt_vscnt null, 0x0$")
 
 
-def kernels_from_symbols(path: str) -> set[str]:
-    names = set()
+def symbols(path: str) -> dict[str, tuple[int, int]]:
+    """name -> (value, size) of the .symtab entries in llvm-readelf-16 -s output."""
+    syms = {}
+    in_symtab = False
     for line in open(path):
+        if line.startswith("Symbol table"):
+            in_symtab = "'.symtab'" in line
+            continue
         parts = line.split()
-        if len(parts) >= 8 and parts[7].endswith(".kd"):
-            names.add(parts[7][:-3])
-    return names
+        if in_symtab and len(parts) >= 8 and parts[0][:-1].isdigit():
+            syms[parts[7]] = (int(parts[1], 16), int(parts[2]))
+    return syms
 
 
 result = {
     "generator": "tools/build_rocprim_pair.sh",
-    "source": "tests/fixtures/src/rocprim_algos.hip",
+    "source": "tests/fixtures/src/rocprim/rocprim_algos.hip",
     "tools": {"disassembler": "llvm-objdump-16 -d --mcpu=TARGET", "symbols": "llvm-readelf-16 -s"},
     "patterns": {"depctr_ffe3": "s_waitcnt_depctr 0xffe3", "vscnt_null_0": "s_waitcnt_vscnt null, 0x0"},
+    "notes": "total sums the kernels only; outside_kernels counts disassembly under other "
+             "labels (the s_code_end padding shows up as <.text>)",
     "code_objects": {},
 }
+KEYS = ("instructions", "depctr_ffe3", "vscnt_null_0")
 for t in targets:
-    kernels = kernels_from_symbols(os.path.join(tmp, f"{t}.sym"))
+    syms = symbols(os.path.join(tmp, f"{t}.sym"))
+    kernels = {n[:-3] for n in syms if n.endswith(".kd")}
     per = {}
     current = None
     for line in open(os.path.join(tmp, f"{t}.dis")):
         m = FUNC_RE.match(line.rstrip("\n"))
         if m:
             current = m.group(2)
-            per.setdefault(current, {"instructions": 0, "depctr_ffe3": 0, "vscnt_null_0": 0})
+            per.setdefault(current, dict.fromkeys(KEYS, 0))
             continue
         m = INST_RE.match(line)
         if m and current is not None:
@@ -149,19 +158,18 @@ for t in targets:
     missing = sorted(kernels - per.keys())
     if missing:
         sys.exit(f"kernels without disassembled code in {t}: {missing[:3]}")
-    kernel_counts = {k: per[k] for k in sorted(kernels)}
-    other = {k: v for k, v in per.items() if k not in kernels}
+    kernel_counts = {k: dict(per[k], address=syms[k][0], size=syms[k][1]) for k in sorted(kernels)}
+    other = {k: v for k, v in sorted(per.items()) if k not in kernels}
     path = os.path.join(cache, f"rocprim_algos.{t}.hsaco")
     data = open(path, "rb").read()
-    totals = {key: sum(v[key] for v in per.values())
-              for key in ("instructions", "depctr_ffe3", "vscnt_null_0")}
+    totals = {key: sum(per[k][key] for k in kernels) for key in KEYS}
     result["code_objects"][f"rocprim_algos.{t}.hsaco"] = {
         "target": t,
         "size": len(data),
         "md5": hashlib.md5(data).hexdigest(),
         "kernels": len(kernels),
-        "functions_other_than_kernels": len(other),
         "total": totals,
+        "outside_kernels": other,
         "per_kernel": kernel_counts,
     }
     print(f"   {t}: {len(kernels)} kernels, {totals['instructions']} instructions, "

@@ -475,6 +475,8 @@ def round2(target: str, r1: dict) -> None:
         for name, bit in VOP3_MODS:
             r = res[("M3", op, name, bit)]
             st = "z" if r is None else ("i" if r[0] == e["text"] else "p")
+            if st == "p" and name == "neg" and "sext(" in r[0]:
+                st = "s"  # integer input modifier: LLVM prints the bit as sext()
             mods.setdefault(name, []).append(st)
             if st == "p" and name == "op_sel":
                 m = re.search(r"op_sel:\[([0-9,]+)\]", r[0])

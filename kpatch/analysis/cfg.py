@@ -28,10 +28,13 @@ from operator import attrgetter
 
 import numpy as np
 
-from kpatch.analysis.facts import CALL, COND, FALL, INDIRECT, JUMP, Facts
+from kpatch.analysis.facts import CALL, COND, FACTS, FALL, INDIRECT, JUMP, Facts, eids_of
 
-_FLOW = attrgetter("flow")
 _ADDRESS = attrgetter("address")
+
+
+def _SIMM16(f: Facts) -> int:
+    return f.simm16 or 0
 
 
 def sopp_target(address: int, simm16: int) -> int:
@@ -52,7 +55,8 @@ class CFG:
         self.calls: list[int] = []  # instruction indices of s_swappc_b64 / s_call_b64
         self.indirect: list[int] = []  # instruction indices of s_setpc_b64
         self.bad_targets: list[tuple[int, int]] = []  # (branch index, target address)
-        flows = np.fromiter(map(_FLOW, facts), dtype=np.int8, count=n)
+        self.eids = eids_of(facts)
+        flows = FACTS.column("flow")[self.eids] if n else np.zeros(0, dtype=np.int64)
         self.flows = flows
         leader = np.zeros(n + 1, dtype=bool)
         fs = np.array([s for s in self.func_starts if s < n], dtype=np.int64)
@@ -61,28 +65,27 @@ class CFG:
         func_end[fs[fs > 0] - 1] = True
         func_end[n - 1 if n else 0] = True
         special = np.flatnonzero(flows)
-        targets = {}
+        tgt_of = None  # branch instruction index -> target instruction index (-1: none)
         if special.size:
-            calls = special[flows[special] == CALL]
-            self.calls = calls.tolist()
-            self.indirect = special[flows[special] == INDIRECT].tolist()
-            leader[special[flows[special] != CALL] + 1] = True
-            br = special[(flows[special] == JUMP) | (flows[special] == COND)].tolist()
-            if br:
+            sf = flows[special]
+            self.calls = special[sf == CALL].tolist()
+            self.indirect = special[sf == INDIRECT].tolist()
+            leader[special[sf != CALL] + 1] = True
+            br = special[(sf == JUMP) | (sf == COND)]
+            if br.size:
                 addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=n)
-                tgt = np.array([sopp_target(int(addresses[k]), facts[k].simm16) for k in br], dtype=np.int64)
+                simm = FACTS.column("simm16", _SIMM16)[self.eids[br]]
+                tgt = addresses[br] + 4 + 4 * np.where(simm & 0x8000, simm - 0x10000, simm)
                 j = np.searchsorted(addresses, tgt)
                 jc = np.minimum(j, n - 1)
-                ok = (j < n) & (addresses[jc] == tgt)
-                # the target must be in the branch's own function
-                fsl = self.func_starts
-                for k, t, jj, good in zip(br, tgt.tolist(), jc.tolist(), ok.tolist()):
-                    if good and bisect.bisect_right(fsl, k) == bisect.bisect_right(fsl, jj):
-                        targets[k] = jj
-                    else:
-                        self.bad_targets.append((k, t))
-                if targets:
-                    leader[np.fromiter(targets.values(), dtype=np.int64, count=len(targets))] = True
+                fsa = np.array(self.func_starts, dtype=np.int64)
+                # the target must be an instruction of the branch's own function
+                ok = ((j < n) & (addresses[jc] == tgt)
+                      & (np.searchsorted(fsa, br, "right") == np.searchsorted(fsa, jc, "right")))
+                self.bad_targets = list(zip(br[~ok].tolist(), tgt[~ok].tolist()))
+                tgt_of = np.full(n, -1, dtype=np.int64)
+                tgt_of[br[ok]] = jc[ok]
+                leader[jc[ok]] = True
         leader = leader[:n]
         self.block_start = bs = np.flatnonzero(leader)
         nb = self.nblocks = len(bs)
@@ -94,15 +97,14 @@ class CFG:
         succ1 = np.where(falls, np.arange(nb) + 1, -1)
         succ2 = np.full(nb, -1, dtype=np.int64)
         self.branchy = ((lf == JUMP) | (lf == COND)).tolist()
-        if targets:
-            lastl = last.tolist()
-            block_of = self.block_of
-            for b in np.flatnonzero((lf == JUMP) | (lf == COND)).tolist():
-                t = targets.get(lastl[b])
-                if t is not None:
-                    tb = int(block_of[t])
-                    if tb != succ1[b]:
-                        succ2[b] = tb
+        if tgt_of is not None:
+            t = tgt_of[last]
+            has = t >= 0
+            tb = np.where(has, self.block_of[np.maximum(t, 0)], -1)
+            jump = lf == JUMP
+            # s_branch: the target is the only successor
+            succ1 = np.where(jump & has, tb, succ1)
+            succ2 = np.where(~jump & has & (tb != succ1), tb, -1)
         self._succ = (succ1, succ2)
         self.succ1 = succ1.tolist()
         self.succ2 = succ2.tolist()

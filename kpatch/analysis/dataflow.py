@@ -71,6 +71,29 @@ class Hit:
     sources: tuple[int, ...] = ()
 
 
+def _window_or(masks: list[int], width: int, lo: np.ndarray, hi: np.ndarray) -> list[int]:
+    """OR of ``masks[lo[j]:hi[j]]`` for each j (windows non-empty, disjoint and
+    in order), computed with numpy on 63-bit chunks."""
+    chunks = []
+    bounds = np.empty(2 * len(lo), dtype=np.int64)
+    bounds[0::2] = lo
+    bounds[1::2] = hi
+    for shift in range(0, width, 63):
+        arr = np.fromiter(((m >> shift) & _CHUNK for m in masks), dtype=np.int64, count=len(masks))
+        arr = np.append(arr, 0)
+        chunks.append((shift, np.bitwise_or.reduceat(arr, bounds)[0::2].tolist()))
+    out = [0] * len(lo)
+    for shift, vals in chunks:
+        if shift:
+            out = [o | (v << shift) for o, v in zip(out, vals)]
+        else:
+            out = [o | v for o, v in zip(out, vals)]
+    return out
+
+
+_CHUNK = (1 << 63) - 1
+
+
 class HazardEngine:
     """Runs a list of :class:`MaskRule` (at most 10) on control-flow graphs.
 
@@ -97,13 +120,13 @@ class HazardEngine:
 
     def roles(self, facts: list[Facts]) -> np.ndarray:
         """The role bits of every instruction."""
-        out = list(map(_HZ, facts))
-        if None in out:
+        try:
+            return np.fromiter(map(_HZ, facts), dtype=np.int64, count=len(facts))
+        except TypeError:  # some encoding not compiled yet
             for f in set(facts):
                 if f.hz is None:
                     self.compile(f)
-            out = list(map(_HZ, facts))
-        return np.array(out, dtype=np.int64)
+            return np.fromiter(map(_HZ, facts), dtype=np.int64, count=len(facts))
 
     def run(self, cfg: CFG) -> list[Hit]:
         """Every hazardous instruction of ``cfg``, ordered by rule then index."""
@@ -159,12 +182,12 @@ class HazardEngine:
         ghi_b = np.searchsorted(G, bend)
         through = (~has_kill).tolist()
         local: dict[int, int] = {}
-        for b in np.flatnonzero(ghi_b > glo_b).tolist():
-            v = 0
-            for g in G[glo_b[b]:ghi_b[b]].tolist():
-                v |= facts[g].hzm[i][1]
-            if v:
-                local[b] = v
+        src = np.flatnonzero(ghi_b > glo_b)
+        if src.size:
+            for b, v in zip(src.tolist(), _window_or([facts[g].hzm[i][1] for g in G.tolist()], rule.width,
+                                                     glo_b[src], ghi_b[src])):
+                if v:
+                    local[b] = v
         if local:
             inn = self._propagate(cfg, rule, local, through)
             if inn:
@@ -191,34 +214,39 @@ class HazardEngine:
         branchy = cfg.branchy
         succ1, succ2 = cfg.succ1, cfg.succ2
         on_branch = rule.on_branch
-        inn: dict[int, int] = {}
-        out: dict[int, int] = {}
+        n = cfg.nblocks
+        inn = [0] * n
+        out = [0] * n
+        loc = [0] * n
         work = []
         for b, v in local.items():
+            loc[b] = v
             if on_branch is not None and branchy[b]:
                 v = on_branch(v)
             if v:
                 out[b] = v
                 work.append(b)
+        reached = set()
         while work:
             b = work.pop()
             ob = out[b]
             for s in (succ1[b], succ2[b]):
                 if s < 0:
                     continue
-                old = inn.get(s, 0)
+                old = inn[s]
                 new = old | ob
                 if new == old:
                     continue
                 inn[s] = new
+                reached.add(s)
                 if through[s]:
-                    v = local.get(s, 0) | new
+                    v = loc[s] | new
                     if on_branch is not None and branchy[s]:
                         v = on_branch(v)
-                    if v != out.get(s, 0):
+                    if v != out[s]:
                         out[s] = v
                         work.append(s)
-        return inn
+        return {b: inn[b] for b in reached}
 
     # -- explanation -------------------------------------------------------------------
     def sources(self, cfg: CFG, hit: Hit, limit: int = 256) -> list[int]:

@@ -15,6 +15,8 @@ Code objects for other processors cannot run on gfx1010 at all.
 from __future__ import annotations
 
 import bisect
+import gc
+from contextlib import contextmanager
 from operator import attrgetter
 
 import numpy as np
@@ -104,9 +106,28 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
     return insts, spans
 
 
+@contextmanager
+def _no_gc():
+    """Pause the cyclic garbage collector: the analysis allocates many small
+    acyclic objects, and collections they trigger would traverse the large
+    decode caches for nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def analyse(co, target: str = "gfx1010") -> Report:
     """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
     for running on ``target``."""
+    with _no_gc():
+        return _analyse(co, target)
+
+
+def _analyse(co, target: str) -> Report:
     if target not in SUPPORTED_TARGETS:
         raise UsageError(f"kpatch analyses code for {', '.join(SUPPORTED_TARGETS)}, not {target!r}")
     processor = co.target.processor if co.target is not None else ""

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from operator import attrgetter
 
+import numpy as np
+
 from kpatch.isa.regs import Reg
 
 # --- instruction classes (bit flags) ------------------------------------------
@@ -59,9 +61,24 @@ M_CLAUSE = 1 << 1  # s_clause
 M_BUFFER = 1 << 2  # MUBUF / MTBUF
 M_SMEM = 1 << 3
 M_MULTI_DWORD = 1 << 4  # multi-dword LDS access, or multi-dword flat-segment access
-M_LOCAL = 1 << 5  # may be a finding by its own bytes (prefetch, unknown, 0x3f branch, FLAT offset)
+M_LOCAL = 1 << 5  # a finding by its own bytes (``Facts.local``, from ENCODING_CHECKS)
+M_DS = 1 << 6  # DS (LDS/GDS)
+M_VMEM_SEG = 1 << 7  # MUBUF/MTBUF/MIMG or global/scratch FLAT ("VMEM" of LdsBranchVmemWARHazard)
 _MULTI_DWORD_LDS = re.compile(r"^ds_(read|write|load|store)(2|2st64)?_b(64|96|128)$")
 _MULTI_DWORD_FLAT = re.compile(r"^flat_(load|store)_dwordx[234]$")
+
+#: Checks of an encoding by itself: ``check(facts) -> (class name, detail) or
+#: None``, registered by the detectors (:func:`register_encoding_check`) and
+#: run once per distinct encoding; the results are ``Facts.local``.
+ENCODING_CHECKS: list = []
+
+
+def register_encoding_check(check) -> None:
+    """Add a per-encoding check (facts computed before are dropped)."""
+    if check not in ENCODING_CHECKS:
+        ENCODING_CHECKS.append(check)
+        FACTS.clear()
+
 
 # --- scalar register masks -----------------------------------------------------
 _FILE_BASE = {"s": 0, "vcc": 106, "ttmp": 108, "m0": 124, "exec": 126}
@@ -145,7 +162,7 @@ class Facts:
     __slots__ = ("cls", "flow", "mnemonic", "size", "sreads", "sdefs", "valu_sdst", "valu_sgpr_def",
                  "writes_exec", "vcmp_exec", "reads_exec", "simm16", "is_permlane", "is_v_nop",
                  "kill_vm", "kill_smem", "kill_vcmpx_war", "vscnt0", "nsa", "offset", "seg",
-                 "marks", "hz", "hzm", "inst")
+                 "marks", "hz", "hzm", "local", "eid", "inst")
 
     def __init__(self, inst):
         self.inst = inst  # a representative occurrence (its address is not meaningful)
@@ -224,6 +241,8 @@ class Facts:
             self.kill_smem = False
         self.kill_vcmpx_war = self.valu_sgpr_def or (mn == "s_waitcnt_depctr" and depctr_sa_sdst(s16) == 0)
         self.vscnt0 = mn == "s_waitcnt_vscnt" and f.get("sdst") == SGPR_NULL and s16 == 0
+        self.eid = -1  # set by FactsCache.new
+        self.local = tuple(r for r in (check(self) for check in ENCODING_CHECKS) if r)
         self.marks = _marks(self, fmt, f)
         self.hz = None  # role bits for the hazard engine (filled in by it)
         self.hzm = None  # per-rule (check, gen) masks (filled in by the hazard engine)
@@ -241,32 +260,67 @@ def _marks(x: "Facts", fmt: str, f: dict) -> int:
         m |= M_BUFFER
     if x.cls & SMEM:
         m |= M_SMEM
+    if x.cls & DS:
+        m |= M_DS
+    if x.cls & (VMEM | FLAT_SEG):
+        m |= M_VMEM_SEG
     if _MULTI_DWORD_LDS.match(mn) or (x.cls & FLAT and x.seg == 0 and _MULTI_DWORD_FLAT.match(mn)):
         m |= M_MULTI_DWORD
-    if (mn == "s_inst_prefetch" or x.cls & UNKNOWN or (x.flow in (JUMP, COND) and x.simm16 == 0x3F)
-            or (x.cls & FLAT and x.offset)):
+    if x.local:
         m |= M_LOCAL
     return m
 
 
 class FactsCache:
-    """Facts per (target, instruction bytes); cleared when it grows too large."""
+    """Facts per (target, instruction bytes), each with a number (``eid``)
+    that indexes per-encoding numpy columns (:meth:`column`), so that an
+    attribute of every instruction of a function is one array lookup.
+    Everything is dropped (between two :func:`facts_of` calls) once more than
+    ``limit`` encodings are held."""
 
-    def __init__(self, limit: int = 300_000):
+    def __init__(self, limit: int = 1_000_000):
         self.maps: dict[str, dict[bytes, Facts]] = {}
+        self.all: list[Facts] = []  # by eid
+        self.columns: dict[object, np.ndarray] = {}
         self.limit = limit
 
+    def clear(self) -> None:
+        self.maps.clear()
+        self.all = []
+        self.columns.clear()
+
     def table(self, target: str) -> dict[bytes, Facts]:
+        if len(self.all) >= self.limit:
+            self.clear()
         m = self.maps.get(target)
-        if m is None or len(m) >= self.limit:
+        if m is None:
             m = self.maps[target] = {}
         return m
+
+    def new(self, inst) -> Facts:
+        f = Facts(inst)
+        f.eid = len(self.all)
+        self.all.append(f)
+        return f
+
+    def column(self, key, get=None, dtype=np.int64) -> np.ndarray:
+        """``get(facts)`` (default: the attribute named ``key``) of every
+        encoding, indexed by eid; extended as encodings are added."""
+        arr = self.columns.get(key)
+        have = 0 if arr is None else len(arr)
+        n = len(self.all)
+        if have < n:
+            get = get or attrgetter(key)
+            more = np.fromiter((get(f) for f in self.all[have:n]), dtype=dtype, count=n - have)
+            arr = more if arr is None else np.concatenate([arr, more])
+            self.columns[key] = arr
+        return arr
 
 
 FACTS = FactsCache()
 
-
 _RAW = attrgetter("raw")
+_EID = attrgetter("eid")
 
 
 def facts_of(insts, target: str) -> list[Facts]:
@@ -280,8 +334,13 @@ def facts_of(insts, target: str) -> list[Facts]:
             k = out.index(None, k + 1)
             f = table.get(raws[k])
             if f is None:
-                f = table[raws[k]] = Facts(insts[k])
+                f = table[raws[k]] = FACTS.new(insts[k])
             out[k] = f
     except ValueError:
         pass
     return out
+
+
+def eids_of(facts: list[Facts]) -> np.ndarray:
+    """The eid of each instruction's facts."""
+    return np.fromiter(map(_EID, facts), dtype=np.int64, count=len(facts))

@@ -16,7 +16,7 @@ buffer descriptor constants), ``retarget-gfx1010`` (relabel the target).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 RULE_SETS = ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc", "retarget-gfx1010")
 
@@ -208,39 +208,48 @@ def lookup(name_or_code: str) -> FindingClass | None:
     return c
 
 
-@dataclass
 class Finding:
     """One problem at one address.
 
-    ``fix`` is the rule set that fixes it (the class's by default, None if
-    kpatch cannot); ``blocker`` says why not when ``fix`` is None."""
+    ``Finding(cls, address, detail, mitigation="", addresses=(), fix="",
+    blocker=None)``: ``mitigation`` defaults to the class's; ``fix`` is the
+    rule set that fixes it (the class's by default; None when kpatch cannot)
+    and ``blocker`` then says why."""
 
-    cls: str
-    address: int
-    detail: str
-    mitigation: str = ""
-    addresses: tuple[int, ...] = ()
-    fix: str | None = field(default="")
-    blocker: str | None = None
+    __slots__ = ("cls", "address", "detail", "mitigation", "addresses", "fix", "blocker")
 
-    def __post_init__(self) -> None:
-        c = CLASS_BY_NAME.get(self.cls)
+    def __init__(self, cls: str, address: int, detail: str, mitigation: str = "",
+                 addresses: tuple[int, ...] = (), fix: str | None = "", blocker: str | None = None):
+        c = CLASS_BY_NAME.get(cls)
         if c is None:
-            raise ValueError(f"unknown finding class {self.cls!r}")
-        if not self.mitigation:
-            self.mitigation = c.mitigation
-        if self.fix == "":
-            self.fix = c.rule_set
-        if self.fix is None and self.blocker is None:
-            self.blocker = f"{self.cls}: {c.mitigation}"
+            raise ValueError(f"unknown finding class {cls!r}")
+        self.cls = cls
+        self.address = address
+        self.detail = detail
+        self.mitigation = mitigation or c.mitigation
+        self.addresses = tuple(addresses)
+        self.fix = c.rule_set if fix == "" else fix
+        if self.fix is None and blocker is None:
+            blocker = f"{cls}: {c.mitigation}"
+        self.blocker = blocker
 
     @property
     def code(self) -> str:
         return CLASS_BY_NAME[self.cls].code
+
+    def __repr__(self) -> str:
+        return f"Finding({self.cls}, {self.address:#x}, {self.detail!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Finding) and all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
+
+    __hash__ = None  # mutable
 
     def to_dict(self) -> dict:
         d = {"class": self.cls, "code": self.code, "address": self.address, "detail": self.detail,
              "mitigation": self.mitigation}
         if self.addresses:
             d["addresses"] = list(self.addresses)
+        if self.fix is None:
+            d["blocker"] = self.blocker
         return d

@@ -154,6 +154,7 @@ def literal_text(lit: int, optype: str) -> str:
 
 
 INVALID_IMMEDIATE = "/*invalid immediate*/"
+LDS_DIRECT_SREG = "src_lds_direct/*Invalid register, operand has 'SReg_32' register class*/"
 
 
 def src_text(value: int, count: int, optype: str, literal: int | None) -> str | None:
@@ -174,6 +175,8 @@ def src_text(value: int, count: int, optype: str, literal: int | None) -> str | 
     t = inline_text(value, optype)
     if t is not None:
         return t
+    if value == 254 and count == 1 and optype != "lds":
+        return LDS_DIRECT_SREG
     return sgpr_text(value, count)
 
 

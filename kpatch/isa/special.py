@@ -98,7 +98,9 @@ def hwreg_text(v: int, names: Mapping[int, str]) -> str:
 
 # ---- sendmsg --------------------------------------------------------------
 def sendmsg_text(v: int, names: Mapping[int, str]) -> str:
-    t = names.get(v)
+    """Symbolic when the low 10 bits (msg, op, stream) name a message
+    (LLVM ignores the bits above), else the decimal value."""
+    t = names.get(v & 0x3FF)
     return t if t is not None else str(v)
 
 

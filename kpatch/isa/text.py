@@ -145,6 +145,14 @@ def _vop3_status(info: OpInfo, name: str, i: int) -> str:
     return s[i] if i < len(s) else "z"
 
 
+def _neg(t: str, has_abs: bool, value: int) -> str:
+    """Negation modifier: '-x', or 'neg(x)' for a bare constant (which
+    '-' would make read as a negative number)."""
+    if not has_abs and (128 <= value <= 208 or 240 <= value <= 248 or value == 255):
+        return f"neg({t})"
+    return "-" + t
+
+
 def print_vop3(ctx: Ctx) -> str | None:
     info = ctx.info
     f = ctx.f
@@ -172,10 +180,15 @@ def print_vop3(ctx: Ctx) -> str | None:
         if op.tag != "f" or op.kind != "src":
             return t
         k = int(op.field[3])
-        if absm >> k & 1 and _vop3_status(info, "abs", k) == "p":
+        a = absm >> k & 1 and _vop3_status(info, "abs", k) == "p"
+        if a:
             t = f"|{t}|"
-        if neg >> k & 1 and _vop3_status(info, "neg", k) == "p":
-            t = "-" + t
+        if neg >> k & 1:
+            st = _vop3_status(info, "neg", k)
+            if st == "s":
+                t = f"sext({t})"
+            elif st == "p":
+                t = _neg(t, a, f[op.field])
         return t
 
     s = _plain(ctx, info.form, mods)
@@ -214,10 +227,11 @@ def print_vop3p(ctx: Ctx) -> str | None:
             if op.tag != "f" or op.kind != "src":
                 return t
             k = int(op.field[3])
-            if neg_hi >> k & 1:
+            a = neg_hi >> k & 1
+            if a:
                 t = f"|{t}|"
             if neg_lo >> k & 1:
-                t = "-" + t
+                t = _neg(t, a, f[op.field])
             return t
         s = _plain(ctx, info.form, mods)
         if s is None:
@@ -265,9 +279,12 @@ def print_sdwa(ctx: Ctx) -> str | None:
     x = ctx.x
     f = ctx.f
     fmtname = info.fmt.name
+    has_src1 = any(o.tag == "f" and o.field == "vsrc1" for o in form.operands)
     for name in _SDWA_CHECK:
-        if name in x and x[name] and _xmod_status(form, x, name) == "z":
-            return None
+        if name in x and x[name]:
+            st = form.mods.get(f"{name}={x[name]}")
+            if st == "z" or (st is None and name.startswith(("src1", "s1")) and not has_src1):
+                return None
     ign = {n for n in ("src0_sext", "src0_neg", "src0_abs", "src1_sext", "src1_neg", "src1_abs",
                        "clamp", "omod") if n in x and x[n] and _xmod_status(form, x, n) == "i"}
     parts = []
@@ -313,9 +330,10 @@ def print_sdwa(ctx: Ctx) -> str | None:
             s += " clamp"
         if x["omod"] and "omod" not in ign:
             s += _omod(x["omod"])
-        if x["dst_sel"] > 6 or x["dst_unused"] > 2:
+        if x["dst_sel"] > 6:
             return None
-        s += f" dst_sel:{SDWA_SEL[x['dst_sel']]} dst_unused:{SDWA_UNUSED[x['dst_unused']]}"
+        du = x["dst_unused"] if x["dst_unused"] <= 2 else 0  # 3 reads as UNUSED_PAD
+        s += f" dst_sel:{SDWA_SEL[x['dst_sel']]} dst_unused:{SDWA_UNUSED[du]}"
     for k in range(nsrc):
         sel = x[f"src{k}_sel"]
         if sel > 6:

@@ -1,7 +1,9 @@
 """The provenance note kpatch leaves in every object it patches.
 
 An extra ELF note in the ``.note`` section: owner ``"kpatch"``, type
-:data:`NT_KPATCH_PROVENANCE` (1; note types are scoped by their owner),
+:data:`NT_KPATCH_PROVENANCE` (0x4b50, "KP"; note types are scoped by their
+owner, but readers such as llvm-readelf give 1, 2, 0x100 and 0x101 generic
+meanings for unknown owners, so kpatch avoids those),
 descriptor = one JSON object (UTF-8, keys sorted), readable with
 ``llvm-readelf --notes`` / ``strings``.  Usual keys:
 
@@ -31,7 +33,7 @@ from kpatch.errors import FormatError, UsageError
 from kpatch.rewrite.headers import _rewrite_sections, note_bytes, note_section, replace_note
 
 PROVENANCE_OWNER = "kpatch"
-NT_KPATCH_PROVENANCE = 1
+NT_KPATCH_PROVENANCE = 0x4B50
 
 
 def provenance_record(source: bytes, *, rules: list[str], made_safe_for: str, mode: str,

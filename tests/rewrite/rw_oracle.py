@@ -13,6 +13,7 @@ in front of it).
 
 from __future__ import annotations
 
+import bisect
 import re
 import struct
 import subprocess
@@ -127,25 +128,36 @@ def _same(o: Line, n: Line) -> bool:
     return o.text == n.text
 
 
+def _in_range(lines: list[Line], starts: list[int], lo: int, hi: int) -> list[Line]:
+    return lines[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)]
+
+
 def align(old: list[Line], new: list[Line], old_funcs: list[Sym], new_funcs: list[Sym],
-          markers: set[str]) -> Alignment:
-    """Match each old function's instructions with the new function's of the same name."""
+          markers: set[str], landing_markers: set[str] | None = None) -> Alignment:
+    """Match each old function's instructions with the new function's of the same name.
+
+    ``markers``: texts of inserted instructions to skip; a branch to an old
+    instruction must land on the first of the ``landing_markers`` (default:
+    all markers) right in front of it, else on the instruction itself.
+    """
+    landing_markers = markers if landing_markers is None else landing_markers
     res = Alignment()
     newf = {f.name: f for f in new_funcs}
-    old_by_addr = sorted(old, key=lambda x: x.addr)
-    new_by_addr = sorted(new, key=lambda x: x.addr)
+    old = sorted(old, key=lambda x: x.addr)
+    new = sorted(new, key=lambda x: x.addr)
+    ostarts, nstarts = [x.addr for x in old], [x.addr for x in new]
     for f in old_funcs:
         g = newf.get(f.name)
         if g is None:
             res.problems.append(f"{f.name} is missing from the new object")
             continue
-        o = [x for x in old_by_addr if f.value <= x.addr < f.value + f.size]
-        n = [x for x in new_by_addr if g.value <= x.addr < g.value + g.size]
+        o = _in_range(old, ostarts, f.value, f.value + f.size)
+        n = _in_range(new, nstarts, g.value, g.value + g.size)
         j = 0
         run_start = None
         for k, ol in enumerate(o):
             while j < len(n) and n[j].text in markers:
-                if run_start is None:
+                if run_start is None and n[j].text in landing_markers:
                     run_start = n[j].addr
                 j += 1
             if j >= len(n):
@@ -213,9 +225,10 @@ def section_of(secs: dict[str, Sec], addr: int) -> Sec | None:
     return None
 
 
-def check_rewrite(old_path: str, new_path: str, markers: set[str]) -> Alignment:
+def check_rewrite(old_path: str, new_path: str, markers: set[str] = frozenset(),
+                  landing_markers: set[str] | None = None) -> Alignment:
     """Everything that must hold between an object and its rewrite; returns the
-    alignment with ``problems`` listing every violation."""
+    alignment with ``problems`` listing every violation (see :func:`align`)."""
     old, new = objdump(old_path), objdump(new_path)
     out, err = readelf(new_path, "-a", "--wide")
     al = Alignment()
@@ -223,16 +236,17 @@ def check_rewrite(old_path: str, new_path: str, markers: set[str]) -> Alignment:
         al.problems.append(f"llvm-readelf warns: {err.strip()[:300]}")
     ofuncs = [s for s in symbols(old_path) if s.type == "FUNC" and s.size]
     nfuncs = [s for s in symbols(new_path) if s.type == "FUNC" and s.size]
-    res = align(old, new, ofuncs, nfuncs, markers)
+    res = align(old, new, ofuncs, nfuncs, markers, landing_markers)
     res.problems = al.problems + res.problems
     if any("<unknown>" in x.text for x in new):
         res.problems.append("llvm-objdump prints <unknown> in the new object")
     # branches: same target, or the markers in front of it
+    new_at = {x.addr: x for x in new}
     for o in old:
         t = branch_target(o)
         if t is None or o.addr not in res.map:
             continue
-        n = next((x for x in new if x.addr == res.map[o.addr]), None)
+        n = new_at[res.map[o.addr]]
         nt = branch_target(n)
         want = res.landing.get(t)
         if want is None:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import numpy as np
 
 from kpatch.analysis.cfg import CFG
-
-_MARKS = attrgetter("marks")
+from kpatch.analysis.facts import FACTS
 
 
 @dataclass
@@ -58,15 +56,20 @@ class Context:
         return self.cfg.facts
 
     def function_of(self, k: int) -> FunctionSpan:
-        i = bisect.bisect_right([f.start for f in self.functions], k) - 1
+        """The function holding instruction ``k``."""
+        i = bisect.bisect_right(self.cfg.func_starts, k) - 1
         return self.functions[max(i, 0)]
+
+    def any_marked(self, bits: int, start: int, end: int) -> bool:
+        """Does any instruction in ``start:end`` carry one of the ``bits`` marks?"""
+        self.marked(0)
+        return bool(np.any(self._marks[start:end] & bits))
 
     def marked(self, bits: int, start: int = 0, end: int | None = None) -> list[int]:
         """Indices (in ``start:end``) of the instructions whose facts carry any
         of the ``bits`` marks (:data:`kpatch.analysis.facts.M_NSA` ...)."""
         if self._marks is None:
-            facts = self.cfg.facts
-            self._marks = np.fromiter(map(_MARKS, facts), dtype=np.int32, count=len(facts))
+            self._marks = FACTS.column("marks")[self.cfg.eids]
         m = self._marks if end is None and not start else self._marks[start:end]
         return (np.flatnonzero(m & bits) + start).tolist()
 
@@ -76,34 +79,3 @@ class Context:
         if self._distinct is None:
             self._distinct = set(self.cfg.facts)
         return self._distinct
-
-
-def local_hits(ctx: Context, check, memo: dict, candidates: list[int] | None = None) -> list[tuple[int, object]]:
-    """``(index, result)`` for every instruction whose encoding ``check(facts)``
-    flags (a truthy result).  ``check`` depends on the encoding only, so it
-    runs once per distinct encoding (memoised in ``memo``).  ``candidates``
-    limits the search to those instruction indices."""
-    facts = ctx.facts
-    if len(memo) > 200_000:
-        memo.clear()
-    if candidates is not None:
-        out = []
-        for k in candidates:
-            f = facts[k]
-            r = memo.get(f, memo)
-            if r is memo:
-                r = memo[f] = check(f)
-            if r:
-                out.append((k, r))
-        return out
-    flagged = {}
-    for f in ctx.distinct:
-        r = memo.get(f, memo)
-        if r is memo:
-            r = memo[f] = check(f)
-        if r:
-            flagged[f] = r
-    if not flagged:
-        return []
-    where = np.flatnonzero(np.fromiter(map(flagged.__contains__, facts), dtype=bool, count=len(facts)))
-    return [(k, flagged[facts[k]]) for k in where.tolist()]

@@ -4,14 +4,13 @@ alone."""
 
 from __future__ import annotations
 
-from kpatch.analysis.detectors.context import Context, local_hits
-from kpatch.analysis.facts import COND, FLAT, JUMP, M_LOCAL, Facts
+from kpatch.analysis.detectors.context import Context
+from kpatch.analysis.facts import COND, FLAT, JUMP, M_LOCAL, Facts, register_encoding_check
 from kpatch.analysis.findings import Finding
 
 OFFSET_3F = 0x3F
 SADDR_OFF = 0x7D  # FLAT saddr "off": the address is in VGPRs
 SEG_FLAT, SEG_SCRATCH = 0, 1
-_MEMO: dict = {}
 
 
 def signed12(v: int) -> int:
@@ -31,6 +30,12 @@ def _check(f: Facts):
     return None
 
 
+register_encoding_check(_check)
+_CLASSES = ("Offset3fBug", "FlatSegmentOffsetBug", "NegativeUnalignedScratchOffsetBug")
+
+
 def detect(ctx: Context) -> list[Finding]:
-    hits = local_hits(ctx, _check, _MEMO, ctx.marked(M_LOCAL))
-    return [Finding(cls, ctx.insts[k].address, detail) for k, (cls, detail) in hits]
+    facts = ctx.facts
+    insts = ctx.insts
+    return [Finding(r[0], insts[k].address, r[1]) for k in ctx.marked(M_LOCAL) for r in facts[k].local
+            if r[0] in _CLASSES]

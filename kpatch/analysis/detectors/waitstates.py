@@ -23,13 +23,16 @@ fixLdsBranchVmemWARHazard); see gfx1010-hazards.md.
   ``s_waitcnt_vscnt null, 0`` kill.  VMEM here is MUBUF/MTBUF/MIMG and
   global/scratch FLAT (not flat-segment FLAT), and the rule applies only to
   functions that have both kinds.
+
+A finding names the hazard's source when it lies in the same basic block;
+one that reaches it from another block is described by kind only.
 """
 
 from __future__ import annotations
 
 from kpatch.analysis.dataflow import HazardEngine, Hit, MaskRule
 from kpatch.analysis.detectors.context import Context
-from kpatch.analysis.facts import DS, FLAT, FLAT_SEG, SALU, SMEM, SOPP, VALU, VMEM, Facts, mask_names
+from kpatch.analysis.facts import DS, FLAT, FLAT_SEG, M_DS, M_VMEM_SEG, SALU, SMEM, VALU, VMEM, Facts, mask_names
 from kpatch.analysis.findings import Finding
 
 SGPR_FIELD = 128  # bits: the 9-bit operand encodings 0..127
@@ -85,14 +88,6 @@ RULES = [VMEM_TO_SCALAR, SMEM_TO_VECTOR, VCMPX_PERMLANE, VCMPX_EXEC_WAR, LDS_BRA
 ENGINE = HazardEngine(RULES)
 
 
-def _has_lds_and_vmem(facts) -> bool:
-    lds = vm = False
-    for f in set(facts):
-        lds |= bool(f.cls & DS)
-        vm |= bool(f.cls & _LDS_VMEM)
-    return lds and vm
-
-
 def _detail(ctx: Context, hit: Hit, srcs: list[int]) -> str:
     insts = ctx.insts
     me = insts[hit.k].text()
@@ -100,7 +95,7 @@ def _detail(ctx: Context, hit: Hit, srcs: list[int]) -> str:
         first = insts[srcs[0]]
         src = f"{first.text()} at {first.address:#x}" + (f" (+{len(srcs) - 1} more)" if len(srcs) > 1 else "")
     else:
-        src = "an earlier instruction on some path"
+        src = "an earlier instruction in a preceding block"
     name = hit.rule.name
     if name == "VMEMtoScalarWriteHazard" or name == "SMEMtoVectorWriteHazard":
         return f"{me} writes {mask_names(hit.mask)} still read by {src}"
@@ -124,10 +119,13 @@ def detect(ctx: Context) -> list[Finding]:
             fn = ctx.function_of(h.k)
             ok = lds_ok.get(fn.start)
             if ok is None:
-                ok = lds_ok[fn.start] = _has_lds_and_vmem(ctx.facts[fn.start:fn.end])
+                ok = lds_ok[fn.start] = (ctx.any_marked(M_DS, fn.start, fn.end)
+                                         and ctx.any_marked(M_VMEM_SEG, fn.start, fn.end))
             if not ok:
                 continue
-        srcs = ENGINE.sources(ctx.cfg, h, limit=32)
+        # sources in the hit's own block come free with the hit; finding those
+        # in other blocks would cost a walk per finding (ENGINE.sources does it)
+        srcs = h.sources
         out.append(Finding(h.rule.name, insts[h.k].address, _detail(ctx, h, srcs),
                            addresses=tuple(insts[j].address for j in srcs)))
     return out
