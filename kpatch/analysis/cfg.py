@@ -28,7 +28,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from kpatch.analysis.facts import CALL, COND, FACTS, FALL, INDIRECT, JUMP, Facts, eids_of
+from kpatch.analysis.facts import CALL, COND, FACTS, FALL, INDIRECT, JUMP, Facts, FactsView
 
 _ADDRESS = attrgetter("address")
 
@@ -45,9 +45,11 @@ def sopp_target(address: int, simm16: int) -> int:
 
 
 class CFG:
-    """Basic blocks and edges; ``insts``/``facts`` are parallel lists."""
+    """Basic blocks and edges; ``insts`` and ``facts`` (a
+    :class:`~kpatch.analysis.facts.FactsView`) are indexed alike."""
 
-    def __init__(self, insts: list, facts: list[Facts], func_starts: list[int]):
+    def __init__(self, insts: list, facts: FactsView, func_starts: list[int],
+                 addresses: np.ndarray | None = None):
         self.insts = insts
         self.facts = facts
         self.n = n = len(insts)
@@ -55,7 +57,7 @@ class CFG:
         self.calls: list[int] = []  # instruction indices of s_swappc_b64 / s_call_b64
         self.indirect: list[int] = []  # instruction indices of s_setpc_b64
         self.bad_targets: list[tuple[int, int]] = []  # (branch index, target address)
-        self.eids = eids_of(facts)
+        self.eids = facts.eids
         flows = FACTS.column("flow")[self.eids] if n else np.zeros(0, dtype=np.int64)
         self.flows = flows
         leader = np.zeros(n + 1, dtype=bool)
@@ -73,7 +75,8 @@ class CFG:
             leader[special[sf != CALL] + 1] = True
             br = special[(sf == JUMP) | (sf == COND)]
             if br.size:
-                addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=n)
+                if addresses is None:
+                    addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=n)
                 simm = FACTS.column("simm16", _SIMM16)[self.eids[br]]
                 tgt = addresses[br] + 4 + 4 * np.where(simm & 0x8000, simm - 0x10000, simm)
                 j = np.searchsorted(addresses, tgt)
@@ -105,7 +108,7 @@ class CFG:
             # s_branch: the target is the only successor
             succ1 = np.where(jump & has, tb, succ1)
             succ2 = np.where(~jump & has & (tb != succ1), tb, -1)
-        self._succ = (succ1, succ2)
+        self._succ = self.succ_arrays = (succ1.astype(np.int64), succ2.astype(np.int64))
         self.succ1 = succ1.tolist()
         self.succ2 = succ2.tolist()
 
@@ -188,10 +191,12 @@ class CFG:
         return self.branchy[b]
 
 
-def build_cfg(insts: list, facts: list[Facts], func_starts: list[int] | None = None) -> CFG:
+def build_cfg(insts: list, facts: FactsView, func_starts: list[int] | None = None,
+              addresses: np.ndarray | None = None) -> CFG:
     """Blocks and edges of ``insts`` (functions starting at ``func_starts``
-    instruction indices; default: one function)."""
-    return CFG(insts, facts, func_starts if func_starts is not None else [0])
+    instruction indices; default: one function; ``addresses``: theirs, if
+    already known)."""
+    return CFG(insts, facts, func_starts if func_starts is not None else [0], addresses)
 
 
 def reverse_postorder(cfg: CFG) -> list[int]:

@@ -29,15 +29,12 @@ mitigation on some path.  One inserted mitigation may cover several of them
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Callable
 
 import numpy as np
 
 from kpatch.analysis.cfg import CFG
-from kpatch.analysis.facts import Facts
-
-_HZ = attrgetter("hz")
+from kpatch.analysis.facts import FACTS, Facts
 
 
 @dataclass(frozen=True)
@@ -59,96 +56,149 @@ class MaskRule:
     before_branch: Callable[[int], int] | None = None
 
 
-@dataclass
-class Hit:
-    """Instruction index ``k`` is hazardous for ``rule``: ``mask`` holds the
-    state bits it meets; ``sources`` the gens found in its own block (empty
-    when the hazard comes from another block)."""
+class RuleHits:
+    """The hazardous instructions of one rule on one CFG.
 
-    rule: MaskRule
-    k: int
-    mask: int
-    sources: tuple[int, ...] = ()
+    ``ks`` holds their indices (sorted).  The state bits each one meets
+    (:meth:`mask`) and the sources (:meth:`sources`) are worked out on
+    demand: there can be thousands of hits, and their explanations are
+    rarely all read."""
+
+    def __init__(self, engine: "HazardEngine", cfg: CFG, i: int, ks: list[int],
+                 windows: dict[int, tuple[int, int]], blocks: dict[int, int], G: np.ndarray, inn):
+        self.engine = engine
+        self.cfg = cfg
+        self.i = i
+        self.rule = engine.rules[i]
+        self.ks = ks
+        self._windows = windows  # k -> (lo, hi) into G: gens in k's own block before it
+        self._blocks = blocks  # k -> block whose in-state reaches k
+        self._G = G
+        self._inn = inn
+
+    def __len__(self) -> int:
+        return len(self.ks)
+
+    def _check(self, k: int) -> int:
+        return self.engine.compiled(self.cfg.facts[k])[1][self.i][0]
+
+    def _local(self, k: int) -> list[tuple[int, int]]:
+        w = self._windows.get(k)
+        if w is None:
+            return []
+        chk = self._check(k)
+        out = []
+        for g in self._G[w[0]:w[1]].tolist():
+            m = chk & self.engine.compiled(self.cfg.facts[g])[1][self.i][1]
+            if m:
+                out.append((g, m))
+        return out
+
+    def mask(self, k: int) -> int:
+        """The state bits hit ``k`` meets (from its own block and its in-state)."""
+        m = 0
+        for _, x in self._local(k):
+            m |= x
+        b = self._blocks.get(k)
+        if b is not None:
+            state = sum(int(a[b]) << (64 * ch) for ch, a in enumerate(self._inn))
+            m |= self._check(k) & state
+        return m
+
+    def sources(self, k: int, limit: int = 256) -> list[int]:
+        """Indices of the gens that reach ``k``: those of its own block, else
+        by walking back along every path (at most ``limit`` instructions)."""
+        local = [g for g, _ in self._local(k)]
+        if local:
+            return local
+        return self.engine.sources(self.cfg, self.i, k, self.mask(k), limit)
 
 
-def _window_or(masks: list[int], width: int, lo: np.ndarray, hi: np.ndarray) -> list[int]:
-    """OR of ``masks[lo[j]:hi[j]]`` for each j (windows non-empty, disjoint and
-    in order), computed with numpy on 63-bit chunks."""
-    chunks = []
+def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty, disjoint and
+    in increasing order)."""
+    if not len(lo):
+        return arr[:0]
     bounds = np.empty(2 * len(lo), dtype=np.int64)
     bounds[0::2] = lo
     bounds[1::2] = hi
-    for shift in range(0, width, 63):
-        arr = np.fromiter(((m >> shift) & _CHUNK for m in masks), dtype=np.int64, count=len(masks))
-        arr = np.append(arr, 0)
-        chunks.append((shift, np.bitwise_or.reduceat(arr, bounds)[0::2].tolist()))
-    out = [0] * len(lo)
-    for shift, vals in chunks:
-        if shift:
-            out = [o | (v << shift) for o, v in zip(out, vals)]
-        else:
-            out = [o | v for o, v in zip(out, vals)]
-    return out
+    return np.bitwise_or.reduceat(np.append(arr, arr.dtype.type(0)), bounds)[0::2]
 
 
-_CHUNK = (1 << 63) - 1
+_M64 = (1 << 64) - 1
+
+
+def _chunks(width: int) -> range:
+    return range((width + 63) // 64)
 
 
 class HazardEngine:
-    """Runs a list of :class:`MaskRule` (at most 10) on control-flow graphs.
+    """Runs a list of :class:`MaskRule` (at most 20) on control-flow graphs.
 
-    Each encoding's role is compiled once into ``facts.hz``: an int with
-    three bits per rule (check, gen, kill) and a tuple of per-rule
-    ``(check mask, gen mask)``."""
+    Each encoding's role is compiled once: three bits per rule (check, gen,
+    kill) and per-rule ``(check mask, gen mask)``, kept on the facts
+    (``facts.hz``, keyed by engine) and in per-encoding numpy columns."""
 
     def __init__(self, rules: list[MaskRule]):
-        if len(rules) > 10:
-            raise ValueError("at most 10 rules per engine")
+        if len(rules) > 20:
+            raise ValueError("at most 20 rules per engine")
         self.rules = rules
+        self.key = f"hazard-engine-{id(self)}"
 
-    def compile(self, f: Facts) -> None:
-        roles = 0
-        masks = []
-        for i, r in enumerate(self.rules):
-            fm = (1 << r.width) - 1
-            c = r.check(f) & fm
-            g = r.gen(f) & fm
-            masks.append((c, g))
-            roles |= (bool(c) | bool(g) << 1 | bool(r.kill(f)) << 2) << (3 * i)
-        f.hzm = tuple(masks)
-        f.hz = roles
+    def compiled(self, f: Facts) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """(role bits, per-rule (check, gen) masks) of one encoding."""
+        hz = f.hz
+        if hz is None:
+            hz = f.hz = {}
+        c = hz.get(self.key)
+        if c is None:
+            roles = 0
+            masks = []
+            for i, r in enumerate(self.rules):
+                fm = (1 << r.width) - 1
+                ck = r.check(f) & fm
+                g = r.gen(f) & fm
+                masks.append((ck, g))
+                roles |= (bool(ck) | bool(g) << 1 | bool(r.kill(f)) << 2) << (3 * i)
+            c = hz[self.key] = (roles, tuple(masks))
+        return c
 
-    def roles(self, facts: list[Facts]) -> np.ndarray:
-        """The role bits of every instruction."""
-        try:
-            return np.fromiter(map(_HZ, facts), dtype=np.int64, count=len(facts))
-        except TypeError:  # some encoding not compiled yet
-            for f in set(facts):
-                if f.hz is None:
-                    self.compile(f)
-            return np.fromiter(map(_HZ, facts), dtype=np.int64, count=len(facts))
+    def _column(self, what: str, i: int = 0, part: int = 0, chunk: int = 0) -> np.ndarray:
+        if what == "roles":
+            return FACTS.column((self.key, "roles"), lambda f: self.compiled(f)[0])
+        return FACTS.column((self.key, i, part, chunk),
+                            lambda f: (self.compiled(f)[1][i][part] >> (64 * chunk)) & _M64, np.uint64)
 
-    def run(self, cfg: CFG) -> list[Hit]:
-        """Every hazardous instruction of ``cfg``, ordered by rule then index."""
+    def run(self, cfg: CFG) -> list[RuleHits]:
+        """The hazardous instructions of ``cfg``, per rule (rules without
+        hits are left out)."""
         if not cfg.n:
             return []
-        roles = self.roles(cfg.facts)
-        hits: list[Hit] = []
+        roles = self._column("roles")[cfg.eids]
+        out = []
         for i, rule in enumerate(self.rules):
-            hits.extend(self._run_rule(cfg, roles, i, rule))
-        return hits
+            r = self._run_rule(cfg, roles, i, rule)
+            if r is not None:
+                out.append(r)
+        return out
 
-    def _run_rule(self, cfg: CFG, roles: np.ndarray, i: int, rule: MaskRule) -> list[Hit]:
+    def _masks(self, cfg: CFG, idx: np.ndarray, i: int, part: int) -> list[np.ndarray]:
+        eids = cfg.eids[idx]
+        return [self._column("mask", i, part, ch)[eids] for ch in _chunks(self.rules[i].width)]
+
+    def _run_rule(self, cfg: CFG, roles: np.ndarray, i: int, rule: MaskRule) -> RuleHits | None:
         C = np.flatnonzero(roles & (1 << (3 * i)))
         if not C.size:
-            return []
+            return None
         G = np.flatnonzero(roles & (2 << (3 * i)))
         if not G.size:
-            return []
+            return None
         K = np.flatnonzero(roles & (4 << (3 * i)))
-        facts = cfg.facts
         bstart, bend, block_of = cfg.block_start, cfg.block_end, cfg.block_of
-        found: dict[int, list] = {}
+        windows: dict[int, tuple[int, int]] = {}
+        blocks: dict[int, int] = {}
+        inn = None
+        gen_g = self._masks(cfg, G, i, 1)
 
         # -- hits from gens in the check's own block ---------------------------------
         kp = np.searchsorted(K, C) - 1  # last kill strictly before each check
@@ -160,18 +210,14 @@ class HazardEngine:
         ws = np.maximum(pk, bs)
         glo = np.searchsorted(G, ws)
         ghi = np.searchsorted(G, C)
-        for j in np.flatnonzero(ghi > glo).tolist():
-            c = int(C[j])
-            chk = facts[c].hzm[i][0]
-            srcs = []
-            h = 0
-            for g in G[glo[j]:ghi[j]].tolist():
-                m = chk & facts[g].hzm[i][1]
-                if m:
-                    h |= m
-                    srcs.append(g)
-            if h:
-                found[c] = [h, srcs]
+        cand = np.flatnonzero(ghi > glo)
+        if cand.size:
+            chk_c = self._masks(cfg, C[cand], i, 0)
+            hit = np.zeros(cand.size, dtype=bool)
+            for ch in range(len(gen_g)):
+                hit |= (_window_or(gen_g[ch], glo[cand], ghi[cand]) & chk_c[ch]) != 0
+            sel = cand[hit]
+            windows = dict(zip(C[sel].tolist(), zip(glo[sel].tolist(), ghi[sel].tolist())))
 
         # -- the state each block passes on ------------------------------------------
         kb = np.searchsorted(K, bend) - 1
@@ -180,88 +226,91 @@ class HazardEngine:
         wst = np.where(has_kill, lk, bstart)
         glo_b = np.searchsorted(G, wst)
         ghi_b = np.searchsorted(G, bend)
-        through = (~has_kill).tolist()
-        local: dict[int, int] = {}
         src = np.flatnonzero(ghi_b > glo_b)
         if src.size:
-            for b, v in zip(src.tolist(), _window_or([facts[g].hzm[i][1] for g in G.tolist()], rule.width,
-                                                     glo_b[src], ghi_b[src])):
-                if v:
-                    local[b] = v
-        if local:
-            inn = self._propagate(cfg, rule, local, through)
-            if inn:
-                # checks with no kill before them in their block see the in-state
-                dep = np.flatnonzero(pk < bs)
-                if dep.size:
-                    keys = np.fromiter(inn.keys(), dtype=np.int64, count=len(inn))
-                    dep = dep[np.isin(bc[dep], keys)]
-                    for j in dep.tolist():
-                        c = int(C[j])
-                        h = facts[c].hzm[i][0] & inn[int(bc[j])]
-                        if h:
-                            e = found.get(c)
-                            if e is None:
-                                found[c] = [h, []]
-                            else:
-                                e[0] |= h
-        return [Hit(rule, k, v[0], tuple(v[1])) for k, v in sorted(found.items())]
+            local = []
+            for ch in range(len(gen_g)):
+                a = np.zeros(cfg.nblocks, dtype=np.uint64)
+                a[src] = _window_or(gen_g[ch], glo_b[src], ghi_b[src])
+                local.append(a)
+            inn = self._propagate(cfg, rule, local, ~has_kill)
+            # checks with no kill before them in their block see the in-state
+            dep = np.flatnonzero(pk < bs)
+            if inn is not None and dep.size:
+                db = bc[dep]
+                chk_d = self._masks(cfg, C[dep], i, 0)
+                hit = np.zeros(dep.size, dtype=bool)
+                for ch in range(len(inn)):
+                    hit |= (inn[ch][db] & chk_d[ch]) != 0
+                sel = np.flatnonzero(hit)
+                blocks = dict(zip(C[dep[sel]].tolist(), db[sel].tolist()))
+        if not windows and not blocks:
+            return None
+        ks = sorted(set(windows) | set(blocks)) if blocks and windows else sorted(windows or blocks)
+        return RuleHits(self, cfg, i, ks, windows, blocks, G, inn)
 
     @staticmethod
-    def _propagate(cfg: CFG, rule: MaskRule, local: dict[int, int], through: list[bool]) -> dict[int, int]:
-        """In-states (nonzero only) at the fixpoint, by a worklist over the
-        blocks the generated state reaches."""
-        branchy = cfg.branchy
-        succ1, succ2 = cfg.succ1, cfg.succ2
+    def _propagate(cfg: CFG, rule: MaskRule, local: list[np.ndarray], through: np.ndarray):
+        """In-states of every block at the fixpoint (one uint64 array per 64
+        bits of state), or None if no state leaves any block.  Runs level by
+        level: each round pushes the blocks whose out-state changed to their
+        successors, all at once."""
+        S1, S2 = cfg.succ_arrays
+        branchy = np.asarray(cfg.branchy, dtype=bool)
         on_branch = rule.on_branch
-        n = cfg.nblocks
-        inn = [0] * n
-        out = [0] * n
-        loc = [0] * n
-        work = []
-        for b, v in local.items():
-            loc[b] = v
-            if on_branch is not None and branchy[b]:
-                v = on_branch(v)
-            if v:
-                out[b] = v
-                work.append(b)
-        reached = set()
-        while work:
-            b = work.pop()
-            ob = out[b]
-            for s in (succ1[b], succ2[b]):
-                if s < 0:
-                    continue
-                old = inn[s]
-                new = old | ob
-                if new == old:
-                    continue
-                inn[s] = new
-                reached.add(s)
-                if through[s]:
-                    v = loc[s] | new
-                    if on_branch is not None and branchy[s]:
-                        v = on_branch(v)
-                    if v != out[s]:
-                        out[s] = v
-                        work.append(s)
-        return {b: inn[b] for b in reached}
+        nch = len(local)
+
+        def transform(vals: list[np.ndarray], blocks: np.ndarray) -> list[np.ndarray]:
+            if on_branch is None:
+                return vals
+            br = branchy[blocks]
+            return [np.where(br, on_branch(v), v).astype(np.uint64) for v in vals]
+
+        allb = np.arange(cfg.nblocks)
+        out = transform([a.copy() for a in local], allb)
+        live = np.zeros(cfg.nblocks, dtype=bool)
+        for a in out:
+            live |= a != 0
+        frontier = np.flatnonzero(live)
+        if not frontier.size:
+            return None
+        inn = [np.zeros(cfg.nblocks, dtype=np.uint64) for _ in range(nch)]
+        while frontier.size:
+            touched = []
+            for S in (S1, S2):
+                succ = S[frontier]
+                ok = succ >= 0
+                succ, src = succ[ok], frontier[ok]
+                if succ.size:
+                    for ch in range(nch):
+                        np.bitwise_or.at(inn[ch], succ, out[ch][src])
+                    touched.append(succ)
+            if not touched:
+                break
+            cand = np.unique(np.concatenate(touched))
+            cand = cand[through[cand]]
+            if not cand.size:
+                break
+            new = transform([local[ch][cand] | inn[ch][cand] for ch in range(nch)], cand)
+            changed = np.zeros(cand.size, dtype=bool)
+            for ch in range(nch):
+                changed |= new[ch] != out[ch][cand]
+            frontier = cand[changed]
+            for ch in range(nch):
+                out[ch][frontier] = new[ch][changed]
+        return inn
 
     # -- explanation -------------------------------------------------------------------
-    def sources(self, cfg: CFG, hit: Hit, limit: int = 256) -> list[int]:
-        """Instruction indices of the hazard sources that reach ``hit``, walking
-        back along every path until the rule's expiry (at most ``limit``
-        instructions), in address order."""
-        if hit.sources:
-            return list(hit.sources)
-        i = self.rules.index(hit.rule)
-        rule = hit.rule
+    def sources(self, cfg: CFG, i: int, k: int, mask: int, limit: int = 256) -> list[int]:
+        """Instruction indices of the sources of rule ``i``'s state bits ``mask``
+        that reach instruction ``k``, walking back along every path until the
+        rule's expiry (at most ``limit`` instructions), in address order."""
+        rule = self.rules[i]
         facts = cfg.facts
         found: set[int] = set()
         seen: set[tuple[int, int]] = set()
-        b0 = cfg.block_at(hit.k)
-        work = [(b0, hit.k - 1, hit.mask)]
+        b0 = cfg.block_at(k)
+        work = [(b0, k - 1, mask)]
         steps = 0
         preds = cfg.preds
         while work and steps < limit:
@@ -269,12 +318,12 @@ class HazardEngine:
             start = int(cfg.block_start[b])
             while k >= start and mask:
                 steps += 1
-                f = facts[k]
-                g = f.hzm[i][1] & mask
+                roles, masks = self.compiled(facts[k])
+                g = masks[i][1] & mask
                 if g:
                     found.add(k)
                     mask &= ~g
-                if (f.hz >> (3 * i)) & 4:
+                if (roles >> (3 * i)) & 4:
                     mask = 0
                 k -= 1
             if not mask:

@@ -140,36 +140,9 @@ def _analyse(co, target: str) -> Report:
             report.kernels.append(_not_analysable(k.name, "kernel", k.entry, k.code_size or 0, why))
         return report
     ranges = function_ranges(co)
-    missing = [r for r in ranges if r[3] < 0]
-    insts, spans = build_unit(co, source, [r for r in ranges if r[3] >= 0])
-    facts = facts_of(insts, source)
-    cfg = build_cfg(insts, facts, [s.start for s in spans])
-    ctx = Context(co, cfg, source, processor, spans)
-    per_span: list[list] = [[] for _ in spans]
-    starts = [s.start for s in spans]
-    if insts:
-        addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
-        for _, detect in DETECTORS:
-            found = detect(ctx)
-            if not found:
-                continue
-            idx = np.searchsorted(addresses, np.array([f.address for f in found], dtype=np.int64))
-            for f, k in zip(found, idx.tolist()):
-                per_span[bisect.bisect_right(starts, k) - 1].append(f)
-    calls = sorted(cfg.calls + cfg.indirect)
-    for i, (span, findings) in enumerate(zip(spans, per_span)):
-        findings.sort(key=lambda f: (f.address, f.cls))
-        rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
-                             instructions=span.end - span.start, blocks=len(cfg.function_blocks(i)),
-                             loops=cfg.backward_edge_count(i))
-        lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
-        rep.calls = [insts[k].address for k in calls[lo:hi]]
-        for k, t in cfg.bad_targets:
-            if span.start <= k < span.end:
-                rep.notes.append(f"branch at {insts[k].address:#x} leaves the function (target {t:#x})")
-        rep.verdict = verdict_of(findings)
-        (report.kernels if span.kind == "kernel" else report.functions).append(rep)
-    for name, kind, kernel, _, _ in missing:
+    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0])
+    _function_reports(report, ctx, run_detectors(ctx))
+    for name, kind, kernel, _, _ in (r for r in ranges if r[3] < 0):
         report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, "kernel code not found in .text"))
     device = combine(f.verdict for f in report.functions) if report.functions else None
     for k in report.kernels:
@@ -179,3 +152,66 @@ def _analyse(co, target: str) -> Report:
     order = {k.name: i for i, k in enumerate(co.kernels)}
     report.kernels.sort(key=lambda k: order.get(k.name, 0))
     return report
+
+
+def unit_context(co, source: str, processor: str, ranges) -> Context:
+    """Decode the functions, identify their encodings, build the CFG."""
+    insts, spans = build_unit(co, source, ranges)
+    addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
+    ends = np.full(len(insts), -1, dtype=np.int64)
+    for s in spans:
+        if s.end > s.start:
+            ends[s.end - 1] = s.address + s.size
+    text = co.text
+    facts = facts_of(insts, source, addresses=addresses, code=text[:len(text) // 4 * 4],
+                     base=co.text_vaddr or 0, ends=ends)
+    cfg = build_cfg(insts, facts, [s.start for s in spans], addresses)
+    ctx = Context(co, cfg, source, processor, spans)
+    ctx.addresses = addresses
+    return ctx
+
+
+def run_detectors(ctx: Context) -> list[list]:
+    """Every detector's findings, per function (in ``ctx.functions`` order)."""
+    per_span: list[list] = [[] for _ in ctx.functions]
+    if not ctx.cfg.n:
+        return per_span
+    starts = np.array(ctx.cfg.func_starts, dtype=np.int64)
+    for _, detect in DETECTORS:
+        found = detect(ctx)
+        if not found:
+            continue
+        idx = np.searchsorted(ctx.addresses, np.fromiter((f.address for f in found), dtype=np.int64,
+                                                         count=len(found)))
+        for f, i in zip(found, (np.searchsorted(starts, idx, "right") - 1).tolist()):
+            per_span[i].append(f)
+    return per_span
+
+
+def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> None:
+    cfg = ctx.cfg
+    insts = cfg.insts
+    nf = len(ctx.functions)
+    fb = np.searchsorted(np.array(cfg.func_starts, dtype=np.int64), cfg.block_start, "right") - 1
+    blocks = np.bincount(fb, minlength=nf).tolist() if nf else []
+    back = np.zeros(nf, dtype=np.int64)
+    idx = np.arange(cfg.nblocks)
+    for succ in cfg.succ_arrays:
+        m = (succ >= 0) & (succ <= idx)
+        back += np.bincount(fb[m], minlength=nf)
+    back = back.tolist()
+    calls = sorted(cfg.calls + cfg.indirect)
+    for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):
+        findings.sort(key=_ORDER)
+        rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
+                             instructions=span.end - span.start, blocks=blocks[i], loops=back[i])
+        lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
+        rep.calls = [insts[k].address for k in calls[lo:hi]]
+        for k, t in cfg.bad_targets:
+            if span.start <= k < span.end:
+                rep.notes.append(f"branch at {insts[k].address:#x} leaves the function (target {t:#x})")
+        rep.verdict = verdict_of(findings)
+        (report.kernels if span.kind == "kernel" else report.functions).append(rep)
+
+
+_ORDER = attrgetter("address", "cls")

@@ -162,7 +162,7 @@ class Facts:
     __slots__ = ("cls", "flow", "mnemonic", "size", "sreads", "sdefs", "valu_sdst", "valu_sgpr_def",
                  "writes_exec", "vcmp_exec", "reads_exec", "simm16", "is_permlane", "is_v_nop",
                  "kill_vm", "kill_smem", "kill_vcmpx_war", "vscnt0", "nsa", "offset", "seg",
-                 "marks", "hz", "hzm", "local", "eid", "inst")
+                 "marks", "hz", "local", "eid", "inst")
 
     def __init__(self, inst):
         self.inst = inst  # a representative occurrence (its address is not meaningful)
@@ -244,8 +244,7 @@ class Facts:
         self.eid = -1  # set by FactsCache.new
         self.local = tuple(r for r in (check(self) for check in ENCODING_CHECKS) if r)
         self.marks = _marks(self, fmt, f)
-        self.hz = None  # role bits for the hazard engine (filled in by it)
-        self.hzm = None  # per-rule (check, gen) masks (filled in by the hazard engine)
+        self.hz = None  # compiled roles, per hazard engine (filled in by them)
 
 
 def _marks(x: "Facts", fmt: str, f: dict) -> int:
@@ -272,24 +271,27 @@ def _marks(x: "Facts", fmt: str, f: dict) -> int:
 
 
 class FactsCache:
-    """Facts per (target, instruction bytes), each with a number (``eid``)
+    """Facts per (target, instruction bytes) - held as their number
+    (``eid``) in ``all`` - each with a number (``eid``)
     that indexes per-encoding numpy columns (:meth:`column`), so that an
     attribute of every instruction of a function is one array lookup.
     Everything is dropped (between two :func:`facts_of` calls) once more than
     ``limit`` encodings are held."""
 
     def __init__(self, limit: int = 1_000_000):
-        self.maps: dict[str, dict[bytes, Facts]] = {}
+        self.maps: dict[str, dict[bytes, int]] = {}  # target -> bytes -> eid
+        self.hashes: dict[str, dict[int, int]] = {}  # target -> dword hash -> eid (checked on use)
         self.all: list[Facts] = []  # by eid
         self.columns: dict[object, np.ndarray] = {}
         self.limit = limit
 
     def clear(self) -> None:
         self.maps.clear()
+        self.hashes.clear()
         self.all = []
         self.columns.clear()
 
-    def table(self, target: str) -> dict[bytes, Facts]:
+    def table(self, target: str) -> dict[bytes, int]:
         if len(self.all) >= self.limit:
             self.clear()
         m = self.maps.get(target)
@@ -320,27 +322,128 @@ class FactsCache:
 FACTS = FactsCache()
 
 _RAW = attrgetter("raw")
-_EID = attrgetter("eid")
 
 
-def facts_of(insts, target: str) -> list[Facts]:
-    """Facts of each instruction of a list decoded for ``target`` (same order)."""
+MAX_DWORDS = 5  # longest GFX10 encoding: MIMG with three NSA dwords (20 bytes)
+_PRIME = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _rows(words: np.ndarray, offs: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """Dword j (0 past the end) of each instruction, for j < MAX_DWORDS."""
+    last = len(words) - 1
+    return [np.where(sizes > j, words[np.minimum(offs + j, last)], 0).astype(np.uint64)
+            for j in range(MAX_DWORDS)]
+
+
+def _hash(rows: list[np.ndarray], sizes: np.ndarray) -> np.ndarray:
+    h = sizes.astype(np.uint64)
+    for w in rows:
+        h = (h ^ w) * _PRIME
+    return h
+
+
+def _dword(j: int):
+    def get(f: Facts) -> int:
+        raw = f.inst.raw
+        return int.from_bytes(raw[4 * j:4 * j + 4], "little") if len(raw) > 4 * j else 0
+    return get
+
+
+def _ndwords(f: Facts) -> int:
+    return (f.size + 3) // 4
+
+
+def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
+                 code: bytes | None = None, base: int = 0, ends: np.ndarray | None = None) -> np.ndarray:
+    """The eid of each instruction of a list decoded for ``target`` (creating
+    facts for the encodings seen for the first time).
+
+    With ``addresses`` (of the instructions), ``code`` (bytes holding them
+    all, at address ``base``; dword aligned) and ``ends`` (for the last
+    instruction of each run of code, the address where the run ends; -1
+    elsewhere) the work is done with numpy: a hash of each instruction's
+    dwords is looked up in a dictionary, and every instruction is then
+    checked to have exactly the dwords of the encoding it was given (any
+    that does not, e.g. on a hash collision, is looked up by its bytes)."""
     table = FACTS.table(target)
-    raws = list(map(_RAW, insts))
-    out = list(map(table.get, raws))
-    k = -1
-    try:
-        while True:  # C-level scans for the encodings seen for the first time
-            k = out.index(None, k + 1)
-            f = table.get(raws[k])
-            if f is None:
-                f = table[raws[k]] = FACTS.new(insts[k])
-            out[k] = f
-    except ValueError:
-        pass
+    n = len(insts)
+    out = np.zeros(n, dtype=np.int64)
+    if code is None or addresses is None or ends is None or not n or base % 4 or len(code) % 4:
+        return _ids_by_bytes(insts, table, range(n), out)
+    words = np.frombuffer(code, dtype="<u4")
+    nxt = np.empty(n, dtype=np.int64)
+    nxt[:-1] = addresses[1:]
+    run_end = ends >= 0
+    nxt[run_end] = ends[run_end]
+    sizes = (nxt - addresses) >> 2
+    offs = (addresses - base) >> 2
+    if sizes.min() < 1 or sizes.max() > MAX_DWORDS or offs.min() < 0 or offs.max() + 1 > len(words):
+        return _ids_by_bytes(insts, table, range(n), out)
+    rows = _rows(words, offs, sizes)
+    hashes = FACTS.hashes.setdefault(target, {})
+    ids = list(map(hashes.get, _hash(rows, sizes).tolist()))
+    if None in ids:  # encodings not seen before (by hash)
+        hl = None
+        k = -1
+        try:
+            while True:
+                k = ids.index(None, k + 1)
+                if hl is None:
+                    hl = _hash(rows, sizes).tolist()
+                raw = insts[k].raw
+                e = table.get(raw)
+                if e is None:
+                    e = table[raw] = FACTS.new(insts[k]).eid
+                ids[k] = hashes[hl[k]] = e
+        except ValueError:
+            pass
+    out = np.array(ids, dtype=np.int64)
+    same = FACTS.column("ndwords", _ndwords)[out] == sizes
+    for j in range(MAX_DWORDS):
+        same &= FACTS.column(("dword", j), _dword(j), np.uint64)[out] == rows[j]
+    odd = np.flatnonzero(~same)
+    if odd.size:  # a hash collision: look those up by their bytes
+        _ids_by_bytes(insts, table, odd.tolist(), out)
     return out
 
 
-def eids_of(facts: list[Facts]) -> np.ndarray:
-    """The eid of each instruction's facts."""
-    return np.fromiter(map(_EID, facts), dtype=np.int64, count=len(facts))
+def _ids_by_bytes(insts, table: dict, which, out: np.ndarray) -> np.ndarray:
+    """Set ``out[k]`` to the eid of ``insts[k]`` for k in ``which``, by its bytes."""
+    for k in which:
+        raw = insts[k].raw
+        e = table.get(raw)
+        if e is None:
+            e = table[raw] = FACTS.new(insts[k]).eid
+        out[k] = e
+    return out
+
+
+class FactsView:
+    """The facts of each instruction, by index, without a list of them."""
+
+    __slots__ = ("eids", "_all")
+
+    def __init__(self, eids: np.ndarray):
+        self.eids = eids
+        self._all = FACTS.all
+
+    def __len__(self) -> int:
+        return len(self.eids)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self._all[e] for e in self.eids[k].tolist()]
+        return self._all[self.eids[k]]
+
+    def __iter__(self):
+        return iter(map(self._all.__getitem__, self.eids.tolist()))
+
+    def distinct(self) -> list[Facts]:
+        """The distinct encodings among them."""
+        return [self._all[e] for e in np.unique(self.eids).tolist()]
+
+
+def facts_of(insts, target: str, **where) -> FactsView:
+    """Facts of each instruction of a list decoded for ``target`` (same order);
+    ``where`` as for :func:`encoding_ids`."""
+    return FactsView(encoding_ids(insts, target, **where))

@@ -212,26 +212,43 @@ class Finding:
     """One problem at one address.
 
     ``Finding(cls, address, detail, mitigation="", addresses=(), fix="",
-    blocker=None)``: ``mitigation`` defaults to the class's; ``fix`` is the
+    blocker=None)``: ``detail`` and ``addresses`` may be functions returning
+    them (called on first use: findings can be many, their explanations are
+    rarely all read);
+    ``mitigation`` defaults to the class's; ``fix`` is the
     rule set that fixes it (the class's by default; None when kpatch cannot)
     and ``blocker`` then says why."""
 
-    __slots__ = ("cls", "address", "detail", "mitigation", "addresses", "fix", "blocker")
+    __slots__ = ("cls", "address", "_detail", "mitigation", "_addresses", "fix", "blocker")
 
-    def __init__(self, cls: str, address: int, detail: str, mitigation: str = "",
-                 addresses: tuple[int, ...] = (), fix: str | None = "", blocker: str | None = None):
+    def __init__(self, cls: str, address: int, detail, mitigation: str = "",
+                 addresses=(), fix: str | None = "", blocker: str | None = None):
         c = CLASS_BY_NAME.get(cls)
         if c is None:
             raise ValueError(f"unknown finding class {cls!r}")
         self.cls = cls
         self.address = address
-        self.detail = detail
+        self._detail = detail  # a string, or a function that makes it (on first use)
         self.mitigation = mitigation or c.mitigation
-        self.addresses = tuple(addresses)
+        self._addresses = addresses if callable(addresses) else tuple(addresses)
         self.fix = c.rule_set if fix == "" else fix
         if self.fix is None and blocker is None:
             blocker = f"{cls}: {c.mitigation}"
         self.blocker = blocker
+
+    @property
+    def detail(self) -> str:
+        d = self._detail
+        if not isinstance(d, str):
+            d = self._detail = d()
+        return d
+
+    @property
+    def addresses(self) -> tuple[int, ...]:
+        a = self._addresses
+        if callable(a):
+            a = self._addresses = tuple(a())
+        return a
 
     @property
     def code(self) -> str:
@@ -241,7 +258,8 @@ class Finding:
         return f"Finding({self.cls}, {self.address:#x}, {self.detail!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Finding) and all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
+        keys = ("cls", "address", "detail", "mitigation", "addresses", "fix", "blocker")
+        return isinstance(other, Finding) and all(getattr(self, a) == getattr(other, a) for a in keys)
 
     __hash__ = None  # mutable
 

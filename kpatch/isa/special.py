@@ -98,10 +98,15 @@ def hwreg_text(v: int, names: Mapping[int, str]) -> str:
 
 # ---- sendmsg --------------------------------------------------------------
 def sendmsg_text(v: int, names: Mapping[int, str]) -> str:
-    """Symbolic when the low 10 bits (msg, op, stream) name a message
-    (LLVM ignores the bits above), else the decimal value."""
-    t = names.get(v & 0x3FF)
-    return t if t is not None else str(v)
+    """s_sendmsg operand.  ``names`` maps the 10-bit (msg, op, stream) code to
+    LLVM's spelling.  A named message is printed from those bits alone (LLVM
+    ignores the others); the numeric ``sendmsg(m, o, s)`` form only when no
+    other bit is set; otherwise the decimal value."""
+    code = v & 0x3FF
+    t = names.get(code)
+    if t is not None and (t.startswith("sendmsg(MSG_") or code == v):
+        return t
+    return str(v)
 
 
 # ---- plain styles -----------------------------------------------------------

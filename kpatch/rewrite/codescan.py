@@ -40,9 +40,11 @@ S_CODE_END = 0xBF9F0000
 S_NOP_0 = 0xBF800000
 PAD_WORDS = frozenset({S_CODE_END, S_NOP_0, 0})
 
-#: Instructions after which execution never reaches the next word.
+#: Instructions after which execution does not go on to the next word (s_trap
+#: hands the wave to the trap handler, which ends it: LLVM ends functions
+#: that call llvm.trap with it).
 TERMINATORS = frozenset({"s_endpgm", "s_endpgm_saved", "s_endpgm_ordered_ps_done",
-                         "s_setpc_b64", "s_branch", "s_code_end"})
+                         "s_setpc_b64", "s_branch", "s_code_end", "s_trap"})
 #: PC-relative instructions kpatch does not relocate.
 UNSUPPORTED_PCREL = frozenset({"s_rfe_b64", "s_subvector_loop_begin", "s_subvector_loop_end",
                                "s_cbranch_join", "s_cbranch_g_fork"})
@@ -337,31 +339,41 @@ def _getpc_pattern(insts: list[Instruction], g: int, last: int):
     return n, add.address + delta, hi_literal
 
 
+_SCALAR_CONTROL = frozenset({"SOPP", "SOPK", "SOP1"})  # the formats PC-relative instructions use
+
+
 def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
     insts = scan.insts
     first, last = u.first, u.last
     if u.count == 0:
         return
-    decoded_to = insts[last].address + insts[last].size
+    control: list[int] = []
     for i in range(first, last + 1):
-        ins = insts[i]
-        if ins.is_unknown:
+        fmt = insts[i].d.fmt
+        if fmt is None:
+            ins = insts[i]
             _problem(scan, ui, ins.address, "A", "undecodable",
                      f"word {ins.raw.hex()} at {ins.address:#x} in {u.name} does not decode for "
                      f"{scan.target}")
             return
-    if decoded_to != u.end:
-        _problem(scan, ui, insts[last].address, "A", "undecodable",
+        if fmt.name in _SCALAR_CONTROL:
+            control.append(i)
+    end = insts[last]
+    if end.address + end.size != u.end:
+        _problem(scan, ui, end.address, "A", "undecodable",
                  f"the last instruction of {u.name} runs past its end {u.end:#x}")
         return
-    if insts[last].mnemonic not in TERMINATORS:
-        _problem(scan, ui, insts[last].address, "A", "falls-through",
+    if end.mnemonic not in TERMINATORS:
+        _problem(scan, ui, end.address, "A", "falls-through",
                  f"{u.name} does not end with s_endpgm/s_setpc_b64/s_branch "
-                 f"({insts[last].mnemonic} at {insts[last].address:#x}): code falls through its end")
-    for i in range(first, last + 1):
+                 f"({end.mnemonic} at {end.address:#x}): code falls through its end")
+    jumps = []
+    for i in control:
         ins = insts[i]
         m = ins.mnemonic
-        if ins.is_branch or m == "s_call_b64":
+        if m in ("s_setpc_b64", "s_swappc_b64"):
+            jumps.append(i)
+        elif ins.is_branch or m == "s_call_b64":
             t = ins.branch_target
             j = scan.index_at.get(t)
             if j is None:
@@ -393,7 +405,8 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
         elif m in UNSUPPORTED_PCREL:
             _problem(scan, ui, ins.address, "A", "unsupported",
                      f"{m} at {ins.address:#x} is PC-relative and kpatch does not relocate it")
-    _computed_jumps(scan, ui, u)
+    if jumps:
+        _computed_jumps(scan, ui, u, jumps)
 
 
 # ---------------------------------------------------------------------------
@@ -441,13 +454,11 @@ def _transfer(scan: TextScan, i: int, state: dict) -> dict:
     return new
 
 
-def _computed_jumps(scan: TextScan, ui: int, u: Unit) -> None:
+def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
+    """Follow each s_setpc_b64/s_swappc_b64 register pair back through the unit's
+    control flow (a forward must-analysis of SGPRs holding getpc results)."""
     insts = scan.insts
     first, last = u.first, u.last
-    jumps = [i for i in range(first, last + 1)
-             if insts[i].mnemonic in ("s_setpc_b64", "s_swappc_b64")]
-    if not jumps:
-        return
     # basic blocks: leaders are the start, branch targets inside the unit, and
     # the instruction after any branch or terminator
     leaders = {first}

@@ -156,6 +156,12 @@ class ElfLayout:
 
     # -- reading -------------------------------------------------------------
     def _check(self) -> None:
+        for s in self.secs:
+            if s.align & (s.align - 1):
+                raise _refuse(f"section {s.name} has alignment {s.align}, not a power of two")
+        for g in self.segs:
+            if g.type == PT_LOAD and g.align & (g.align - 1):
+                raise _refuse(f"PT_LOAD alignment {g.align:#x} is not a power of two")
         alloc = sorted((s for s in self.secs if s.alloc and s.type != SHT_NULL),
                        key=lambda s: (s.offset, s.addr))
         for a, b in zip(alloc, alloc[1:]):
@@ -229,6 +235,12 @@ class ElfLayout:
                 file_end = max(file_end, s.new_offset + s.new_file_size)
         if h.e_shoff:
             self.new_shoff = max(h.e_shoff, align_up(file_end, 8))
+            file_end = self.new_shoff + len(self.secs) * SHDR.size
+        growth = sum(max(0, s.new_size - s.size) for s in self.secs)
+        slack = (len(self.secs) + len(self.segs) + 1) * max([page] + [s.align for s in self.secs])
+        if file_end > len(self.data) + growth + slack:
+            raise _refuse(f"the new layout would need {file_end} bytes for a {len(self.data)}-byte "
+                          f"file (odd alignments or offsets)")
         self._place_segments(page)
 
     def _segment_start(self, s: Sec, g: Seg, mem_need: int, file_need: int,

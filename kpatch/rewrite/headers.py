@@ -43,19 +43,23 @@ def note_section(data: bytes, note: Note):
     raise UsageError("the note is in no SHT_NOTE section (stripped section headers?)")
 
 
-def replace_note(data: bytes, note: Note, new_desc: bytes) -> tuple[str, bytes]:
-    """(section name, new section contents) with ``note``'s descriptor replaced."""
+def replace_note(data: bytes, note: Note, new_desc: bytes) -> tuple[int, bytes]:
+    """(section index, new section contents) with ``note``'s descriptor replaced."""
     s = note_section(data, note)
     body = data[s.offset:s.offset + s.size]
     start = note.offset - s.offset
-    end = note.desc_offset - s.offset + _pad(len(note.desc), note.align)
+    end = min(note.desc_offset - s.offset + _pad(len(note.desc), note.align), len(body))
     new = note_bytes(note.owner, note.type, new_desc, note.align)
-    return s.name, body[:start] + new + body[end:]
+    return s.index, body[:start] + new + body[end:]
 
 
-def _rewrite_sections(data: bytes, contents: dict[str, bytes]) -> bytes:
+def replace_section(data: bytes, index: int, body: bytes) -> bytes:
+    """``data`` with section ``index`` holding ``body``, laid out again if the size changed."""
+    s = ElfFile(data).sections[index]
+    if len(body) == s.size:
+        return bytes(data[:s.offset]) + bytes(body) + bytes(data[s.offset + s.size:])
     from kpatch.rewrite.relocate import rewrite  # relocate re-exports this module
-    return rewrite(data, None, [], section_contents=contents).data
+    return rewrite(data, None, [], section_contents={index: bytes(body)}).data
 
 
 def set_e_flags(data: bytes, e_flags: int) -> bytes:
@@ -82,11 +86,8 @@ def set_metadata(data: bytes, updater: Callable[[Metadata], None]) -> bytes:
     desc = encode_metadata(md)
     if desc == note.desc:
         return bytes(data)
-    name, body = replace_note(co.data, note, desc)
-    old = co.section(name)
-    if len(body) == old.size:
-        return bytes(co.data[:old.offset]) + body + bytes(co.data[old.offset + old.size:])
-    return _rewrite_sections(co.data, {name: body})
+    index, body = replace_note(co.data, note, desc)
+    return replace_section(co.data, index, body)
 
 
 def set_descriptor_field(data: bytes, kernel_symbol: str, field: str, value: int) -> bytes:

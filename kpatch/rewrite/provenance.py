@@ -30,7 +30,7 @@ import json
 
 from kpatch.codeobject import CodeObject
 from kpatch.errors import FormatError, UsageError
-from kpatch.rewrite.headers import _rewrite_sections, note_bytes, note_section, replace_note
+from kpatch.rewrite.headers import note_bytes, note_section, replace_note, replace_section
 
 PROVENANCE_OWNER = "kpatch"
 NT_KPATCH_PROVENANCE = 0x4B50
@@ -68,7 +68,7 @@ def add_provenance(data: bytes, record: dict) -> bytes:
     co = CodeObject.from_bytes(data)
     old = _find(co)
     if old is not None:
-        name, body = replace_note(co.data, old, desc)
+        index, body = replace_note(co.data, old, desc)
     else:
         anchor = co.metadata_note or (co.elf.notes[0] if co.elf.notes else None)
         if anchor is None:
@@ -78,11 +78,8 @@ def add_provenance(data: bytes, record: dict) -> bytes:
         align = anchor.align
         body += bytes(-len(body) % align) + note_bytes(PROVENANCE_OWNER, NT_KPATCH_PROVENANCE,
                                                         desc, align)
-        name = s.name
-    sec = co.section(name)
-    if len(body) == sec.size:
-        return bytes(co.data[:sec.offset]) + body + bytes(co.data[sec.offset + sec.size:])
-    return _rewrite_sections(co.data, {name: body})
+        index = s.index
+    return replace_section(co.data, index, body)
 
 
 def read_provenance(data: bytes) -> dict | None:

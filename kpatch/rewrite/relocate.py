@@ -35,6 +35,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
@@ -54,7 +55,9 @@ class RewriteResult:
     """A rewritten code object and what was done to it."""
 
     data: bytes
-    address_map: dict[int, int] = field(default_factory=dict)  # old -> new vaddr, every instruction
+    #: old -> new vaddr of every instruction in .text (empty when there were no
+    #: edits and the code did not move: nothing was decoded)
+    address_map: dict[int, int] = field(default_factory=dict)
     inserted: list[tuple[int, int, str]] = field(default_factory=list)  # (new vaddr, size, rule)
     relocations: dict[str, int] = field(default_factory=dict)
     refused: list[Refusal] = field(default_factory=list)
@@ -280,9 +283,9 @@ def _scan(co: CodeObject, target: str | None) -> TextScan | None:
 
 
 def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f: bool = True,
-            section_contents: dict[str, bytes] | None = None) -> RewriteResult:
-    """Apply ``edits`` and give named sections new contents (``section_contents``,
-    e.g. a re-encoded ``.note``), moving whatever has to move.  ``target`` may be
+            section_contents: dict[int | str, bytes] | None = None) -> RewriteResult:
+    """Apply ``edits`` and give sections (by index or name) new contents
+    (``section_contents``, e.g. a re-encoded ``.note``), moving whatever has to move.  ``target`` may be
     None to decode the code for the object's own target.  See :func:`apply_edits`."""
     co = CodeObject.from_bytes(data)
     if co.is_legacy:
@@ -290,7 +293,7 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
     if co.e_type == ET_REL:
         raise Refusal("cannot patch: relocatable object files (not linked) are not supported",
                       kind="layout")
-    contents = {name: bytes(v) for name, v in (section_contents or {}).items()}
+    contents = dict(section_contents or {})
     slots_by_addr, conflict_list = group_edits(list(edits))
     scan = _scan(co, target) if slots_by_addr else None
     slots: dict[int, Slot] = {}
@@ -312,7 +315,12 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
         if scan is not None:
             plan, lay = _decide(scan, slots, conflicts, offset3f)
         try:
-            return _finish(co, scan, lay, plan, contents, target, offset3f)
+            try:
+                return _finish(co, scan, lay, plan, contents, target, offset3f)
+            except (struct.error, OverflowError):
+                # only odd inputs get here (addresses near 2**64 and the like)
+                raise Refusal("cannot relocate: a moved address or offset no longer fits its "
+                              "field", kind="layout") from None
         except Refusal as e:
             # a getpc target that cannot be placed pins the code like any class A problem
             if e.kind != "data-target" or scan is None or not slots or e.address is None:
@@ -323,17 +331,18 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
 
 
 def _finish(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
-            contents: dict[str, bytes], target: str | None, offset3f: bool) -> RewriteResult:
+            contents: dict[int | str, bytes], target: str | None, offset3f: bool) -> RewriteResult:
     layout = ElfLayout(co.data)
     text_sec = layout.section(".text")
     new_sizes: dict[int, int] = {}
     by_index: dict[int, bytes] = {}
-    for name, b in contents.items():
-        s = layout.section(name)
+    for key, b in contents.items():
+        s = layout.secs[key] if isinstance(key, int) and 0 <= key < len(layout.secs) \
+            else layout.section(key) if isinstance(key, str) else None
         if s is None:
-            raise UsageError(f"no section {name}")
+            raise UsageError(f"no section {key}")
         new_sizes[s.index] = len(b)
-        by_index[s.index] = b
+        by_index[s.index] = bytes(b)
     if lay is not None:
         new_sizes[text_sec.index] = lay.size
     layout.plan(new_sizes)

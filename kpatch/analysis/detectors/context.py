@@ -41,7 +41,7 @@ class Context:
     processor: str
     functions: list[FunctionSpan]
     _marks: object = field(default=None, repr=False)
-    _distinct: set | None = field(default=None, repr=False)
+    addresses: object = field(default=None, repr=False)  # numpy array of instruction addresses
 
     @property
     def compiled_for_gfx101x(self) -> bool:
@@ -60,22 +60,21 @@ class Context:
         i = bisect.bisect_right(self.cfg.func_starts, k) - 1
         return self.functions[max(i, 0)]
 
+    @property
+    def marks(self) -> np.ndarray:
+        """The marks of every instruction."""
+        if self._marks is None:
+            self._marks = FACTS.column("marks")[self.cfg.eids]
+        return self._marks
+
     def any_marked(self, bits: int, start: int, end: int) -> bool:
         """Does any instruction in ``start:end`` carry one of the ``bits`` marks?"""
-        self.marked(0)
-        return bool(np.any(self._marks[start:end] & bits))
+        return bool(np.any(self.marks[start:end] & bits))
 
     def marked(self, bits: int, start: int = 0, end: int | None = None) -> list[int]:
         """Indices (in ``start:end``) of the instructions whose facts carry any
         of the ``bits`` marks (:data:`kpatch.analysis.facts.M_NSA` ...)."""
-        if self._marks is None:
-            self._marks = FACTS.column("marks")[self.cfg.eids]
-        m = self._marks if end is None and not start else self._marks[start:end]
+        marks = self.marks
+        m = marks if end is None and not start else marks[start:end]
         return (np.flatnonzero(m & bits) + start).tolist()
 
-    @property
-    def distinct(self) -> set:
-        """The distinct encodings (facts) of the unit."""
-        if self._distinct is None:
-            self._distinct = set(self.cfg.facts)
-        return self._distinct

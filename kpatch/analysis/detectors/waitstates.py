@@ -24,13 +24,16 @@ fixLdsBranchVmemWARHazard); see gfx1010-hazards.md.
   global/scratch FLAT (not flat-segment FLAT), and the rule applies only to
   functions that have both kinds.
 
-A finding names the hazard's source when it lies in the same basic block;
-one that reaches it from another block is described by kind only.
+A finding's detail and source addresses are worked out when first read.
 """
 
 from __future__ import annotations
 
-from kpatch.analysis.dataflow import HazardEngine, Hit, MaskRule
+from functools import partial
+
+import numpy as np
+
+from kpatch.analysis.dataflow import HazardEngine, MaskRule, RuleHits
 from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import DS, FLAT, FLAT_SEG, M_DS, M_VMEM_SEG, SALU, SMEM, VALU, VMEM, Facts, mask_names
 from kpatch.analysis.findings import Finding
@@ -76,6 +79,7 @@ def _lds_check(f: Facts) -> int:
     return 0
 
 
+# on_branch / before_branch use bit operations only: they also run on numpy arrays
 LDS_BRANCH_VMEM = MaskRule(
     "LdsBranchVmemWARHazard", 4,
     check=_lds_check,
@@ -88,44 +92,43 @@ RULES = [VMEM_TO_SCALAR, SMEM_TO_VECTOR, VCMPX_PERMLANE, VCMPX_EXEC_WAR, LDS_BRA
 ENGINE = HazardEngine(RULES)
 
 
-def _detail(ctx: Context, hit: Hit, srcs: list[int]) -> str:
+def _detail(ctx: Context, rh: RuleHits, k: int) -> str:
     insts = ctx.insts
-    me = insts[hit.k].text()
+    srcs = rh.sources(k, limit=1024)
+    me = insts[k].text()
     if srcs:
         first = insts[srcs[0]]
         src = f"{first.text()} at {first.address:#x}" + (f" (+{len(srcs) - 1} more)" if len(srcs) > 1 else "")
     else:
-        src = "an earlier instruction in a preceding block"
-    name = hit.rule.name
+        src = "an earlier instruction on some path"
+    name = rh.rule.name
     if name == "VMEMtoScalarWriteHazard" or name == "SMEMtoVectorWriteHazard":
-        return f"{me} writes {mask_names(hit.mask)} still read by {src}"
+        return f"{me} writes {mask_names(rh.mask(k))} still read by {src}"
     if name == "VcmpxPermlaneHazard":
         return f"{me} follows {src} with no VALU between"
     if name == "VcmpxExecWARHazard":
         return f"{me} writes EXEC read by {src}"
-    kind = "VMEM" if hit.mask & VM_T else "LDS"
+    kind = "VMEM" if rh.mask(k) & VM_T else "LDS"
     return f"{me} after a branch after {kind} {src}"
 
 
+def _sources(ctx: Context, rh: RuleHits, k: int) -> list[int]:
+    return [ctx.insts[j].address for j in rh.sources(k, limit=1024)]
+
+
 def detect(ctx: Context) -> list[Finding]:
-    hits = ENGINE.run(ctx.cfg)
-    if not hits:
-        return []
-    lds_ok: dict[int, bool] = {}
     insts = ctx.insts
     out: list[Finding] = []
-    for h in hits:
-        if h.rule is LDS_BRANCH_VMEM:
-            fn = ctx.function_of(h.k)
-            ok = lds_ok.get(fn.start)
-            if ok is None:
-                ok = lds_ok[fn.start] = (ctx.any_marked(M_DS, fn.start, fn.end)
-                                         and ctx.any_marked(M_VMEM_SEG, fn.start, fn.end))
-            if not ok:
-                continue
-        # sources in the hit's own block come free with the hit; finding those
-        # in other blocks would cost a walk per finding (ENGINE.sources does it)
-        srcs = h.sources
-        out.append(Finding(h.rule.name, insts[h.k].address, _detail(ctx, h, srcs),
-                           addresses=tuple(insts[j].address for j in srcs)))
+    for rh in ENGINE.run(ctx.cfg):
+        ks = rh.ks
+        if rh.rule is LDS_BRANCH_VMEM:
+            # only in functions that have both LDS and VMEM instructions
+            ok = [ctx.any_marked(M_DS, f.start, f.end) and ctx.any_marked(M_VMEM_SEG, f.start, f.end)
+                  for f in ctx.functions]
+            fi = np.searchsorted(np.array(ctx.cfg.func_starts), np.array(ks), "right") - 1
+            ks = [k for k, i in zip(ks, fi.tolist()) if ok[i]]
+        name = rh.rule.name
+        for k in ks:
+            out.append(Finding(name, insts[k].address, partial(_detail, ctx, rh, k),
+                               addresses=partial(_sources, ctx, rh, k)))
     return out

@@ -1,0 +1,310 @@
+"""Make one gfx1030 code object safe for gfx1010: rules -> edits -> rewrite -> verify.
+
+``patch_code_object(data, mode=..., rule_sets=...)``:
+
+1. an object that carries kpatch's provenance note is left alone (a second
+   apply changes nothing);
+2. ``kpatch.analysis.analyse(co, "gfx1010")`` finds what is unsafe;
+3. every finding is matched to a rule of the chosen rule sets
+   (``match.finding``); a finding no chosen rule fixes, or that no exact
+   fix exists for, refuses its kernel with the reason;
+4. instruction-pattern rules (``match.mnemonic``, e.g. cache-policy
+   presets) add field edits;
+5. the rewriter applies the edits of the kernels that were not refused,
+   relocating what moves, or refuses kernels it cannot relocate;
+6. header rules: CU mode for the kernels that need it, and in native mode
+   the gfx1010 label;
+7. a provenance note records what was done;
+8. the result is analysed again: any finding the applied rules should have
+   removed makes the whole object refused (nothing is written) - kpatch
+   ships no patch it could not verify.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kpatch.analysis import analyse
+from kpatch.codeobject import CodeObject, TargetId, e_flags_for
+from kpatch.errors import KpatchError, UsageError
+from kpatch.isa import decode, encode
+from kpatch.rewrite import headers
+from kpatch.rewrite.edits import Edit, Refusal
+from kpatch.rewrite.provenance import add_provenance, provenance_record, read_provenance
+from kpatch.rewrite.relocate import apply_edits
+from kpatch.rewrite.rules import Rule, RuleSet, load_all
+
+MADE_SAFE_FOR = "gfx1010"
+SOURCE_ISA = "gfx1030"
+MODES = ("override", "native")
+DEFAULT_RULE_SETS = {
+    "override": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
+    "native": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc", "retarget-gfx1010"),
+}
+LLC_NOALLOC_MASK = 0x3 << 26
+# in override mode the object keeps its gfx1030 label, which the loader reads
+# as "no XNACK"; the hardware's XNACK mode is the driver's (amdgpu.noretry)
+OVERRIDE_ACCEPTS = ("Xnack",)
+
+
+@dataclass
+class KernelOutcome:
+    name: str
+    status: str  # patched | refused | untouched
+    reason: str = ""
+    rules: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "status": self.status, "reason": self.reason, "rules": list(self.rules)}
+
+
+@dataclass
+class PatchResult:
+    data: bytes | None  # None: unchanged
+    kernels: list[KernelOutcome]
+    changed: bool
+    relocations: dict[str, int] = field(default_factory=dict)
+    provenance: dict | None = None
+    note: str = ""
+
+
+def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[RuleSet]:
+    """The rule sets to apply: the named ones, or the mode's defaults."""
+    if mode not in MODES:
+        raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    sets = load_all(list(extra_rule_files))
+    names = list(rule_sets) if rule_sets else list(DEFAULT_RULE_SETS[mode])
+    unknown = [n for n in names if n not in sets]
+    if unknown:
+        raise UsageError(f"unknown rule set(s) {', '.join(unknown)} (known: {', '.join(sets)})")
+    if mode == "override" and "retarget-gfx1010" in names:
+        raise UsageError("retarget-gfx1010 labels code gfx1010, which the override mode's loader rejects; "
+                         "use --mode native")
+    return [sets[n] for n in names]
+
+
+class _KernelRefused(Exception):
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
+    return {k.name: (k.entry, k.entry + (k.code_size or 0)) for k in co.kernels}
+
+
+def _finding_rules(sets: list[RuleSet]) -> dict[str, Rule]:
+    out: dict[str, Rule] = {}
+    for s in sets:
+        for r in s.rules:
+            if r.match_kind == "finding":
+                out.setdefault(r.finding, r)
+    return out
+
+
+def _vsharp_edit(co: CodeObject, rule: Rule, finding) -> Edit:
+    """Clear LLC_NOALLOC in the literal of the s_mov_b32 that defines V# word 3."""
+    if not finding.addresses:
+        raise _KernelRefused(f"VsharpLlcNoalloc at {finding.address:#x}: no defining instruction")
+    at = finding.addresses[0]
+    text = co.section(".text")
+    off = at - text.addr
+    inst = decode(co.text[off : off + 12], SOURCE_ISA, at)[0]
+    if inst.mnemonic != "s_mov_b32" or inst.literal is None:
+        raise _KernelRefused(f"VsharpLlcNoalloc: word 3 is defined by {inst.text()} at {at:#x}, "
+                             f"not by an s_mov_b32 of a literal; kpatch only rewrites that form")
+    return Edit(at, "replace", encode(inst, literal=inst.literal & ~LLC_NOALLOC_MASK), rule.id,
+                note="clear LLC_NOALLOC")
+
+
+def _edits_for_finding(co: CodeObject, rule: Rule, finding) -> list[Edit]:
+    """The edits ``rule`` asks for at ``finding``; _KernelRefused when it cannot be done exactly."""
+    if rule.fix == "offset3f":
+        return []  # the rewriter relaxes every 0x3f branch (offset3f=True)
+    if rule.fix == "vsharp-llc-noalloc":
+        return [_vsharp_edit(co, rule, finding)]
+    if rule.fix is not None:
+        raise _KernelRefused(f"{finding.cls} at {finding.address:#x} needs the '{rule.fix}' transformation, "
+                             f"which kpatch does not perform yet (it refuses rather than guesses)")
+    edits = []
+    if rule.replace is not None:
+        edits.append(Edit(finding.address, "replace", b"".join(s.build(MADE_SAFE_FOR) for s in rule.replace),
+                          rule.id))
+    if rule.insert_before:
+        edits.append(Edit(finding.address, "insert_before",
+                          b"".join(s.build(MADE_SAFE_FOR) for s in rule.insert_before), rule.id))
+    if rule.insert_after:
+        edits.append(Edit(finding.address, "insert_after",
+                          b"".join(s.build(MADE_SAFE_FOR) for s in rule.insert_after), rule.id))
+    return edits
+
+
+def _pattern_edits(co: CodeObject, rules: list[Rule], start: int, end: int) -> list[Edit]:
+    """Field-setting edits of instruction-pattern rules inside [start, end)."""
+    if not rules:
+        return []
+    text = co.section(".text")
+    code = co.text[start - text.addr : end - text.addr]
+    out = []
+    for inst in decode(code, SOURCE_ISA, start):
+        for r in rules:
+            if r.matches_instruction(inst) and r.set_fields:
+                changes = {k: v for k, v in r.set_fields if inst.fields.get(k) != v}
+                if changes:
+                    out.append(Edit(inst.address, "replace", encode(inst, **changes), r.id))
+                    break
+    return out
+
+
+def _check_source(co: CodeObject) -> None:
+    if co.is_legacy:
+        raise Refusal("cannot patch: code object V2 (legacy) is not supported", kind="layout")
+    if co.target is None or co.target.processor != SOURCE_ISA:
+        raise Refusal(f"cannot patch: kpatch makes gfx1030 code safe for gfx1010; this object is "
+                      f"{co.target_id or 'of an unknown target'}", kind="unsupported")
+
+
+def _retarget(data: bytes, co: CodeObject) -> bytes:
+    target = TargetId(MADE_SAFE_FOR, xnack="-")
+    data = headers.set_e_flags(data, e_flags_for(target, co.code_object_version))
+    if co.metadata is not None and "amdhsa.target" in co.metadata:
+        def update(md):
+            md["amdhsa.target"] = f"amdgcn-amd-amdhsa--{target}"
+
+        data = headers.set_metadata(data, update)
+    return data
+
+
+def _cu_mode(data: bytes, kernels: list) -> bytes:
+    for k in kernels:
+        data = headers.set_descriptor_field(data, k.symbol, "WGP_MODE", 0)
+    co = CodeObject.from_bytes(data)
+    md = co.metadata
+    symbols = {k.symbol for k in kernels}
+    if md is not None and any(".workgroup_processor_mode" in (kmd or {}) for kmd in md.kernels
+                              if kmd.get(".symbol") in symbols):
+        def update(m):
+            for kmd in m.kernels:
+                if kmd.get(".symbol") in symbols and ".workgroup_processor_mode" in kmd:
+                    kmd[".workgroup_processor_mode"] = 0
+
+        data = headers.set_metadata(data, update)
+    return data
+
+
+def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
+    """Make the gfx1030 code object ``data`` safe for gfx1010 (see the module docstring)."""
+    sets = select_rule_sets(mode, rule_sets, extra_rule_files)
+    co = CodeObject.from_bytes(data)
+    names = [k.name for k in co.kernels]
+    prov = read_provenance(data)
+    if prov is not None:
+        return PatchResult(None, [KernelOutcome(n, "untouched", "already patched by kpatch") for n in names],
+                           False, provenance=prov, note="already patched by kpatch")
+    try:
+        _check_source(co)
+    except Refusal as e:
+        return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
+
+    by_finding = _finding_rules(sets)
+    set_ids = {s.id for s in sets}
+    pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
+    report = analyse(co, MADE_SAFE_FOR)
+    ranges = _kernel_ranges(co)
+    outcomes: dict[str, KernelOutcome] = {}
+    edits_by_kernel: dict[str, list[Edit]] = {}
+    cu_kernels = []
+    for kr in report.kernels:
+        used: list[str] = []
+        edits: list[Edit] = []
+        try:
+            if kr.verdict.status == "unpatchable" and not kr.findings:
+                raise _KernelRefused("; ".join(kr.verdict.reasons) or "not analysable")
+            for f in kr.findings:
+                if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
+                    continue
+                if f.fix is None:
+                    raise _KernelRefused(f"{f.cls} at {f.address:#x}: {f.blocker or 'no exact gfx1010 fix'}")
+                if f.cls == "LdsMisalignedBug":
+                    if "cu-mode" not in set_ids:
+                        raise _KernelRefused("LdsMisalignedBug needs rule set cu-mode, which was not chosen")
+                    used.append(next(r.id for s in sets if s.id == "cu-mode" for r in s.rules))
+                    continue
+                if f.cls == "Xnack":
+                    if "retarget-gfx1010" not in set_ids:
+                        raise _KernelRefused("Xnack needs rule set retarget-gfx1010 (native mode)")
+                    used.append(next(r.id for s in sets if s.id == "retarget-gfx1010" for r in s.rules))
+                    continue
+                rule = by_finding.get(f.cls)
+                if rule is None:
+                    raise _KernelRefused(f"{f.cls} at {f.address:#x} needs rule set {f.fix}, which was not chosen")
+                edits.extend(_edits_for_finding(co, rule, f))
+                used.append(rule.id)
+            if kr.name in ranges:
+                pe = _pattern_edits(co, pattern_rules, *ranges[kr.name])
+                taken = {e.address for e in edits if e.action == "replace"}
+                edits.extend(e for e in pe if e.address not in taken)
+                used.extend(e.rule for e in pe)
+        except _KernelRefused as e:
+            outcomes[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
+            continue
+        if any(f.cls == "LdsMisalignedBug" for f in kr.findings):
+            cu_kernels.append(kr.name)
+        edits_by_kernel[kr.name] = edits
+        rules = list(dict.fromkeys(used))
+        outcomes[kr.name] = KernelOutcome(kr.name, "patched" if rules else "untouched", "", rules)
+
+    all_edits = [e for es in edits_by_kernel.values() for e in es]
+    try:
+        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True)
+    except Refusal as e:
+        return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
+    for r in result.refused:
+        if r.kernel in outcomes:
+            outcomes[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
+    new = result.data
+    relocated = result.relocations or {}
+    if relocated.get("offset3f_fixed"):
+        for o in outcomes.values():
+            if o.status != "refused":
+                pass  # the relaxations are reported in relocations; per-kernel attribution below
+    patched = [k for k in co.kernels if outcomes[k.name].status != "refused"]
+    cu = [k for k in patched if k.name in cu_kernels]
+    try:
+        if cu:
+            new = _cu_mode(new, cu)
+        if mode == "native":
+            new = _retarget(new, co)
+    except KpatchError as e:
+        return PatchResult(None, [KernelOutcome(n, "refused", f"header rewrite failed: {e.reason}") for n in names],
+                           False, note=e.reason)
+    if new == data and not any(o.status == "patched" for o in outcomes.values()):
+        return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated)
+    applied = sorted({r for o in outcomes.values() for r in o.rules})
+    rec = provenance_record(data, rules=applied, made_safe_for=MADE_SAFE_FOR, mode=mode,
+                            rule_sets=[s.id for s in sets],
+                            refused=[o.name for o in outcomes.values() if o.status == "refused"],
+                            relocations=relocated)
+    new = add_provenance(new, rec)
+    problems = verify(new, outcomes, mode, {s.id for s in sets})
+    if problems:
+        reason = "verification after patching failed: " + "; ".join(problems[:3])
+        return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False, note=reason)
+    return PatchResult(new, [outcomes[n] for n in names], True, relocations=relocated, provenance=rec)
+
+
+def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, set_ids: set[str]) -> list[str]:
+    """Findings left in patched kernels that the chosen rule sets should have removed."""
+    co = CodeObject.from_bytes(new)
+    report = analyse(co, MADE_SAFE_FOR)
+    problems = []
+    for kr in report.kernels:
+        o = outcomes.get(kr.name)
+        if o is None or o.status == "refused":
+            continue
+        for f in kr.findings:
+            if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
+                continue
+            if f.cls == "LdsMisalignedBug" and "cu-mode" not in set_ids:
+                continue
+            problems.append(f"{kr.name}: {f.cls} at {f.address:#x}")
+    return problems
