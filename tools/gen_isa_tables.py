@@ -394,7 +394,6 @@ def round2(target: str, r1: dict) -> None:
         fmt = F.VOP3
         for name, bit in VOP3_MODS:
             vals = dict(e["base"])
-            fld = fmt.field(name)
             vals[name] = vals.get(name, 0) | (1 << bit)
             b.add(("M3", op, name, bit), enc(fmt, op, vals, lit_default))
     for op, e in r1.get("VOP3P", {}).items():

@@ -197,27 +197,3 @@ def build_cfg(insts: list, facts: FactsView, func_starts: list[int] | None = Non
     instruction indices; default: one function; ``addresses``: theirs, if
     already known)."""
     return CFG(insts, facts, func_starts if func_starts is not None else [0], addresses)
-
-
-def reverse_postorder(cfg: CFG) -> list[int]:
-    """Block indices in reverse postorder from each function entry, then the rest."""
-    seen = [False] * cfg.nblocks
-    order: list[int] = []
-    for root in range(cfg.nblocks):
-        if seen[root]:
-            continue
-        seen[root] = True
-        stack = [(root, iter(cfg.succs(root)))]
-        post: list[int] = []
-        while stack:
-            b, it = stack[-1]
-            for s in it:
-                if not seen[s]:
-                    seen[s] = True
-                    stack.append((s, iter(cfg.succs(s))))
-                    break
-            else:
-                post.append(b)
-                stack.pop()
-        order.extend(reversed(post))
-    return order

@@ -185,6 +185,9 @@ def run_detectors(ctx: Context) -> list[list]:
                                                          count=len(found)))
         for f, i in zip(found, (np.searchsorted(starts, idx, "right") - 1).tolist()):
             per_span[i].append(f)
+    index = {id(s): i for i, s in enumerate(ctx.functions)}
+    for span, f in ctx.attached:  # kernel-level findings
+        per_span[index[id(span)]].append(f)
     return per_span
 
 
@@ -201,17 +204,21 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
         back += np.bincount(fb[m], minlength=nf)
     back = back.tolist()
     calls = sorted(cfg.calls + cfg.indirect)
+    bad = sorted(cfg.bad_targets)
     for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):
-        findings.sort(key=_ORDER)
+        if len(findings) > 1:
+            findings.sort(key=_order)
         rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
                              instructions=span.end - span.start, blocks=blocks[i], loops=back[i])
         lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
-        rep.calls = [insts[k].address for k in calls[lo:hi]]
-        for k, t in cfg.bad_targets:
-            if span.start <= k < span.end:
-                rep.notes.append(f"branch at {insts[k].address:#x} leaves the function (target {t:#x})")
+        if hi > lo:
+            rep.calls = [insts[k].address for k in calls[lo:hi]]
+        lo, hi = bisect.bisect_left(bad, (span.start,)), bisect.bisect_left(bad, (span.end,))
+        for k, t in bad[lo:hi]:
+            rep.notes.append(f"branch at {insts[k].address:#x} leaves the function (target {t:#x})")
         rep.verdict = verdict_of(findings)
         (report.kernels if span.kind == "kernel" else report.functions).append(rep)
 
 
-_ORDER = attrgetter("address", "cls")
+def _order(f) -> tuple:
+    return (-1 if f.address is None else f.address, f.cls)

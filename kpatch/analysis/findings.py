@@ -66,10 +66,12 @@ CLASSES: tuple[FindingClass, ...] = (
        "on gfx1030 but v_mad_legacy_f32 on gfx1010.",
        "The kernel runs but computes something else: gfx1010 executes the unfused multiply-add "
        "(two roundings) where the compiler asked for a fused one (one rounding).",
-       "No gfx1010 instruction computes the legacy (0 * anything = 0) fused multiply-add exactly, so "
-       "kpatch reports these kernels as unpatchable.",
+       "The gfx1010-isa rule set re-encodes a reused instruction when gfx1010 has an instruction with "
+       "exactly the gfx1030 meaning. For the known cases it has none (no gfx1010 instruction computes "
+       "the legacy (0 * anything = 0) fused multiply-add), so those findings make the kernel "
+       "unpatchable.",
        "Whether the difference matters for a given kernel's results.",
-       None, "no exact gfx1010 replacement: rebuild for gfx1010"),
+       "gfx1010-isa", "re-encode with the same meaning, or rebuild for gfx1010"),
     _C("H001", "InstFwdPrefetchBug", "s_inst_prefetch executes",
        "s_inst_prefetch (SOPP 0x20), which gfx1030 code emits around loops to steer instruction "
        "prefetch.",
@@ -77,7 +79,7 @@ CLASSES: tuple[FindingClass, ...] = (
        "make the shader fetch wrong instructions. LLVM never emits it for gfx1010.",
        "Replace it with s_nop 0 (same size, so nothing moves).",
        "Nothing: the replacement only drops a performance hint.",
-       "gfx1010-hazards", "replace with s_nop 0"),
+       "gfx1010-isa", "replace with s_nop 0"),
     _C("H002", "VMEMtoScalarWriteHazard", "SALU/SMEM overwrites an SGPR a pending VMEM still reads",
        "A VMEM, DS or FLAT instruction reads an SGPR (resource descriptor, soffset, saddr, or EXEC), "
        "and a later SALU or SMEM instruction writes that SGPR before any VALU, `s_waitcnt 0` or "
@@ -132,9 +134,10 @@ CLASSES: tuple[FindingClass, ...] = (
     _C("H008", "NSAClauseBug", "NSA image instruction inside an s_clause",
        "An `s_clause` hard clause that contains an NSA-encoded MIMG instruction.",
        "gfx101x mis-executes NSA image instructions in hard clauses.",
-       "Shorten the clause so the NSA instruction is outside it, or replace the s_clause with s_nop 0.",
+       "Replace the s_clause (its address is the finding's first address) with s_nop 0: same size, "
+       "and a hard clause is only a scheduling hint; or shorten it so the NSA instruction is outside.",
        "Nothing beyond the rule itself.",
-       "gfx1010-hazards", "end the clause before the NSA instruction"),
+       "gfx1010-hazards", "replace the s_clause with s_nop 0"),
     _C("H009", "NSAMaxSize", "NSA image instruction with more than 5 addresses",
        "A MIMG instruction in NSA form with 6 or more address registers (two or more NSA dwords).",
        "gfx1010 supports at most 5 NSA address registers; longer forms are not valid on it.",
@@ -209,7 +212,8 @@ def lookup(name_or_code: str) -> FindingClass | None:
 
 
 class Finding:
-    """One problem at one address.
+    """One problem at one address: where the fix goes (for a kernel-level
+    problem the kernel descriptor; None for a property of the code object).
 
     ``Finding(cls, address, detail, mitigation="", addresses=(), fix="",
     blocker=None)``: ``detail`` and ``addresses`` may be functions returning
@@ -221,7 +225,7 @@ class Finding:
 
     __slots__ = ("cls", "address", "_detail", "mitigation", "_addresses", "fix", "blocker")
 
-    def __init__(self, cls: str, address: int, detail, mitigation: str = "",
+    def __init__(self, cls: str, address: int | None, detail, mitigation: str = "",
                  addresses=(), fix: str | None = "", blocker: str | None = None):
         c = CLASS_BY_NAME.get(cls)
         if c is None:
@@ -255,7 +259,8 @@ class Finding:
         return CLASS_BY_NAME[self.cls].code
 
     def __repr__(self) -> str:
-        return f"Finding({self.cls}, {self.address:#x}, {self.detail!r})"
+        where = "-" if self.address is None else f"{self.address:#x}"
+        return f"Finding({self.cls}, {where}, {self.detail!r})"
 
     def __eq__(self, other: object) -> bool:
         keys = ("cls", "address", "detail", "mitigation", "addresses", "fix", "blocker")

@@ -12,6 +12,7 @@ from kpatch.cli.apply import apply_cmd
 from kpatch.cli.common import EXIT_SOME_FAILED, EXIT_USAGE, debug, error_line
 from kpatch.cli.diff import diff_cmd
 from kpatch.cli.disasm import disasm_cmd
+from kpatch.cli.explain import explain_cmd
 from kpatch.cli.extract import extract_cmd
 from kpatch.cli.revert import revert_cmd
 from kpatch.cli.rules import rules_cmd
@@ -36,6 +37,7 @@ def cli() -> None:
 cli.add_command(scan_cmd)
 cli.add_command(extract_cmd)
 cli.add_command(disasm_cmd)
+cli.add_command(explain_cmd)
 cli.add_command(apply_cmd)
 cli.add_command(revert_cmd)
 cli.add_command(diff_cmd)

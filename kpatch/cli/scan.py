@@ -8,15 +8,17 @@ import sys
 import click
 
 from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, error_line, out_console, progress
+from kpatch.analysis import SUPPORTED_TARGETS, analyse
 from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.data import sample_db_path
 from kpatch.errors import KpatchError
-from kpatch.outputs.inventory import code_object_record, render_table
+from kpatch.outputs.inventory import analysis_summary, code_object_record, render_table
 
 
-def run_scan(paths: list[str], on_progress=None) -> tuple[list[dict], list[dict]]:
-    """Scan ``paths``; return (code object records, error records)."""
+def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> tuple[list[dict], list[dict]]:
+    """Scan ``paths``; return (code object records, error records).  With
+    ``target`` every code object is also analysed for running on it."""
     records: list[dict] = []
     errors: list[dict] = []
     for item in discover(paths, on_file=lambda f: on_progress and on_progress(f)):
@@ -26,10 +28,11 @@ def run_scan(paths: list[str], on_progress=None) -> tuple[list[dict], list[dict]
         assert isinstance(item, Found)
         try:
             co = CodeObject.from_bytes(item.data, name=str(item.uri))
+            report = analyse(co, target) if target else None
         except KpatchError as e:
             errors.append({"uri": str(item.uri), "error": e.reason})
             continue
-        records.append(code_object_record(item, co))
+        records.append(code_object_record(item, co, report))
         if on_progress:
             on_progress(None, 1)
     return records, errors
@@ -39,7 +42,10 @@ def run_scan(paths: list[str], on_progress=None) -> tuple[list[dict], list[dict]
 @click.argument("paths", nargs=-1, metavar="PATH_OR_URI...")
 @click.option("--sample", is_flag=True, help="Also scan the sample kernel DB shipped inside kpatch.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
-def scan_cmd(paths: tuple[str, ...], sample: bool, as_json: bool) -> None:
+@click.option("--target", type=click.Choice(SUPPORTED_TARGETS), default=None,
+              help="Also analyse every kernel for running on this GPU: findings and a verdict "
+                   "(see `kpatch explain`).")
+def scan_cmd(paths: tuple[str, ...], sample: bool, as_json: bool, target: str | None) -> None:
     """List every AMD GPU code object found under PATH_OR_URI...
 
     A PATH may be a raw code object (.hsaco/.co), a clang offload bundle
@@ -56,6 +62,16 @@ def scan_cmd(paths: tuple[str, ...], sample: bool, as_json: bool) -> None:
        "errors": [{"uri", "error"}]}
 
     \b
+    With --target gfx1010 each kernel also gets
+      "verdict" ("ok", "patchable" or "unpatchable"), "rules" (the rule
+      sets that would fix it), "reasons" (why it cannot be fixed) and
+      "findings": [{"class", "code", "address", "detail", "mitigation"}];
+    each code object an "analysis" summary (verdict, counts per verdict and
+    per finding class) and the document a "summary" over everything.  The
+    table then shows verdicts and counts per finding class.  Addresses are
+    virtual addresses as llvm-objdump prints them (null: the code object).
+
+    \b
     Exit status: 0 when every input was read, 1 when some could not be
     (each is listed under errors and on stderr; the rest is still
     reported), 2 for usage errors.
@@ -68,12 +84,15 @@ def scan_cmd(paths: tuple[str, ...], sample: bool, as_json: bool) -> None:
         def on_progress(f, advance=0):
             update(f"scanning {f}" if f else None, advance)
 
-        records, errors = run_scan(list(paths), on_progress)
+        records, errors = run_scan(list(paths), on_progress, target)
     for e in errors:
         error_line(e["uri"], e["error"])
     if as_json:
-        json.dump({"code_objects": records, "errors": errors}, sys.stdout, indent=2)
+        doc = {"code_objects": records, "errors": errors}
+        if target:
+            doc["summary"] = analysis_summary(records, target)
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render_table(out_console, records, errors)
+        render_table(out_console, records, errors, target)
     sys.exit(EXIT_SOME_FAILED if errors else EXIT_OK)

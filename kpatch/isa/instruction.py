@@ -7,8 +7,6 @@ address plus its :class:`Decoded`.
 
 from __future__ import annotations
 
-from kpatch.isa import formats as F
-
 
 class Decoded:
     """One encoding: format, opcode entry, field values and text.

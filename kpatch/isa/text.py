@@ -156,7 +156,6 @@ def _neg(t: str, has_abs: bool, value: int) -> str:
 def print_vop3(ctx: Ctx) -> str | None:
     info = ctx.info
     f = ctx.f
-    srcs = [op.field for op in info.form.operands if op.tag == "f" and op.kind == "src"]
     neg = f["neg"]
     if not info.vop3b:
         absm = f["abs"]
@@ -534,7 +533,10 @@ def print_flat(ctx: Ctx) -> str | None:
                 return None
             parts.append(t)
         elif (op.tag == "t" and op.text == "off" or op.field == "saddr") and seg != 0:
-            if saddr in (0x7D, 0x7F):
+            if saddr == 0x7F and seg == 1 and ctx.tables.target == "gfx1010":
+                # no scratch "ST" mode on gfx1010: LLVM reads 0x7F as exec_hi
+                parts.append("exec_hi/*Invalid register, operand has 'SReg_32_XEXEC_HI' register class*/")
+            elif saddr in (0x7D, 0x7F):
                 parts.append("off")
             else:
                 t = O.sgpr_text(saddr, 2 if seg == 2 else 1)

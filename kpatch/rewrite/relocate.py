@@ -28,6 +28,28 @@ Refusal rules (see :mod:`kpatch.rewrite.codescan` for the problem classes):
 Functions that no kernel reaches directly (for example ones only called
 through pointers) are refused or patched on their own, under their own name.
 
+Decisions worth knowing:
+
+* a branch (or call, or getpc reference) to an instruction that got an
+  ``insert_before`` lands on the inserted code: a mitigation in front of X
+  guards every path into X.  ``insert_after`` code is not a landing place;
+* the ``s_nop 0`` of the Offset3fBug fix goes right after the branch, before
+  any ``insert_after`` code; branches whose 0x3f offset did not change
+  (already in the input) are left to the rules (Offset3fBug findings);
+* a kernel entry stays 256-byte aligned (each function keeps the alignment
+  of its original address, up to 256); the ``s_code_end`` run LLVM leaves
+  after a module's last function stays right after it, whole (the
+  instruction prefetcher may read that far); alignment fill between
+  functions shrinks or grows, so growth often fits where the fill was;
+* ``.text`` grows in place; when it outgrows its memory page, the sections
+  after it move (see :mod:`kpatch.rewrite.elfpatch`), otherwise only their
+  file offsets do;
+* DWARF sections (``.debug_*``) are not rewritten: their code addresses are
+  stale after a move (counted in ``relocations["debug_sections_stale"]``);
+  the loader does not read them;
+* ``address_map`` maps every instruction to where the instruction itself
+  went (after its ``insert_before`` code).
+
 The header-level edits (:func:`set_e_flags`, :func:`set_metadata`,
 :func:`set_descriptor_field`) live in :mod:`kpatch.rewrite.headers` and are
 re-exported here.
@@ -46,6 +68,9 @@ from kpatch.rewrite.codescan import Problem, TextScan, is_pc_relative, scan_text
 from kpatch.rewrite.edits import Edit, Refusal, Slot, group_edits
 from kpatch.rewrite.elfpatch import AddressMap, ElfLayout, write
 from kpatch.rewrite.textlayout import TextLayout, layout_text
+
+__all__ = ["RewriteResult", "apply_edits", "rewrite", "set_e_flags", "set_metadata",
+           "set_descriptor_field"]
 
 SHF_EXECINSTR = 0x4
 
@@ -271,15 +296,24 @@ def _decide(scan: TextScan, slots: dict[int, Slot], conflicts: dict[int, Refusal
 
 
 def _scan(co: CodeObject, target: str | None) -> TextScan | None:
-    if not target:
-        name = co.target.mach.name if co.target is not None else ""
-        if name not in TARGETS:
-            raise Refusal(f"cannot relocate: kpatch cannot decode {name or 'this target'}'s "
-                          f"code to move it", kind="layout")
-        target = name
-    if target not in TARGETS:
-        raise UsageError(f"kpatch decodes gfx10 code for {', '.join(TARGETS)}, not {target!r}")
-    return scan_text(co, target)
+    """Scan .text as ``target`` code; with no target, as the object's own target,
+    or as the other GFX10 target if only that one decodes all of it (header
+    rules may relabel an object before its code is moved: the PC-relative
+    instructions are encoded alike on both)."""
+    if target:
+        if target not in TARGETS:
+            raise UsageError(f"kpatch decodes gfx10 code for {', '.join(TARGETS)}, not {target!r}")
+        return scan_text(co, target)
+    name = co.target.mach.name if co.target is not None else ""
+    if name not in TARGETS:
+        raise Refusal(f"cannot relocate: kpatch cannot decode {name or 'this target'}'s "
+                      f"code to move it", kind="layout")
+    scan = scan_text(co, name)
+    if scan is not None and any(p.kind == "undecodable" for p in scan.problems):
+        other = scan_text(co, _other_target(name))
+        if not any(p.kind == "undecodable" for p in other.problems):
+            return other
+    return scan
 
 
 def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f: bool = True,
@@ -347,7 +381,7 @@ def _finish(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan:
         new_sizes[text_sec.index] = lay.size
     layout.plan(new_sizes)
     inside = lay is not None and lay.moved()
-    relative = text_sec is not None and any(
+    relative = text_sec is not None and text_sec.size > 0 and any(
         s.alloc and s.type != SHT_NULL and s.delta != text_sec.delta for s in layout.secs)
     execs = [s for s in layout.secs if s.flags & SHF_EXECINSTR and s.name != ".text"]
     if (inside or relative) and execs:

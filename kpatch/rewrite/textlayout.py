@@ -67,6 +67,9 @@ class TextLayout:
         i = sc.index_at.get(addr)
         if i is not None:
             return self.new_addr[i] if kind == "inst" else self.landing[i]
+        ui = self._unit_ending.get(addr)
+        if ui is not None:  # a label right after a function's last instruction
+            return self.unit_end[ui]
         if addr == sc.end:
             return self.end
         for gi, g in enumerate(sc.gaps):
@@ -75,9 +78,6 @@ class TextLayout:
                 if off < g.rigid or (off < self.gap_len[gi] and self.gap_len[gi] == g.end - g.start):
                     return self.gap_start[gi] + off
                 return None
-        ui = self._unit_ending.get(addr)
-        if ui is not None:
-            return self.unit_end[ui]
         return None
 
     @property

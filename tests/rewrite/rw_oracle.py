@@ -14,6 +14,8 @@ in front of it).
 from __future__ import annotations
 
 import bisect
+import functools
+import os
 import re
 import struct
 import subprocess
@@ -42,7 +44,14 @@ class Line:
 
 
 def objdump(path: str) -> list[Line]:
-    """Every instruction line of .text, as llvm-objdump-16 prints it for gfx1030."""
+    """Every instruction line of .text, as llvm-objdump-16 prints it for gfx1030
+    (cached per file version: the inputs are read many times)."""
+    st = os.stat(path)
+    return list(_objdump(path, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=16)
+def _objdump(path: str, _mtime: int, _size: int) -> tuple[Line, ...]:
     out = subprocess.run([OBJDUMP, "-d", "--mcpu=gfx1030", path], capture_output=True,
                          text=True, check=True).stdout
     lines = []
@@ -51,7 +60,7 @@ def objdump(path: str) -> list[Line]:
         if m:
             lines.append(Line(int(m["addr"], 16), m["text"].strip(),
                               [int(w, 16) for w in m["enc"].split()]))
-    return lines
+    return tuple(lines)
 
 
 def readelf(path: str, *args: str) -> tuple[str, str]:

@@ -32,7 +32,7 @@ def edit_sets(draw):
     return path, edits
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=edit_sets(), offset3f=st.booleans())
 def test_random_edits_keep_every_invariant(case, offset3f, tmp_path):
     path, edits = case
@@ -53,7 +53,7 @@ def test_random_edits_keep_every_invariant(case, offset3f, tmp_path):
     assert {e.address for e in r.applied} <= {e.address for e in edits}
     out, err = readelf(new, "-a", "--wide")
     assert err == "" and "warning" not in out.lower()
-    assert not refused - {"k_fptr", "k_indirect", "k_main"}
+    assert not refused - {"k_fptr", "k_indirect", "k_main", "k_setpc"}
 
 
 @settings(max_examples=150, deadline=None)

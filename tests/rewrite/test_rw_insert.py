@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import glob
 import os
 
 import pytest
 
-from rw_common import (CALLS, FIXTURES, MARK_AFTER, MARK_BEFORE, NOP6, NOP7, RELOC, fixture_objects,
-                       function_lines, need, read, readelf_notes, spread_edits, write_tmp)
+from rw_common import (CALLS, FIXTURES, ISA_DIFFERENCES, MARK_AFTER, MARK_BEFORE, NOP6, NOP7, RELOC,
+                       ROCPRIM, fixture_objects, function_lines, need, read, readelf_notes,
+                       spread_edits, write_tmp)
 from rw_oracle import branch_target, check_rewrite, load_with_pyelftools, objdump, readelf
 from kpatch.rewrite.edits import Edit
 from kpatch.rewrite.relocate import apply_edits
@@ -16,7 +16,8 @@ from kpatch.rewrite.relocate import apply_edits
 #: kernels each object must refuse when code moves (see tests/rewrite/data/*.s / .hip)
 EXPECTED_REFUSED = {
     "calls.hip.gfx1030.hsaco": {"k_fptr"},  # call through a pointer loaded from memory
-    "reloc_cases.gfx1030.hsaco": {"k_indirect", "k_main"},  # k_main shares helper with it
+    # k_main shares helper with k_indirect; k_setpc jumps to a loaded address
+    "reloc_cases.gfx1030.hsaco": {"k_indirect", "k_main", "k_setpc"},
 }
 
 
@@ -193,13 +194,23 @@ def test_librocrand_gfx1030_object(tmp_path):
     assert len(al.map) > 40000
 
 
-def test_rocprim_build_if_present(tmp_path):
-    """The rocPRIM gfx1030 fixture (when tools/build_rocprim_pair.sh has made it)."""
-    found = sorted(glob.glob(os.path.join(FIXTURES, "rocprim*gfx1030*.hsaco")))
-    if not found:
+def test_rocprim_build(tmp_path):
+    """The rocPRIM gfx1030 build (165k instructions, 9k branches, 181 kernels)."""
+    if not os.path.exists(ROCPRIM):
         pytest.skip("no rocPRIM gfx1030 fixture")
-    path = found[0]
-    r = apply_edits(read(path), "gfx1030", spread_edits(path, 11))
+    r = apply_edits(read(ROCPRIM), "gfx1030", spread_edits(ROCPRIM, 11))
     new = write_tmp(tmp_path, "new.hsaco", r.data)
-    _check(path, new, r)
+    _check(ROCPRIM, new, r)
     assert r.refused == []
+    assert r.relocations["descriptors_fixed"] > 150
+
+
+def test_object_with_a_word_kpatch_cannot_decode(tmp_path):
+    """Code kpatch cannot decode pins the object: size-changing edits are refused
+    ('immovable'), nothing else changes; and whatever is written is consistent."""
+    if not os.path.exists(ISA_DIFFERENCES):
+        pytest.skip("no hazard fixtures")
+    r = apply_edits(read(ISA_DIFFERENCES), "gfx1030", spread_edits(ISA_DIFFERENCES, 3))
+    assert {x.kind for x in r.refused} <= {"immovable"}
+    new = write_tmp(tmp_path, "new.hsaco", r.data)
+    _check(ISA_DIFFERENCES, new, r)

@@ -65,6 +65,15 @@ def test_computed_jump_refuses_its_kernel_only(tmp_path):
     assert sum(x.text == MARK_BEFORE for x in g["k_plain"]) == 1
 
 
+def test_jump_to_a_loaded_address_is_refused():
+    """k_setpc: s_setpc_b64 of a register pair loaded from memory."""
+    f = function_lines(RELOC)
+    r = apply_edits(read(RELOC), "gfx1030", [Edit(f["k_setpc"][0].addr, "insert_before", NOP7, "a")])
+    assert _kinds(r) == {"k_setpc": "computed-jump"}
+    assert "s_setpc_b64 at" in r.refused[0].reason and r.refused[0].address == f["k_setpc"][-1].addr
+    assert r.data == read(RELOC)
+
+
 def test_computed_jump_is_harmless_when_nothing_moves():
     f = function_lines(RELOC)
     w = f["k_indirect"][1]  # s_waitcnt: replace by s_nop 0, same size

@@ -42,6 +42,13 @@ class Context:
     functions: list[FunctionSpan]
     _marks: object = field(default=None, repr=False)
     addresses: object = field(default=None, repr=False)  # numpy array of instruction addresses
+    attached: list = field(default_factory=list, repr=False)  # (FunctionSpan, Finding)
+
+    def attach(self, fn: FunctionSpan, finding) -> None:
+        """Report a kernel-level finding (at the kernel descriptor, or with no
+        address) for function ``fn``; detectors return instruction findings
+        and attach these."""
+        self.attached.append((fn, finding))
 
     @property
     def compiled_for_gfx101x(self) -> bool:

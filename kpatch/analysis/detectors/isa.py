@@ -69,7 +69,13 @@ def detect(ctx: Context) -> list[Finding]:
     facts = ctx.facts
     insts = ctx.insts
     out = []
+    prev = -2
     for k in ctx.marked(M_LOCAL):
+        unknown = bool(facts[k].cls & UNKNOWN)
+        if unknown and prev == k - 1 and ctx.function_of(k).start < k:
+            prev = k
+            continue  # one finding for a run of undecodable words
+        prev = k if unknown else -2
         for r in facts[k].local:
             if r[0] in _CLASSES:
                 if len(r) > 2:  # no exact gfx1010 replacement

@@ -5,7 +5,7 @@ registers each, so it has at most 1 + 4 * nsa addresses and more than
 1 + 4 * (nsa - 1): two or more NSA dwords mean 6 or more addresses, beyond
 gfx1010's limit of 5, and a size of 16 bytes or more (NSAtoVMEMBug's
 trigger).  ``s_clause simm16`` makes the next simm16 + 1 instructions a hard
-clause.
+clause; an NSAClauseBug finding is reported at each NSA instruction in one.
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ def detect(ctx: Context) -> list[Finding]:
     for k in ctx.marked(M_CLAUSE | M_BUFFER):
         f = facts[k]
         if f.mnemonic == "s_clause":
-            inside = [j for j in range(k + 1, min(len(facts), k + 2 + (f.simm16 or 0))) if facts[j].nsa]
-            if inside:
-                out.append(Finding("NSAClauseBug", insts[k].address,
-                                   f"clause of {(f.simm16 or 0) + 1} holds NSA {insts[inside[0]].text()}",
-                                   addresses=tuple(insts[j].address for j in inside)))
+            length = (f.simm16 or 0) + 1
+            for j in range(k + 1, min(len(facts), k + 1 + length)):
+                if facts[j].nsa:
+                    out.append(Finding("NSAClauseBug", insts[j].address,
+                                       f"NSA {insts[j].text()} is inside the s_clause of {length} at "
+                                       f"{insts[k].address:#x}", addresses=(insts[k].address,)))
         elif insts[k].format in _BUFFER_FORMATS and (f.offset or 0) & 6:
             b = cfg.block_at(k)
             prev = [k - 1] if k > cfg.block_start[b] else [int(cfg.block_end[p]) - 1 for p in cfg.preds[b]]

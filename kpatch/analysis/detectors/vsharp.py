@@ -4,7 +4,10 @@ with LLC_NOALLOC set.
 A MUBUF/MTBUF names its descriptor as ``srsrc`` (four SGPRs from
 4 * srsrc); word 3 is the last of them.  From each such instruction the
 register is traced back along every path to the instructions that write it
-(its reaching definitions).  A writer contributes the constants it can be
+(its reaching definitions).  A finding is reported at each defining
+instruction whose constant has LLC_NOALLOC set (where the constant is
+rewritten); its ``addresses`` are that instruction and then the buffer
+instructions it reaches.  A writer contributes the constants it can be
 seen to put there: ``s_mov_b32``/``s_movk_i32`` of a constant, a copy from
 another SGPR (traced in turn), ``s_cselect_b32`` (both arms), ``s_or_b32``
 (the constant bits it sets).  Anything else - typically a descriptor loaded
@@ -121,26 +124,32 @@ def constants(ctx: Context, j: int, bit: int, memo: dict, depth: int = 0) -> set
 
 def detect(ctx: Context) -> list[Finding]:
     insts = ctx.insts
-    memo: dict = {}
-    out: list[Finding] = []
     facts = ctx.facts
+    memo: dict = {}
+    users: dict[int, list[int]] = {}  # defining instruction -> buffer instructions it reaches
+    values: dict[int, tuple[int, int]] = {}  # defining instruction -> (register, constant)
     for k in ctx.marked(M_BUFFER):
         f = facts[k]
         inst = insts[k]
-        base = inst.fields["srsrc"] * 4
-        word3 = base + 3
+        word3 = inst.fields["srsrc"] * 4 + 3
         if not f.sreads >> word3 & 1:
             continue  # no descriptor operand (buffer_gl0_inv and the like)
         writers, _ = reaching_writers(ctx, k, word3, memo)
         for j in writers:
-            bad = sorted(v for v in constants(ctx, j, word3, memo) if v & LLC_NOALLOC_MASK)
-            if bad:
-                v = bad[0]
-                out.append(Finding(
-                    "VsharpLlcNoalloc", inst.address,
-                    f"{inst.text()}: descriptor word 3 s{word3} = {v:#010x} (LLC_NOALLOC="
-                    f"{(v & LLC_NOALLOC_MASK) >> LLC_NOALLOC_SHIFT}) set by {insts[j].text()} at "
-                    f"{insts[j].address:#x}",
-                    addresses=(insts[j].address,)))
-                break
+            if j not in values:
+                bad = sorted(v for v in constants(ctx, j, word3, memo) if v & LLC_NOALLOC_MASK)
+                values[j] = (word3, bad[0]) if bad else None
+            if values[j] is not None:
+                users.setdefault(j, []).append(k)
+    out: list[Finding] = []
+    for j in sorted(users):
+        reg, v = values[j]
+        ks = users[j]
+        first = insts[ks[0]]
+        more = f" (+{len(ks) - 1} more)" if len(ks) > 1 else ""
+        out.append(Finding(
+            "VsharpLlcNoalloc", insts[j].address,
+            f"{insts[j].text()} puts {v:#010x} (LLC_NOALLOC={(v & LLC_NOALLOC_MASK) >> LLC_NOALLOC_SHIFT}) in "
+            f"s{reg}, word 3 of the descriptor of {first.text()} at {first.address:#x}{more}",
+            addresses=(insts[j].address,) + tuple(insts[k].address for k in ks)))
     return out

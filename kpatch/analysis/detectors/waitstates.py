@@ -29,14 +29,12 @@ A finding's detail and source addresses are worked out when first read.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from kpatch.analysis.dataflow import HazardEngine, MaskRule, RuleHits
 from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import DS, FLAT, FLAT_SEG, M_DS, M_VMEM_SEG, SALU, SMEM, VALU, VMEM, Facts, mask_names
-from kpatch.analysis.findings import Finding
+from kpatch.analysis.findings import CLASS_BY_NAME, Finding
 
 SGPR_FIELD = 128  # bits: the 9-bit operand encodings 0..127
 
@@ -112,8 +110,31 @@ def _detail(ctx: Context, rh: RuleHits, k: int) -> str:
     return f"{me} after a branch after {kind} {src}"
 
 
-def _sources(ctx: Context, rh: RuleHits, k: int) -> list[int]:
-    return [ctx.insts[j].address for j in rh.sources(k, limit=1024)]
+class HazardFinding(Finding):
+    """A finding of the engine: its detail and source addresses are made from
+    the hit when first read (there can be one every few instructions)."""
+
+    __slots__ = ("_ctx", "_rh", "_k")
+
+    def __init__(self, ctx: Context, rh: RuleHits, k: int, address: int, defaults: tuple):
+        self.cls, self.mitigation, self.fix = defaults
+        self.address = address
+        self.blocker = None
+        self._detail = self._addresses = None
+        self._ctx, self._rh, self._k = ctx, rh, k
+
+    @property
+    def detail(self) -> str:
+        if self._detail is None:
+            self._detail = _detail(self._ctx, self._rh, self._k)
+        return self._detail
+
+    @property
+    def addresses(self) -> tuple[int, ...]:
+        if self._addresses is None:
+            insts = self._ctx.insts
+            self._addresses = tuple(insts[j].address for j in self._rh.sources(self._k, limit=1024))
+        return self._addresses
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -123,12 +144,13 @@ def detect(ctx: Context) -> list[Finding]:
         ks = rh.ks
         if rh.rule is LDS_BRANCH_VMEM:
             # only in functions that have both LDS and VMEM instructions
-            ok = [ctx.any_marked(M_DS, f.start, f.end) and ctx.any_marked(M_VMEM_SEG, f.start, f.end)
-                  for f in ctx.functions]
-            fi = np.searchsorted(np.array(ctx.cfg.func_starts), np.array(ks), "right") - 1
-            ks = [k for k, i in zip(ks, fi.tolist()) if ok[i]]
-        name = rh.rule.name
-        for k in ks:
-            out.append(Finding(name, insts[k].address, partial(_detail, ctx, rh, k),
-                               addresses=partial(_sources, ctx, rh, k)))
+            starts = np.array(ctx.cfg.func_starts, dtype=np.int64)
+            m = ctx.marks
+            ok = (np.logical_or.reduceat((m & M_DS) != 0, starts) & np.logical_or.reduceat((m & M_VMEM_SEG) != 0,
+                                                                                           starts))
+            ks = np.array(ks, dtype=np.int64)
+            ks = ks[ok[np.searchsorted(starts, ks, "right") - 1]].tolist()
+        c = CLASS_BY_NAME[rh.rule.name]
+        defaults = (c.name, c.mitigation, c.rule_set)
+        out.extend([HazardFinding(ctx, rh, k, insts[k].address, defaults) for k in ks])
     return out

@@ -10,6 +10,7 @@
 // k_indirect  calls helper (s_call_b64), then an address loaded from memory:
 //             a computed jump kpatch cannot bound.
 // k_plain     a loop and nothing PC-relative but branches.
+// k_setpc     jumps (s_setpc_b64) to an address loaded from memory.
 // k_chain     two overlapping forward branches (simm16 0x3d and 0x3e): one
 //             insertion at the start of the skipped code gives the inner one
 //             0x3f; its s_nop 0 then gives the outer one 0x3f (the fixpoint
@@ -102,6 +103,18 @@ k_plain:
 .Lk_plain_end:
     .size k_plain, .Lk_plain_end - k_plain
 
+.globl k_setpc
+.p2align 8
+.type k_setpc,@function
+k_setpc:
+    s_load_dwordx2 s[0:1], s[4:5], 0
+    s_waitcnt lgkmcnt(0)
+    s_load_dwordx2 s[2:3], s[0:1], 8
+    s_waitcnt lgkmcnt(0)
+    s_setpc_b64 s[2:3]
+.Lk_setpc_end:
+    .size k_setpc, .Lk_setpc_end - k_setpc
+
 .globl k_chain
 .p2align 8
 .type k_chain,@function
@@ -150,6 +163,17 @@ k_chain:
 .end_amdhsa_kernel
 .p2align 6
 .amdhsa_kernel k_plain
+    .amdhsa_user_sgpr_kernarg_segment_ptr 1
+    .amdhsa_system_vgpr_workitem_id 0
+    .amdhsa_wavefront_size32 1
+    .amdhsa_next_free_vgpr 8
+    .amdhsa_next_free_sgpr 16
+    .amdhsa_kernarg_size 16
+    .amdhsa_reserve_vcc 0
+    .amdhsa_reserve_flat_scratch 0
+.end_amdhsa_kernel
+.p2align 6
+.amdhsa_kernel k_setpc
     .amdhsa_user_sgpr_kernarg_segment_ptr 1
     .amdhsa_system_vgpr_workitem_id 0
     .amdhsa_wavefront_size32 1
@@ -231,6 +255,19 @@ amdhsa.kernels:
     .args:
       - { .name: out, .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
       - { .name: count, .size: 4, .offset: 8, .value_kind: by_value }
+  - .name: k_setpc
+    .symbol: k_setpc.kd
+    .kind: normal
+    .sgpr_count: 16
+    .vgpr_count: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .kernarg_segment_size: 16
+    .kernarg_segment_align: 8
+    .wavefront_size: 32
+    .max_flat_workgroup_size: 256
+    .args:
+      - { .name: table, .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
   - .name: k_chain
     .symbol: k_chain.kd
     .kind: normal

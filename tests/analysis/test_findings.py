@@ -1,0 +1,44 @@
+"""The finding classes: exactly the issue's list, stable codes, complete
+explanations; findings and verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from kpatch.analysis.findings import CLASSES, RULE_SETS, Finding, lookup
+from kpatch.analysis.verdict import combine, verdict_of
+from tests.analysis.test_cli import ISSUE_CLASSES
+
+
+def test_classes_are_the_issues():
+    assert [c.name for c in CLASSES] == ISSUE_CLASSES
+    assert len({c.code for c in CLASSES}) == len(CLASSES)
+    for c in CLASSES:
+        assert c.rule_set is None or c.rule_set in RULE_SETS
+        assert all(len(t) > 20 for t in (c.what, c.why, c.fix, c.limits)), c.name
+        assert lookup(c.name) is c and lookup(c.code.lower()) is c and lookup(c.name.upper()) is c
+    assert lookup("nothing") is None
+
+
+def test_finding_defaults_and_lazy_parts():
+    f = Finding("VMEMtoScalarWriteHazard", 0x100, lambda: "made late", addresses=lambda: [0xF8])
+    assert f.fix == "gfx1010-hazards" and f.blocker is None and f.mitigation
+    assert f.detail == "made late" and f.addresses == (0xF8,)
+    assert f.to_dict() == {"class": "VMEMtoScalarWriteHazard", "code": "H002", "address": 0x100,
+                           "detail": "made late", "mitigation": f.mitigation, "addresses": [0xF8]}
+    u = Finding("UnsupportedInstruction", 4, "x")
+    assert u.fix is None and u.blocker
+    with pytest.raises(ValueError):
+        Finding("NotAClass", 0, "x")
+
+
+def test_verdicts():
+    ok = verdict_of([])
+    assert ok.status == "ok" and not ok.rules
+    p = verdict_of([Finding("LdsMisalignedBug", 0, "x"), Finding("Offset3fBug", 4, "y")])
+    assert p.status == "patchable" and p.rules == ("gfx1010-hazards", "cu-mode")
+    u = verdict_of([Finding("Offset3fBug", 4, "y"), Finding("UnsupportedInstruction", 8, "z")])
+    assert u.status == "unpatchable" and u.reasons and u.rules == ("gfx1010-hazards",)
+    assert combine([ok, p]).status == "patchable"
+    assert combine([ok, p, u]).status == "unpatchable"
+    assert combine([ok, ok]) == ok
