@@ -1,9 +1,13 @@
-"""What the hazard rules need to know about one encoding, computed once.
+"""What the analyses need to know about one encoding, computed once.
 
 Real code repeats encodings heavily, so everything here is worked out once
-per distinct encoding (per target and instruction bytes) and memoised; the
-per-instruction work of the analyses is then a dictionary lookup and a few
-integer operations.
+per distinct encoding (per target and instruction bytes): a :class:`Facts`
+with a number, its ``eid``.  :func:`encoding_ids` gives the eid of every
+instruction of a function (with numpy, from the instructions' dwords), and
+per-encoding numpy columns (:meth:`FactsCache.column`) turn any attribute
+into an array over the instructions with one indexing operation, so the
+analyses do array work per instruction and Python work only per distinct
+encoding or per event (branch, hazard, finding).
 
 Scalar registers are bit masks indexed by their 9-bit operand encoding
 (s0..s105 = bits 0..105, vcc_lo/hi 106/107, ttmp0..15 108..123, m0 124,
@@ -280,7 +284,9 @@ class FactsCache:
 
     def __init__(self, limit: int = 1_000_000):
         self.maps: dict[str, dict[bytes, int]] = {}  # target -> bytes -> eid
-        self.hashes: dict[str, dict[int, int]] = {}  # target -> dword hash -> eid (checked on use)
+        # target -> (sorted dword hashes, their eids) and hashes added since it was sorted
+        self.hashes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.pending: dict[str, dict[int, int]] = {}
         self.all: list[Facts] = []  # by eid
         self.columns: dict[object, np.ndarray] = {}
         self.limit = limit
@@ -288,6 +294,7 @@ class FactsCache:
     def clear(self) -> None:
         self.maps.clear()
         self.hashes.clear()
+        self.pending.clear()
         self.all = []
         self.columns.clear()
 
@@ -304,6 +311,39 @@ class FactsCache:
         f.eid = len(self.all)
         self.all.append(f)
         return f
+
+    def lookup_hashes(self, target: str, h: np.ndarray, insts, table: dict[bytes, int]) -> np.ndarray:
+        """The eids of the encodings with dword hashes ``h`` (one per
+        instruction of ``insts``), unchecked: a sorted array holds the known
+        hashes; the few not in it go through a dictionary, and through the
+        instruction bytes when new."""
+        hs, es = self.hashes.get(target) or (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
+        out = np.full(len(h), -1, dtype=np.int64)
+        if len(hs):
+            j = np.minimum(np.searchsorted(hs, h), len(hs) - 1)
+            hit = hs[j] == h
+            out[hit] = es[j[hit]]
+        miss = np.flatnonzero(out < 0)
+        if miss.size:
+            pending = self.pending.setdefault(target, {})
+            hl = h[miss].tolist()
+            for k, hk in zip(miss.tolist(), hl):
+                e = pending.get(hk)
+                if e is None:
+                    raw = insts[k].raw
+                    e = table.get(raw)
+                    if e is None:
+                        e = table[raw] = self.new(insts[k]).eid
+                    pending[hk] = e
+                out[k] = e
+            if len(pending) > max(256, len(hs) // 8):  # fold the new hashes into the sorted array
+                ph = np.fromiter(pending.keys(), dtype=np.uint64, count=len(pending))
+                pe = np.fromiter(pending.values(), dtype=np.int64, count=len(pending))
+                allh = np.concatenate([hs, ph])
+                order = np.argsort(allh, kind="stable")
+                self.hashes[target] = (allh[order], np.concatenate([es, pe])[order])
+                pending.clear()
+        return out
 
     def column(self, key, get=None, dtype=np.int64) -> np.ndarray:
         """``get(facts)`` (default: the attribute named ``key``) of every
@@ -362,7 +402,7 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     all, at address ``base``; dword aligned) and ``ends`` (for the last
     instruction of each run of code, the address where the run ends; -1
     elsewhere) the work is done with numpy: a hash of each instruction's
-    dwords is looked up in a dictionary, and every instruction is then
+    dwords is looked up (FactsCache.lookup_hashes), and every instruction is then
     checked to have exactly the dwords of the encoding it was given (any
     that does not, e.g. on a hash collision, is looked up by its bytes)."""
     table = FACTS.table(target)
@@ -380,24 +420,7 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     if sizes.min() < 1 or sizes.max() > MAX_DWORDS or offs.min() < 0 or offs.max() + 1 > len(words):
         return _ids_by_bytes(insts, table, range(n), out)
     rows = _rows(words, offs, sizes)
-    hashes = FACTS.hashes.setdefault(target, {})
-    ids = list(map(hashes.get, _hash(rows, sizes).tolist()))
-    if None in ids:  # encodings not seen before (by hash)
-        hl = None
-        k = -1
-        try:
-            while True:
-                k = ids.index(None, k + 1)
-                if hl is None:
-                    hl = _hash(rows, sizes).tolist()
-                raw = insts[k].raw
-                e = table.get(raw)
-                if e is None:
-                    e = table[raw] = FACTS.new(insts[k]).eid
-                ids[k] = hashes[hl[k]] = e
-        except ValueError:
-            pass
-    out = np.array(ids, dtype=np.int64)
+    out = FACTS.lookup_hashes(target, _hash(rows, sizes), insts, table)
     same = FACTS.column("ndwords", _ndwords)[out] == sizes
     for j in range(MAX_DWORDS):
         same &= FACTS.column(("dword", j), _dword(j), np.uint64)[out] == rows[j]

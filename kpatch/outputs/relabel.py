@@ -26,7 +26,7 @@ from typing import Any
 from kpatch.codeobject import CodeObject, TargetId, decode_metadata, e_flags_for, encode_metadata
 from kpatch.codeobject.elf import EHDR
 from kpatch.codeobject.metadata import KEY_TARGET
-from kpatch.errors import FormatError
+from kpatch.errors import FormatError, KpatchError
 from kpatch.outputs.patchfn import KernelOutcome, PatchResult
 
 RULE = "relabel-gfx1030"
@@ -79,7 +79,7 @@ def _retarget_note(data: bytearray, co: CodeObject) -> tuple[bytes | None, str]:
 
     try:
         return bytes(set_metadata(bytes(data), update)), ""
-    except FormatError as e:
+    except KpatchError as e:
         return None, f"cannot re-lay out the metadata note: {e.reason}"
     except TypeError as e:  # an interface this module does not expect
         return None, f"kpatch.rewrite.relocate.set_metadata cannot be used: {e}"

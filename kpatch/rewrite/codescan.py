@@ -221,10 +221,10 @@ def scan_text(co: CodeObject, target: str) -> TextScan | None:
         nxt = ranges[i + 1][0] if i + 1 < len(ranges) else end
         e = s + size if size else nxt
         kind = "kernel" if is_kernel else "function"
-        if units and s < units[-1].end:
+        if units and s < units[-1].end:  # overlapping symbols: one unit, named after a kernel
             units[-1].end = max(units[-1].end, e)
             if is_kernel and units[-1].kind != "kernel":
-                units[-1].kind = "kernel"
+                units[-1].kind, units[-1].name = "kernel", name
             continue
         units.append(Unit(name, s, e, kind, align=_alignment(s), sized=bool(size)))
     units = _add_anonymous_code(units, data, start, end)
@@ -275,6 +275,10 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     for ui in range(len(units)):
         scan.edges[ui] = set()
     for ui, u in enumerate(units):
+        if u.start % 4 or u.end % 4:
+            _problem(scan, ui, u.start, "A", "undecodable",
+                     f"{u.name} spans {u.start:#x}..{u.end:#x}, not whole 4-byte words")
+            continue
         _scan_unit(scan, ui, u)
     return scan
 

@@ -118,8 +118,6 @@ def _vsharp_edit(co: CodeObject, rule: Rule, finding) -> Edit:
 
 def _edits_for_finding(co: CodeObject, rule: Rule, finding) -> list[Edit]:
     """The edits ``rule`` asks for at ``finding``; _KernelRefused when it cannot be done exactly."""
-    if rule.fix == "offset3f":
-        return []  # the rewriter relaxes every 0x3f branch (offset3f=True)
     if rule.fix == "vsharp-llc-noalloc":
         return [_vsharp_edit(co, rule, finding)]
     if rule.fix is not None:
@@ -263,10 +261,6 @@ def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_file
             outcomes[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
     new = result.data
     relocated = result.relocations or {}
-    if relocated.get("offset3f_fixed"):
-        for o in outcomes.values():
-            if o.status != "refused":
-                pass  # the relaxations are reported in relocations; per-kernel attribution below
     patched = [k for k in co.kernels if outcomes[k.name].status != "refused"]
     cu = [k for k in patched if k.name in cu_kernels]
     try:

@@ -25,7 +25,7 @@ A rule file holds one rule set::
     replace = [{ op = "s_nop", simm16 = 0 }]         # replace it by a sequence
     insert_before = [{ op = "s_waitcnt_depctr", simm16 = 0xffe3 }]
     insert_after = [{ op = "s_nop", simm16 = 0 }]
-    fix = "offset3f"                                 # a named built-in transformation
+    fix = "opcode-reuse"                             # a named built-in transformation
     header = { mach = "gfx1010", xnack = "-", wgp_mode = false }   # header actions
 
 Instructions in sequences are ``{op = MNEMONIC, FIELD = VALUE, ...}`` with
@@ -54,7 +54,7 @@ HEADER_KEYS = {
     "xnack": str,  # "-", "+", "any"
     "wgp_mode": bool,  # RSRC1.WGP_MODE and .workgroup_processor_mode
 }
-NAMED_FIXES = ("offset3f", "flat-offset-fold", "scratch-offset-fold", "nsa-to-contiguous", "opcode-reuse",
+NAMED_FIXES = ("flat-offset-fold", "scratch-offset-fold", "nsa-to-contiguous", "opcode-reuse",
                "vsharp-llc-noalloc")
 
 _ID = re.compile(r"^K[A-Z]\d{3}$")

@@ -129,3 +129,23 @@ def test_corrupt_provenance_is_a_format_error():
     new[at] = ord("[")
     with pytest.raises(FormatError):
         read_provenance(bytes(new))
+
+
+def test_set_metadata_that_shrinks_the_note_moves_nothing_else(tmp_path):
+    """A smaller note leaves a gap: no section after it moves, the NOTE segment shrinks."""
+    def drop(md):
+        for k in md.kernels:
+            del k[".max_flat_workgroup_size"]
+
+    new = write_tmp(tmp_path, "s.hsaco", set_metadata(read(RELOC), drop))
+    _clean(new)
+    old_s, new_s = sections(RELOC), sections(new)
+    assert new_s[".note"].size < old_s[".note"].size
+    for name, s in old_s.items():
+        if name != ".note":
+            assert (new_s[name].addr, new_s[name].offset) == (s.addr, s.offset)
+    assert "max_flat_workgroup_size" not in readelf_notes(new)
+    assert check_rewrite(RELOC, new).problems == []
+    out, _ = readelf(new, "-l", "--wide")
+    note = next(line.split() for line in out.splitlines() if line.split()[:1] == ["NOTE"])
+    assert int(note[4], 16) == new_s[".note"].size
