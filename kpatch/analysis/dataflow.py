@@ -115,8 +115,8 @@ class RuleHits:
 
 
 def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty, disjoint and
-    in increasing order)."""
+    """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty; they may
+    overlap: reduceat reduces each pair of consecutive bounds on its own)."""
     if not len(lo):
         return arr[:0]
     bounds = np.empty(2 * len(lo), dtype=np.int64)

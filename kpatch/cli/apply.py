@@ -12,6 +12,7 @@ import click
 
 from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, err_console, error_line, out_console, show_progress
 from kpatch.containers.kdb import KernelDB
+from kpatch.data import expand
 from kpatch.errors import KpatchError, UsageError
 from kpatch.outputs.apply_db import EntryReport, apply_to_db
 from kpatch.outputs.apply_file import apply_to_file
@@ -294,5 +295,5 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     if file:
         code = run_file(file, out, chosen, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs)
     else:
-        code = run_db(list(dbs), chosen, cu, out_dir, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs)
+        code = run_db([expand(d) for d in dbs], chosen, cu, out_dir, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs)
     sys.exit(code)

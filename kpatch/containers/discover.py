@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from kpatch.containers import bundle as bundle_fmt
 from kpatch.containers import hostelf, kdb
 from kpatch.containers.uri import Uri, parse_uri
+from kpatch.data import expand
 from kpatch.errors import FormatError, KpatchError, UsageError
 
 ELF_MAGIC = b"\x7fELF"
@@ -229,7 +230,7 @@ def discover(paths: Iterable[str], on_file: Callable[[str], None] | None = None)
     object).  ``on_file`` is called with each file path as it is opened (for
     progress reporting).
     """
-    for p in paths:
+    for p in map(expand, paths):
         if "://" in p:
             try:
                 uri = parse_uri(p)

@@ -13,3 +13,11 @@ from importlib.resources import files
 def sample_db_path() -> str:
     """Filesystem path of the embedded sample kernel DB."""
     return str(files("kpatch") / "data" / "sample.kdb")
+
+
+SAMPLE_ALIAS = "@sample"
+
+
+def expand(path: str) -> str:
+    """``@sample`` names the embedded sample kernel DB wherever a path is taken."""
+    return sample_db_path() if path == SAMPLE_ALIAS else path
