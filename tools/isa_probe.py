@@ -95,3 +95,19 @@ def probe(blocks: list[bytes], cpu: str) -> list[tuple[str, int] | None]:
 def words(*ws: int) -> bytes:
     """Little-endian dwords."""
     return b"".join(struct.pack("<I", w & 0xFFFFFFFF) for w in ws)
+
+
+_ASM_ERROR = re.compile(r"^<stdin>:(\d+):\d+: error", re.M)
+
+
+def assemble_ok(lines: list[str], cpu: str) -> list[bool]:
+    """Whether llvm-mc-16 accepts each assembly line (one pass for all)."""
+    out: list[bool] = []
+    chunk = 40000
+    for start in range(0, len(lines), chunk):
+        part = lines[start:start + chunk]
+        p = subprocess.run(["llvm-mc-16", "-triple=amdgcn-amd-amdhsa", "-mcpu=" + cpu],
+                           input="\n".join(part) + "\n", capture_output=True, text=True)
+        bad = {int(m.group(1)) for m in _ASM_ERROR.finditer(p.stderr)}
+        out += [i + 1 not in bad for i in range(len(part))]
+    return out

@@ -126,6 +126,7 @@ def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 _M64 = (1 << 64) - 1
+_SMALL_FRONTIER = 48  # blocks: below this, propagation goes on one block at a time
 
 
 def _chunks(width: int) -> range:
@@ -276,6 +277,9 @@ class HazardEngine:
             return None
         inn = [np.zeros(cfg.nblocks, dtype=np.uint64) for _ in range(nch)]
         while frontier.size:
+            if nch == 1 and frontier.size < _SMALL_FRONTIER:  # a few blocks left: one by one is cheaper
+                HazardEngine._propagate_worklist(cfg, rule, local, through, out, inn, frontier.tolist())
+                break
             touched = []
             for S in (S1, S2):
                 succ = S[frontier]
@@ -299,6 +303,43 @@ class HazardEngine:
             for ch in range(nch):
                 out[ch][frontier] = new[ch][changed]
         return inn
+
+    @staticmethod
+    def _propagate_worklist(cfg: CFG, rule: MaskRule, local: list[np.ndarray], through: np.ndarray,
+                            out: list[np.ndarray], inn: list[np.ndarray], work: list[int]) -> None:
+        """Finish :meth:`_propagate` block by block (Python ints), in place."""
+        nch = len(local)
+
+        def whole(arrs: list[np.ndarray]) -> list[int]:
+            vals = [a.tolist() for a in arrs]
+            if nch == 1:
+                return vals[0]
+            return [sum(int(v[b]) << (64 * ch) for ch, v in enumerate(vals)) for b in range(len(vals[0]))]
+
+        o, i_, loc = whole(out), whole(inn), whole(local)
+        thr = through.tolist()
+        branchy = cfg.branchy
+        on_branch = rule.on_branch
+        succ1, succ2 = cfg.succ1, cfg.succ2
+        while work:
+            b = work.pop()
+            ob = o[b]
+            for s in (succ1[b], succ2[b]):
+                if s < 0:
+                    continue
+                new = i_[s] | ob
+                if new == i_[s]:
+                    continue
+                i_[s] = new
+                if thr[s]:
+                    v = loc[s] | new
+                    if on_branch is not None and branchy[s]:
+                        v = on_branch(v)
+                    if v != o[s]:
+                        o[s] = v
+                        work.append(s)
+        for ch in range(nch):
+            inn[ch][:] = np.array([(v >> (64 * ch)) & _M64 for v in i_], dtype=np.uint64)
 
     # -- explanation -------------------------------------------------------------------
     def sources(self, cfg: CFG, i: int, k: int, mask: int, limit: int = 256) -> list[int]:

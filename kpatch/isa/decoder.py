@@ -1,87 +1,67 @@
 """Bytes + target -> instructions.
 
-The decoder finds each instruction's format from the top 9 bits of its
-first dword (a 512-entry table), looks the opcode up in the target's tables,
-works out the size (base + literal + SDWA/DPP dword + MIMG NSA dwords) and
-renders the text once per distinct encoding: real code repeats encodings
-heavily, so decoding is mostly a dictionary lookup.  An encoding LLVM would
-reject decodes to an unknown 4-byte word (LLVM prints ``.long 0x...``); the
-decoder never raises on bad bytes.
+Decoding a buffer takes three steps:
+
+1. sizes: :class:`~kpatch.isa.sizes.Sizer` computes, with numpy, the size
+   every dword position would have as an instruction start;
+2. boundaries: a short loop follows the sizes from the start (skipping zero
+   runs like llvm-objdump when asked) - the only per-instruction Python step;
+3. identity: every instruction's encoding (its dwords) is looked up in a
+   per-target cache of :class:`~kpatch.isa.instruction.Decoded`; real code
+   repeats encodings heavily, so only the distinct new ones are decoded -
+   format, opcode entry, form and validity (:mod:`kpatch.isa.validity`, or
+   the printer for the rarer forms).  Fields and text are worked out lazily.
+
+An encoding LLVM would reject decodes to an unknown 4-byte word (LLVM prints
+``.long 0x...``) and decoding resumes after it; the decoder never raises on
+bad bytes.
 """
 
 from __future__ import annotations
 
 import gc
+from itertools import compress
+from operator import not_
 from contextlib import contextmanager
 from typing import Iterator
 
+import numpy as np
+
 from kpatch.isa import formats as F
 from kpatch.isa.instruction import Decoded, Instruction
+from kpatch.isa.sizes import EXTRA_SRC, OPCODE_KEY, TOP9, VOPE32, measure, op_facts, sizer_for
 from kpatch.isa.tables import OpInfo, Tables, load
-from kpatch.isa.text import PRINTERS, Ctx, print_dpp, print_sdwa
+from kpatch.isa.text import render
+from kpatch.isa.validity import checker
 
-#: format by the top 9 bits of the first dword
-TOP9: list[F.Format | None] = [None] * 512
-for _t in range(512):
-    _w = _t << 23
-    TOP9[_t] = F.classify(_w)
-
-_VOPE32 = ("VOP1", "VOP2", "VOPC")
-_EXTRA_SRC = {F.SRC_SDWA: "sdwa", F.SRC_DPP16: "dpp16", F.SRC_DPP8: "dpp8", F.SRC_DPP8_FI: "dpp8"}
-_FIELDS_OF = {name: {f.name: f for f in fmt.fields} for name, fmt in F.FORMATS.items()}
-_EXTRACT = {name: fmt.extractor() for name, fmt in F.FORMATS.items()}
-_EXTRACT_X = {name: F.make_extractor(fields) for name, fields in F.EXTRA_FORMATS.items()}
-
-
-class _Plan:
-    """Per-opcode precomputation: literal source fields, extras."""
-
-    __slots__ = ("lit_fields", "mandatory_lit", "src0_is_src")
-
-    def __init__(self, info: OpInfo):
-        fields = _FIELDS_OF[info.fmt.name]
-        self.lit_fields = tuple(fields[n] for n in info.literal_fields if n in fields)
-        self.mandatory_lit = info.has_mandatory_literal
-        # VOP1/VOP2/VOPC: does src0 take SDWA/DPP/literal markers at all?
-        self.src0_is_src = "src0" in info.literal_fields
-
-
-_PLANS: dict[int, _Plan] = {}
-
-
-def _plan(info: OpInfo) -> _Plan:
-    p = _PLANS.get(id(info))
-    if p is None:
-        p = _PLANS[id(info)] = _Plan(info)
-    return p
+#: re-walks of one segment after finding rejected encodings before falling
+#: back to the one-instruction-at-a-time walk (only hostile input gets there)
+MAX_RESYNC = 16
 
 
 class DecodeCache:
-    """Decoded encodings of one target, keyed by their bytes (bounded)."""
+    """Decoded encodings of one target, keyed by their dwords (bounded).
+
+    ``c4`` maps a first dword to what a 1-dword instruction there is (valid
+    or unknown), ``c8`` a 64-bit value to what a 2-dword instruction is (a
+    4-byte unknown when LLVM rejects it), ``big`` the bytes of longer ones.
+    """
 
     def __init__(self, target: str, limit: int = 400_000):
         self.tables: Tables = load(target)
         self.target = target
         self.limit = limit
-        self.map: dict[bytes, Decoded] = {}  # 12+ byte encodings
-        self.c4: dict[int, Decoded] = {}  # 4-byte encodings by dword
-        self.c8: dict[int, Decoded] = {}  # 8-byte encodings by w0 | w1 << 32
-        self.unknown: dict[bytes, Decoded] = {}  # words LLVM rejects
+        self.c4: dict[int, Decoded] = {}
+        self.c8: dict[int, Decoded] = {}
+        self.big: dict[bytes, Decoded] = {}
 
-    def get(self, raw: bytes) -> Decoded | None:
-        n = len(raw)
-        if n == 4:
-            return self.c4.get(int.from_bytes(raw, "little"))
-        if n == 8:
-            return self.c8.get(int.from_bytes(raw, "little"))
-        return self.map.get(raw)
+    def table(self, ndw: int) -> dict:
+        return self.c4 if ndw <= 1 else self.c8 if ndw == 2 else self.big
 
-    def put(self, raw: bytes, d: Decoded) -> None:
-        n = len(raw)
-        m = self.c4 if n == 4 else self.c8 if n == 8 else self.map
+    def store(self, m: dict, key, d: Decoded) -> None:
         if len(m) >= self.limit:
             m.clear()
-        m[int.from_bytes(raw, "little") if n in (4, 8) else raw] = d
+        m[key] = d
 
 
 _CACHES: dict[str, DecodeCache] = {}
@@ -94,163 +74,100 @@ def cache_for(target: str) -> DecodeCache:
     return c
 
 
-def _measure(data: bytes, pos: int, end: int, tables: Tables):
-    """(size, fmt, info, kind) of the instruction at ``pos``, or None if unknown.
-
-    kind is None for the base form or "sdwa"/"dpp16"/"dpp8".
-    """
-    if pos + 4 > end:
+def identify(raw: bytes, fmt: F.Format, info: OpInfo, kind: str | None,
+             tables: Tables) -> Decoded | None:
+    """The Decoded of a measured encoding, or None if LLVM rejects it."""
+    check = checker(info, kind, tables)
+    if check is not None:
+        if check(int.from_bytes(raw[:fmt.size], "little")):
+            return Decoded(raw, fmt, info, kind, tables.target)
         return None
-    w0 = int.from_bytes(data[pos:pos + 4], "little")
-    fmt = TOP9[w0 >> 23]
-    if fmt is None:
-        return None
-    size = fmt.size
-    if size == 8:
-        if pos + 8 > end:
-            return None
-        w = w0 | (int.from_bytes(data[pos + 4:pos + 8], "little") << 32)
-    else:
-        w = w0
-    op = fmt.opcode(w)
-    if fmt is F.FLAT:
-        op |= ((w >> 14) & 3) << 7
-    info = tables.ops.get(fmt.name, {}).get(op)
-    if info is None:
-        return None
-    kind = None
-    plan = _plan(info)
-    lit = plan.mandatory_lit
-    if fmt.name in _VOPE32 and plan.src0_is_src:
-        s0 = w0 & 0x1FF
-        kind = _EXTRA_SRC.get(s0)
-        if kind is not None:
-            if getattr(info, kind) is None:
-                return None
-            size += 4
-        elif s0 == 0xFF:
-            lit = True
-    else:
-        for fld in plan.lit_fields:
-            if (w >> fld.lo) & fld.mask == 0xFF:
-                lit = True
-                break
-        if fmt is F.MIMG:
-            size += 4 * ((w0 >> 1) & 3)
-    if lit:
-        size += 4
-    if pos + size > end:
-        return None
-    return size, fmt, info, kind
+    return identify_by_printing(raw, fmt, info, kind, tables)
 
 
-def _render(raw: bytes, fmt: F.Format, info: OpInfo, kind: str | None, tables: Tables) -> Decoded | None:
-    """Build the Decoded for a measured encoding (None: LLVM would reject it)."""
+def identify_by_printing(raw: bytes, fmt: F.Format, info: OpInfo, kind: str | None,
+                         tables: Tables) -> Decoded | None:
+    """:func:`identify` deciding validity by rendering the text (the
+    reference the compiled checkers of :mod:`kpatch.isa.validity` follow)."""
     w = int.from_bytes(raw[:fmt.size], "little")
-    fields = _EXTRACT[fmt.name](w)
     form = info.form if kind is None else getattr(info, kind)
-    for z, required in form.zero:
-        if z in fields and fields[z] != required:
+    fields = _FIELDS[fmt.name]
+    for name, required in form.zero:
+        fld = fields.get(name)
+        if fld is not None and (w >> fld.lo) & fld.mask != required:
             return None
-    x = None
-    rest = raw[fmt.size:]
-    if kind is not None:
-        xw = int.from_bytes(rest[:4], "little")
-        xname = "SDWA_VOPC" if (kind == "sdwa" and fmt.name == "VOPC") else {
-            "sdwa": "SDWA", "dpp16": "DPP16", "dpp8": "DPP8"}[kind]
-        x = _EXTRACT_X[xname](xw)
-        rest = rest[4:]
-    elif fmt is F.MIMG and fields["nsa"]:
-        rest = rest[4 * fields["nsa"]:]
-    literal = int.from_bytes(rest[:4], "little") if len(rest) >= 4 else None
-    ctx = Ctx(fields, literal, x, tables, info)
-    if kind == "sdwa":
-        text = print_sdwa(ctx)
-    elif kind == "dpp16":
-        text = print_dpp(ctx, False)
-    elif kind == "dpp8":
-        text = print_dpp(ctx, True)
-    else:
-        text = PRINTERS[fmt.name](ctx)
+    d = Decoded(raw, fmt, info, kind, tables.target)
+    text = render(d)
     if text is None:
         return None
-    return Decoded(raw, fmt, info, kind, fields, x, literal, text, tables.target)
+    d._text = text
+    return d
+
+
+def identify_word(w: int, ndw: int, cache: DecodeCache) -> Decoded:
+    """What the 1- or 2-dword instruction ``w`` (dwords as one int) is, given
+    that the sizes say it has ``ndw`` dwords: the lean path for new
+    encodings of :meth:`Buffer.lookup` (same answers as :func:`decode_at`)."""
+    tables = cache.tables
+    fmt = TOP9[(w & 0xFFFFFFFF) >> 23]
+    info = None
+    if fmt is not None:
+        name = fmt.name
+        info = tables.ops.get(name, _NONE).get(OPCODE_KEY[name](w))
+    raw = w.to_bytes(4 * ndw, "little")
+    if info is None:
+        return unknown(raw[:4], cache.target)
+    kind = None
+    if name in VOPE32 and op_facts(info).src0_is_src:
+        kind = EXTRA_SRC.get(w & 0x1FF)
+    if kind is None:
+        check = checker(info, None, tables)
+        if check is not None:  # (bits past the base encoding are ignored)
+            if check(w):
+                return Decoded(raw, fmt, info, None, cache.target)
+            return unknown(raw[:4], cache.target)
+    d = identify_by_printing(raw, fmt, info, kind, tables)
+    return d if d is not None else unknown(raw[:4], cache.target)
+
+
+_NONE: dict = {}
+_FIELDS = {name: {f.name: f for f in fmt.fields} for name, fmt in F.FORMATS.items()}
 
 
 def unknown(raw: bytes, target: str) -> Decoded:
-    return Decoded(raw, None, None, None, {}, None, None, None, target)
+    return Decoded(raw, None, None, None, target)
 
 
 def decode_at(data: bytes, pos: int, cache: DecodeCache, end: int | None = None) -> Decoded:
     """Decode the instruction at byte offset ``pos`` of ``data``."""
     if end is None:
         end = len(data)
-    m = _measure(data, pos, end, cache.tables)
+    m = measure(data, pos, end, cache.tables)
     if m is not None:
         size = m[0]
         raw = bytes(data[pos:pos + size])
-        d = cache.get(raw)
-        if d is not None:
-            return d
-        d = _render(raw, m[1], m[2], m[3], cache.tables)
-        if d is not None:
-            cache.put(raw, d)
-            return d
+        tab = cache.table(size // 4)
+        key = int.from_bytes(raw, "little") if size <= 8 else raw
+        d = tab.get(key)
+        if d is None:
+            d = identify(raw, m[1], m[2], m[3], cache.tables)
+            if d is None:
+                d = unknown(raw[:4], cache.target)
+                if size > 4:
+                    # not cached under its measured size: a lookup by size
+                    # must never take it for an instruction that long
+                    return d
+            cache.store(tab, key, d)
+        return d
     raw = bytes(data[pos:min(pos + 4, end)])
-    d = cache.unknown.get(raw)
-    if d is None:
-        d = unknown(raw, cache.target)
-        if len(cache.unknown) < cache.limit:
-            cache.unknown[raw] = d
-    return d
-
-
-def _size_entry(w0: int, tables: Tables):
-    """Size facts that depend on the first dword only:
-    (size, w1 literal shifts) with size 0 for words that start no valid
-    instruction; for VOP3/VOP3P a literal depends on dword-1 source fields,
-    listed as shifts within dword 1."""
-    fmt = TOP9[w0 >> 23]
-    if fmt is None:
-        return (0, ())
-    size = fmt.size
-    if size == 8 and fmt.name not in ("VOP3", "VOP3P"):
-        # opcode lives in dword 0 for every 8-byte format except MTBUF (op3 bit)
-        if fmt is F.MTBUF:
-            return (-1, ())
-    op = fmt.opcode(w0) if fmt is not F.MTBUF else None
-    if fmt is F.FLAT:
-        op |= ((w0 >> 14) & 3) << 7
-    info = tables.ops.get(fmt.name, {}).get(op)
-    if info is None:
-        return (0, ())
-    plan = _plan(info)
-    lit = plan.mandatory_lit
-    shifts = ()
-    if fmt.name in _VOPE32 and plan.src0_is_src:
-        s0 = w0 & 0x1FF
-        kind = _EXTRA_SRC.get(s0)
-        if kind is not None:
-            if getattr(info, kind) is None:
-                return (0, ())
-            size += 4
-        elif s0 == 0xFF:
-            lit = True
-    elif size == 4:
-        for fld in plan.lit_fields:
-            if (w0 >> fld.lo) & fld.mask == 0xFF:
-                lit = True
-                break
-    else:
-        shifts = tuple(fld.lo - 32 for fld in plan.lit_fields if fld.lo >= 32)
-        if fmt is F.MIMG:
-            size += 4 * ((w0 >> 1) & 3)
-    if lit:
-        size += 4
-    return (size, shifts)
-
-
-_SIZE_MEMO: dict[str, dict[int, tuple]] = {}
+    if len(raw) == 4:
+        key = int.from_bytes(raw, "little")
+        d = cache.c4.get(key)
+        if d is None:
+            d = unknown(raw, cache.target)
+            cache.store(cache.c4, key, d)
+        return d
+    return unknown(raw, cache.target)
 
 
 @contextmanager
@@ -267,69 +184,215 @@ def no_gc():
             gc.enable()
 
 
-def words_of(data: bytes) -> list[int]:
+def words_of(data: bytes) -> np.ndarray:
     """The little-endian dwords of ``data`` (trailing partial dword dropped)."""
-    n = len(data) // 4
-    return list(memoryview(data)[:n * 4].cast("I")) if n else []
+    return np.frombuffer(data, "<u4", len(data) // 4)
+
+
+class Buffer:
+    """One code buffer prepared for decoding: its dwords and, per dword
+    position, the size an instruction starting there would have."""
+
+    def __init__(self, data: bytes, cache: DecodeCache):
+        self.data = data
+        self.cache = cache
+        self.words = words_of(data)
+        self.nwords = len(self.words)
+        #: sizes in dwords, 0 where no instruction can start ...
+        self.sz0 = sizer_for(cache.tables).sizes(self.words)
+        #: ... and with those counted as 1-dword unknown words
+        self.sz = np.maximum(self.sz0, 1)
+        self.step = self.sz.tolist()
+        self._jump = None
+
+    def jumps(self) -> list[int]:
+        """``step``, except -n where a run of n >= 2 zero dwords starts."""
+        if self._jump is None:
+            n = self.nwords
+            idx = np.arange(n)
+            nz = np.where(self.words != 0, idx, n)
+            zrun = np.minimum.accumulate(nz[::-1])[::-1] - idx
+            self._jump = np.where(zrun >= 2, -zrun, self.sz).tolist()
+        return self._jump
+
+    def reject(self, p: int) -> None:
+        """Record that the word at dword ``p`` starts no instruction."""
+        self.sz0[p] = 0
+        self.sz[p] = self.step[p] = 1
+        if self._jump is not None and self._jump[p] > 0:
+            self._jump[p] = 1
+
+    def starts(self, first: int, end: int, skip_zeros: bool) -> list[int]:
+        """Dword positions of the instructions from ``first`` up to ``end``;
+        with ``skip_zeros`` runs of 8+ zero bytes are passed over like
+        llvm-objdump does."""
+        out = []
+        append = out.append
+        p = first
+        if skip_zeros:
+            jump = self.jumps()
+            step = self.step
+            while p < end:
+                j = jump[p]
+                if j > 0:
+                    append(p)
+                    p += j
+                elif end - p >= 2:
+                    p -= j
+                else:  # a lone zero dword just before the end: an instruction
+                    append(p)
+                    p += step[p]
+        else:
+            step = self.step
+            while p < end:
+                append(p)
+                p += step[p]
+        return out
+
+    def lookup(self, starts: list[int], s: np.ndarray | None = None
+               ) -> tuple[list[Decoded], int | None]:
+        """The Decoded of the instruction at each start, decoding new
+        encodings, and the index of the first start whose encoding LLVM
+        rejects although the sizes made it longer than a dword (or None).
+        ``s`` may give ``starts`` as an array already."""
+        cache = self.cache
+        n = len(starts)
+        if not n:
+            return [], None
+        if s is None:
+            s = np.fromiter(starts, np.int64, n)
+        ndw = self.sz0[s]
+        w = self.words
+        one = np.flatnonzero(ndw == 1)
+        two = np.flatnonzero(ndw == 2)
+        out = np.empty(n, object)
+        bad = None
+        s1 = s[one]
+        s2 = s[two]
+        groups = [(one, w[s1].tolist(), cache.c4)]
+        if len(two):
+            k2 = w[s2].astype(np.uint64) | (w[s2 + 1].astype(np.uint64) << np.uint64(32))
+            groups.append((two, k2.tolist(), cache.c8))
+        for idx, keys, tab in groups:
+            ds = list(map(tab.get, keys))
+            if None in ds:
+                k = 1 if tab is cache.c4 else 2
+                fresh = {}
+                rejected = False
+                for key in set(compress(keys, map(not_, ds))):
+                    d = fresh[key] = identify_word(key, k, cache)
+                    if d.size == 4 * k:
+                        cache.store(tab, key, d)
+                    else:  # a rejected 2-dword encoding: a 4-byte unknown word
+                        rejected = True
+                ds = list(map(fresh.get, keys, ds))
+                if rejected:
+                    for j, d in enumerate(ds):
+                        if d.size != 4 * k:
+                            i = int(idx[j])
+                            if bad is None or i < bad:
+                                bad = i
+                            break
+            out[idx] = np.fromiter(ds, object, len(ds))
+        if len(one) + len(two) < n:
+            data = self.data
+            big = cache.big
+            step = self.step
+            for i in np.flatnonzero((ndw > 2) | (ndw == 0)).tolist():
+                p = starts[i]
+                if step[p] > 2:
+                    d = big.get(data[4 * p:4 * (p + step[p])])
+                    if d is None:
+                        d = self._new(p)
+                        if d.size != 4 * step[p] and (bad is None or i < bad):
+                            bad = i
+                else:  # no instruction starts here: an unknown word
+                    d = self._new(p)
+                out[i] = d
+        return out.tolist(), bad
+
+    def _new(self, p: int) -> Decoded:
+        return decode_at(self.data, 4 * p, self.cache, len(self.data))
+
+    def decode(self, first: int, end: int, skip_zeros: bool, base_address: int,
+               out: list) -> None:
+        """Append the instructions from dword ``first`` to byte ``end``."""
+        end_dw = min(end, 4 * self.nwords) // 4
+        p = first
+        for _ in range(MAX_RESYNC):
+            starts = self.starts(p, end_dw, skip_zeros)
+            ds, bad = self.lookup(starts)
+            if bad is None:
+                _emit(out, base_address, starts, ds)
+                if starts:
+                    p = starts[-1] + self.step[starts[-1]]
+                break
+            # a rejected encoding is a 4-byte unknown word: walk on after it
+            q = starts[bad]
+            self.reject(q)
+            _emit(out, base_address, starts[:bad + 1], ds[:bad + 1])
+            p = q + self.step[q]
+        else:
+            return self.decode_slow(4 * p, end, skip_zeros, base_address, out)
+        if 4 * p < end:  # a tail shorter than a dword
+            self.decode_slow(4 * p, end, skip_zeros, base_address, out)
+
+    def decode_slow(self, pos: int, end: int, skip_zeros: bool, base_address: int,
+                    out: list) -> None:
+        """One instruction at a time from byte ``pos`` (any alignment)."""
+        data = self.data
+        n_all = len(data)
+        while pos < end:
+            if skip_zeros and not data[pos]:
+                z = pos
+                while z < end and data[z] == 0:
+                    z += 1
+                if z - pos >= 8:
+                    pos += (z - pos) & ~3
+                    continue
+            d = decode_at(data, pos, self.cache, n_all)
+            out.append(Instruction(base_address + pos, d))
+            pos += d.size
+
+
+def _emit(out: list, base_address: int, starts, ds: list[Decoded]) -> None:
+    """Append Instructions at dword positions ``starts`` (list or array)."""
+    if isinstance(starts, np.ndarray):
+        addrs = (starts * 4 + base_address).tolist()
+    else:
+        addrs = [base_address + 4 * p for p in starts]
+    out.extend(map(Instruction, addrs, ds))
+
+
+def walk_segments(data: bytes, bounds: list[tuple[int, int]], cache: DecodeCache,
+                  base_address: int, out: list, skip_zeros: bool = False) -> None:
+    """Decode each ``data[start:end]`` of ``bounds`` (in order) into ``out``:
+    all at once when every segment is dword-aligned and no encoding is
+    rejected (the common case), else segment by segment."""
+    buf = Buffer(data, cache)
+    if not len(data) & 3 and all(not (a & 3 or b & 3) for a, b in bounds):
+        starts: list[int] = []
+        for a, b in bounds:
+            starts += buf.starts(a // 4, b // 4, skip_zeros)
+        s = np.fromiter(starts, np.int64, len(starts))
+        ds, bad = buf.lookup(starts, s)
+        if bad is None:
+            _emit(out, base_address, s, ds)
+            return
+    for a, b in bounds:
+        walk(data, a, b, cache, base_address, out, skip_zeros, buf)
 
 
 def walk(data: bytes, start: int, end: int, cache: DecodeCache, base_address: int,
-         out: list, skip_zeros: bool = False, words: list[int] | None = None) -> None:
-    """Decode ``data[start:end]`` into ``out`` (the hot loop).
-
-    The size of an instruction is memoised per first dword, the decoded
-    instruction per distinct encoding (keyed by its dwords); anything unusual
-    (unaligned position, truncated tail) goes through :func:`decode_at`.
-    With ``skip_zeros`` runs of 8+ zero bytes are skipped like llvm-objdump.
-    """
-    memo = _SIZE_MEMO.setdefault(cache.target, {})
-    c4, c8, cbig = cache.c4, cache.c8, cache.map
-    tables = cache.tables
-    n_all = len(data)
-    if words is None:
-        words = words_of(data)
-    nwords = len(words)
-    pos = start
-    append = out.append
-    while pos < end:
-        if pos & 3 or pos + 4 > n_all:
-            d = decode_at(data, pos, cache, n_all)
-            append(Instruction(base_address + pos, d))
-            pos += d.size
-            continue
-        i = pos >> 2
-        w0 = words[i]
-        if not w0 and skip_zeros:
-            z = pos
-            while z < end and data[z] == 0:
-                z += 1
-            z = (z - pos) & ~3 if z - pos >= 8 else 0
-            if z:
-                pos += z
-                continue
-        # fast path: a known 4- or 8-byte encoding (sizes depend only on the
-        # dwords used as keys, so a hit is always the right instruction)
-        d = c4.get(w0)
-        if d is None and i + 1 < nwords:
-            d = c8.get(w0 | (words[i + 1] << 32))
-        if d is None:
-            e = memo.get(w0)
-            if e is None:
-                e = memo[w0] = _size_entry(w0, tables)
-            size = e[0]
-            if size > 8 and pos + size <= n_all:
-                d = cbig.get(data[pos:pos + size])
-            elif size == 8 and e[1] and i + 1 < nwords:
-                w1 = words[i + 1]
-                for sh in e[1]:
-                    if (w1 >> sh) & 0x1FF == 0xFF:
-                        if pos + 12 <= n_all:
-                            d = cbig.get(data[pos:pos + 12])
-                        break
-        if d is None:
-            d = decode_at(data, pos, cache, n_all)
-        append(Instruction(base_address + pos, d))
-        pos += d.size
+         out: list, skip_zeros: bool = False, buf: Buffer | None = None) -> None:
+    """Decode ``data[start:end]`` into ``out``; the instruction at ``start``
+    may run past ``end``.  ``buf`` reuses a :class:`Buffer` of ``data``."""
+    if buf is None:
+        buf = Buffer(data, cache)
+    if start & 3 or end & 3 and end != len(data):
+        buf.decode_slow(start, end, skip_zeros, base_address, out)
+    else:
+        buf.decode(start // 4, end, skip_zeros, base_address, out)
 
 
 def iter_decode(data: bytes, target: str, base_address: int = 0) -> Iterator[Instruction]:

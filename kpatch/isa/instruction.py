@@ -3,32 +3,50 @@
 :class:`Decoded` is everything about one distinct encoding (shared by every
 occurrence of the same bytes); :class:`Instruction` is one occurrence: an
 address plus its :class:`Decoded`.
+
+Decoding only decides *what* an encoding is (format, opcode entry, form,
+size, validity); field values, the trailing literal, the text and the
+register sets are worked out from the bytes on first use, so that scanning
+code costs no more than finding its boundaries.
 """
 
 from __future__ import annotations
 
+from kpatch.isa import formats as F
+
+_EXTRACT = {name: fmt.extractor() for name, fmt in F.FORMATS.items()}
+_EXTRACT_X = {name: F.make_extractor(fields) for name, fields in F.EXTRA_FORMATS.items()}
+
+
+def extra_format(fmt: F.Format, kind: str) -> str:
+    """Name (in :data:`formats.EXTRA_FORMATS`) of the SDWA/DPP dword layout."""
+    if kind == "sdwa":
+        return "SDWA_VOPC" if fmt is F.VOPC else "SDWA"
+    return "DPP16" if kind == "dpp16" else "DPP8"
+
 
 class Decoded:
-    """One encoding: format, opcode entry, field values and text.
+    """One encoding: format, opcode entry, form and (lazily) fields and text.
 
     ``fmt``/``info`` are None for an unknown word (``is_unknown``), whose text
-    is LLVM's ``.long 0x...``.
+    is LLVM's ``.long 0x...``.  ``kind`` is None for the base form or
+    ``"sdwa"``/``"dpp16"``/``"dpp8"``.
     """
 
-    __slots__ = ("raw", "size", "fmt", "info", "kind", "fields", "extra", "literal", "_text",
-                 "target", "_regs")
+    __slots__ = ("raw", "size", "fmt", "info", "kind", "target", "_fields", "_extra", "_literal",
+                 "_text", "_regs")
 
-    def __init__(self, raw, fmt, info, kind, fields, extra, literal, text, target):
+    def __init__(self, raw: bytes, fmt, info, kind, target: str, text: str | None = None):
         self.raw = raw
         self.size = len(raw)
         self.fmt = fmt
         self.info = info
         self.kind = kind
-        self.fields = fields
-        self.extra = extra
-        self.literal = literal
-        self._text = text
         self.target = target
+        self._fields = None
+        self._extra = False  # not computed yet (None is a valid value)
+        self._literal = False
+        self._text = text
         self._regs = None
 
     @property
@@ -36,18 +54,74 @@ class Decoded:
         return self.fmt is None
 
     @property
+    def form(self):
+        """The :class:`~kpatch.isa.tables.Form` this encoding prints with."""
+        return self.info.form if self.kind is None else getattr(self.info, self.kind)
+
+    @property
+    def fields(self) -> dict[str, int]:
+        """Field values of the base encoding (name -> value)."""
+        f = self._fields
+        if f is None:
+            if self.fmt is None:
+                f = {}
+            else:
+                f = _EXTRACT[self.fmt.name](int.from_bytes(self.raw[:self.fmt.size], "little"))
+            self._fields = f
+        return f
+
+    @property
+    def extra(self) -> dict[str, int] | None:
+        """Fields of the SDWA/DPP dword, or None."""
+        x = self._extra
+        if x is False:
+            x = None
+            if self.kind is not None:
+                n = self.fmt.size
+                x = _EXTRACT_X[extra_format(self.fmt, self.kind)](
+                    int.from_bytes(self.raw[n:n + 4], "little"))
+            self._extra = x
+        return x
+
+    @property
+    def literal(self) -> int | None:
+        """The trailing 32-bit literal, or None."""
+        lit = self._literal
+        if lit is False:
+            lit = None
+            if self.fmt is not None:
+                n = self.fmt.size
+                if self.kind is not None:
+                    n += 4
+                elif self.fmt is F.MIMG:
+                    n += 4 * ((self.raw[0] >> 1) & 3)
+                if len(self.raw) >= n + 4:
+                    lit = int.from_bytes(self.raw[n:n + 4], "little")
+            self._literal = lit
+        return lit
+
+    @property
     def text(self) -> str:
-        if self._text is None:
-            if len(self.raw) == 4:
-                return ".long 0x%08x" % int.from_bytes(self.raw, "little")
-            return ".byte " + ", ".join("0x%02x" % b for b in self.raw)
-        return self._text
+        t = self._text
+        if t is None:
+            if self.fmt is not None:
+                from kpatch.isa.text import render
+                t = render(self)
+            if t is None:
+                t = self.unknown_text()
+            self._text = t
+        return t
+
+    def unknown_text(self) -> str:
+        if len(self.raw) == 4:
+            return ".long 0x%08x" % int.from_bytes(self.raw, "little")
+        return ".byte " + ", ".join("0x%02x" % b for b in self.raw)
 
     @property
     def mnemonic(self) -> str:
         if self.fmt is None:
             return ".long"
-        return self._text.split(" ", 1)[0]
+        return self.form.mnemonic
 
     @property
     def regs(self):
@@ -109,7 +183,8 @@ class Instruction:
 
     @property
     def extra(self) -> dict[str, int] | None:
-        return None if self.d.extra is None else dict(self.d.extra)
+        x = self.d.extra
+        return None if x is None else dict(x)
 
     @property
     def literal(self) -> int | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from kpatch.isa.decoder import cache_for, no_gc, walk, words_of
+from kpatch.isa.decoder import cache_for, no_gc, walk_segments
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.tables import check_target
 
@@ -33,19 +33,17 @@ def disassemble(data: bytes, target: str, base_address: int = 0,
     """Instructions llvm-objdump -d lists for a section holding ``data`` at
     ``base_address`` whose symbols start at the addresses ``symbols``.
 
-    ``text`` is accepted for symmetry with :func:`kpatch.isa.decode`; the
-    text of each distinct encoding is made once while decoding."""
+    ``text`` is accepted for compatibility: the text of each distinct
+    encoding is made on first use (``Instruction.text()``) either way."""
     check_target(target)
     cache = cache_for(target)
     data = bytes(data)
     end_all = len(data)
     starts = sorted({a - base_address for a in symbols if 0 <= a - base_address < end_all} | {0})
     out: list[Instruction] = []
-    words = words_of(data)
+    bounds = list(zip(starts, starts[1:] + [end_all]))
     with no_gc():
-        for i, start in enumerate(starts):
-            end = starts[i + 1] if i + 1 < len(starts) else end_all
-            walk(data, start, end, cache, base_address, out, skip_zeros=True, words=words)
+        walk_segments(data, bounds, cache, base_address, out, skip_zeros=True)
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 from kpatch.isa import operands as O
 from kpatch.isa import special as SP
-from kpatch.isa.tables import Form, OpInfo, Tables
+from kpatch.isa.tables import Form, OpInfo, Tables, load
 
 #: SGPR number = field value * scale for these fields
 FIELD_SCALE = {"sbase": 2, "srsrc": 4, "ssamp": 4}
@@ -28,14 +28,16 @@ SDWA_UNUSED = ("UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE")
 class Ctx:
     """What a printer sees: field values, literal, extra dword fields, tables."""
 
-    __slots__ = ("f", "literal", "x", "tables", "info")
+    __slots__ = ("f", "literal", "x", "tables", "info", "raw")
 
-    def __init__(self, f: dict, literal: int | None, x: dict | None, tables: Tables, info: OpInfo):
+    def __init__(self, f: dict, literal: int | None, x: dict | None, tables: Tables, info: OpInfo,
+                 raw: bytes = b""):
         self.f = f
         self.literal = literal
         self.x = x
         self.tables = tables
         self.info = info
+        self.raw = raw
 
 
 def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
@@ -672,6 +674,18 @@ def print_exp(ctx: Ctx) -> str | None:
     if f["vm"]:
         s += " vm"
     return s
+
+
+def render(d) -> str | None:
+    """Text of a :class:`~kpatch.isa.instruction.Decoded` encoding (None: LLVM
+    rejects it)."""
+    ctx = Ctx(d.fields, d.literal, d.extra, load(d.target), d.info, d.raw)
+    kind = d.kind
+    if kind is None:
+        return PRINTERS[d.fmt.name](ctx)
+    if kind == "sdwa":
+        return print_sdwa(ctx)
+    return print_dpp(ctx, kind == "dpp8")
 
 
 PRINTERS: dict[str, Callable[[Ctx], str | None]] = {

@@ -142,3 +142,28 @@ def test_rocprim_gfx1030_is_flagged():
     assert depctr > 0 and depctr / 2 <= vmem <= depctr * 2
     assert lds > 0
     assert rep.verdict.status != "ok"
+
+
+@pytest.mark.corpus
+def test_librocrand_gfx1030(librocrand):
+    """Debian's librocrand (ROCm 5.3, clang 15): its gfx1030 code object is
+    flagged (prefetches, VMEM/LDS hazards), and every kernel gets a verdict."""
+    from kpatch.containers.hostelf import find_fatbin_bundles
+
+    reps = []
+    with open(librocrand, "rb") as fh:
+        for b in find_fatbin_bundles(librocrand):
+            fh.seek(b.offset)
+            _, bundle, entries = open_bundle_bytes(fh.read(b.size))
+            for e in entries:
+                if e.id.endswith("gfx1030"):
+                    co = CodeObject.from_bytes(bytes(e.data(bundle)))
+                    reps.append((co, analyse(co)))
+    assert len(reps) == 1
+    co, rep = reps[0]
+    assert len(rep.kernels) == len(co.kernels) == 80
+    counts = rep.tally().findings
+    print(f"\nlibrocrand gfx1030: {dict(sorted(counts.items()))}, verdicts {rep.tally().verdicts}")
+    for cls in ("InstFwdPrefetchBug", "VMEMtoScalarWriteHazard", "LdsBranchVmemWARHazard"):
+        assert counts.get(cls, 0) > 0
+    assert all(k.verdict.status in ("patchable", "unpatchable") for k in rep.kernels)

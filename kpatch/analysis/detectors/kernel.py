@@ -43,7 +43,7 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan) -> list[Finding]:
 def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
     if fn.kernel is None or getattr(ctx.co.target, "xnack", None) != "+":
         return []
-    return [Finding("Xnack", None, f"{ctx.co.target_id} requires XNACK (xnack+); gfx1010 runs without it "
+    return [Finding("Xnack", None, f"{ctx.co.target_id} requires XNACK; gfx1010 runs without it "
                                    "by default (amdgpu.noretry), so the loader refuses the object")]
 
 
