@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from isa_probe import probe  # noqa: E402
+from isa_probe import assemble_ok, probe  # noqa: E402
 from kpatch.isa import formats as F  # noqa: E402
 from kpatch.isa import operands as O  # noqa: E402
 from kpatch.isa import special as SP  # noqa: E402
@@ -133,6 +133,7 @@ REGFIELDS = {
     "MUBUF": {"vaddr": ("v", 1), "vdata": ("v", 1), "srsrc": ("s", 4), "soffset": ("ss", 1)},
     "MTBUF": {"vaddr": ("v", 1), "vdata": ("v", 1), "srsrc": ("s", 4), "soffset": ("ss", 1)},
     "MIMG": {"vaddr": ("v", 1), "vdata": ("v", 1), "srsrc": ("s", 4), "ssamp": ("s", 4)},
+    "EXP": {"vsrc0": ("v", 1), "vsrc1": ("v", 1), "vsrc2": ("v", 1), "vsrc3": ("v", 1)},
 }
 #: Distinct values given to register fields in probes (multiples of 4 so that
 #: aligned SGPR tuples print at the value itself).
@@ -161,7 +162,10 @@ BASES = {
     "FLAT": [{"saddr": 0x7D}, {"saddr": 0x7D, "glc": 1}],
     "MUBUF": [{"soffset": 0x80}, {"soffset": 0x80, "glc": 1}],
     "MTBUF": [{"soffset": 0x80, "format": 1}],
-    "MIMG": [{"dmask": 1}, {"dmask": 0xF}, {"dmask": 1, "dim": 1}],
+    # the last: image_bvh*_intersect_ray, which insist on dmask 0xf, unorm, r128
+    "MIMG": [{"dmask": 1}, {"dmask": 0xF}, {"dmask": 1, "dim": 1},
+             {"dmask": 0xF, "unorm": 1, "r128": 1}],
+    "EXP": [{"en": 0xF}],
     "VOP1": [{}, {"src0": V0}],
     "VOP2": [{}, {"src0": V0}],
     "VOPC": [{}, {"src0": V0}],
@@ -205,7 +209,12 @@ def opcode_space(fmt: F.Format):
 
 
 def clean(text: str) -> str:
-    return re.sub(r"/\*.*?\*/", "", text)
+    """Drop LLVM's /*...*/ comments, and the target word of ``exp`` (which
+    the printer spells from the target field) so that operands split cleanly."""
+    text = re.sub(r"/\*.*?\*/", "", text)
+    if text.startswith("exp "):
+        text = "exp " + text.split(" ", 2)[2]
+    return text
 
 
 # ---------------------------------------------------------------------------
@@ -575,6 +584,8 @@ def round3(target: str, r1: dict) -> None:
     for c in range(512):
         x = {"dpp_ctrl": c, "row_mask": 0xF, "bank_mask": 0xF}
         b.add(("CTRL", c), enc(F.VOP1, 1, {"vdst": 1, "src0": F.SRC_DPP16}, xenc(F.DPP16, x)))
+    for t in range(64):
+        b.add(("EXPT", t), enc(F.EXP, 0, {"en": 0xF, "target": t}))
     tload = next((op for op, e in r1["MTBUF"].items() if e["m"] == "tbuffer_load_format_x"), None)
     for fm in range(128):
         b.add(("FMT", fm), enc(F.MTBUF, tload, {"soffset": 0x80, "format": fm}))
@@ -606,14 +617,192 @@ def round3(target: str, r1: dict) -> None:
         if r:
             m = re.search(r" format:(\S+)", r[0])
             fmts[fm] = m.group(1) if m else None
+    r1["_names"]["exp_target"] = {t: res[("EXPT", t)][0].split(" ")[1]
+                                  for t in range(64) if res[("EXPT", t)]}
     r1["_names"]["dpp_ctrl"] = ctrl
     r1["_names"]["mtbuf_format"] = fmts
+
+
+# ---------------------------------------------------------------------------
+MIMG_DIMS = ("1D", "2D", "3D", "CUBE", "1D_ARRAY", "2D_ARRAY", "2D_MSAA", "2D_MSAA_ARRAY")
+MAX_ADDR = 13  # most addresses a GFX10 image instruction can take (NSA: 1 + 3 * 4)
+NSA_REGS = bytes(range(40, 52))  # address VGPRs v40.. in the NSA dwords
+
+
+def _operand_index(e: dict, fname: str) -> int | None:
+    return next((i for i, d in enumerate(e["o"]) if d[0] == "f" and d[1] == fname), None)
+
+
+def _width(e: dict, fname: str) -> int:
+    i = _operand_index(e, fname)
+    return e["o"][i][3] if i is not None else 1
+
+
+def _printed_width(text: str, index: int) -> int | None:
+    """Register count of operand ``index`` (an NSA list counts its entries)."""
+    _, toks, _ = split_text(clean(text))
+    if index >= len(toks):
+        return None
+    t = toks[index]
+    if t.startswith("["):
+        return None
+    r = parse_reg(t)
+    return r[2] if r else None
+
+
+def _nsa_count(text: str) -> int | None:
+    m = re.search(r"\[(v\d+(?:, v\d+)*)\]", text)
+    return m.group(1).count(",") + 1 if m else None
+
+
+def _mimg_asm_lines(e: dict, dm: int, dims=range(8)):
+    """(dim, a16, n, line): the instruction written with n addresses (NSA
+    syntax), for the assembler's address-size check."""
+    mn, toks, _ = split_text(clean(e["text"]))
+    vdi, vai = _operand_index(e, "vdata"), _operand_index(e, "vaddr")
+    for dim in dims:
+        for a16 in (0, 1):
+            for n in range(1, MAX_ADDR + 1):
+                addr = "v10" if n == 1 else "[" + ", ".join(f"v{10 + i}" for i in range(n)) + "]"
+                ops = [addr if i == vai else t for i, t in enumerate(toks)]
+                line = (f"{mn} {', '.join(ops)} dmask:{dm:#x} dim:SQ_RSRC_IMG_{MIMG_DIMS[dim]}"
+                        + (" a16" if a16 else ""))
+                yield dim, a16, n, line
+
+
+def round4(target: str, r1: dict) -> None:
+    """Image instructions: how many addresses each (dim, a16) takes, which
+    data / address register widths LLVM's variants exist for, how many
+    addresses the NSA encodings with 1-3 extra dwords decode to, and the
+    fixed address counts of the BVH instructions."""
+    tab = r1.get("MIMG", {})
+    normal = {op: e for op, e in tab.items() if "r128" not in e["base"]}
+    # (a) address counts: the one NSA address list llvm-mc accepts per dim/a16
+    dm_of = {}
+    lines, keys = [], []
+    for op, e in normal.items():
+        for dm in (1, 3, 0xF):
+            for dim, a16, n, line in _mimg_asm_lines(e, dm, dims=(0,)):
+                keys.append((op, dm))
+                lines.append(line)
+    for (op, dm), ok in zip(keys, assemble_ok(lines, target)):
+        if ok:
+            dm_of.setdefault(op, dm)
+    lines, keys = [], []
+    for op, e in normal.items():
+        if op not in dm_of:
+            print(f"{target}: MIMG {e['m']}: no dmask assembles", file=sys.stderr)
+            continue
+        for dim, a16, n, line in _mimg_asm_lines(e, dm_of[op]):
+            keys.append((op, dim, a16, n))
+            lines.append(line)
+    addr: dict = {op: [None] * 16 for op in normal}
+    for (op, dim, a16, n), ok in zip(keys, assemble_ok(lines, target)):
+        if ok and addr[op][dim + 8 * a16] is None:
+            addr[op][dim + 8 * a16] = n
+
+    # (b) LLVM's variants, by disassembling
+    b = Batch()
+    for op, e in tab.items():
+        base = dict(e["base"])
+        if op not in normal:  # BVH: fixed address counts per a16 and NSA size
+            for a16 in (0, 1):
+                b.add(("BA", op, a16), enc(F.MIMG, op, dict(base, a16=a16, vaddr=20, vdata=20)))
+                for k in (1, 2, 3):
+                    b.add(("BN", op, a16, k), enc(F.MIMG, op, dict(base, a16=a16, nsa=k, vdata=20),
+                                                  NSA_REGS[:4 * k]))
+            continue
+        ddef = _width(e, "vdata")
+        dm = 0xF if ddef == 4 else (1 << ddef) - 1
+        zero = set(e["z"])
+        for dim in range(8):
+            for a16 in (0, 1):
+                b.add(("A", op, dim, a16), enc(F.MIMG, op, dict(base, dmask=dm, dim=dim, a16=a16,
+                                                                vaddr=40, vdata=20)))
+        for dmask in (1, 3, 7, 15):
+            for tfe in (0, 1):
+                for d16 in (0, 1):
+                    if (tfe and "tfe" in zero) or (d16 and "d16" in zero):
+                        continue
+                    for dim in range(8):  # any dim whose address variant exists
+                        b.add(("D", op, dmask, tfe, d16, dim),
+                              enc(F.MIMG, op, dict(base, dmask=dmask, tfe=tfe, d16=d16, dim=dim,
+                                                   vaddr=40, vdata=20)))
+        for k in (1, 2, 3):
+            for a16 in (0, 1):
+                vals = dict(base, nsa=k, a16=a16, dim=7, dmask=0xF, vdata=256 - ddef)
+                if "tfe" not in zero:
+                    vals["tfe"] = 1
+                b.add(("N", op, k, a16), enc(F.MIMG, op, vals, NSA_REGS[:4 * k]))
+                for dim in range(8):
+                    b.add(("NV", op, k, a16, dim), enc(F.MIMG, op, dict(
+                        base, nsa=k, a16=a16, dim=dim, dmask=dm, vdata=20), NSA_REGS[:4 * k]))
+    res = b.run(target)
+
+    for op, e in tab.items():
+        if op not in normal:
+            widths = [None] * 16
+            nsa = {}
+            for a16 in (0, 1):
+                r = res[("BA", op, a16)]
+                widths[8 * a16] = _printed_width(r[0], _operand_index(e, "vaddr")) if r else None
+                for k in (1, 2, 3):
+                    r = res[("BN", op, a16, k)]
+                    if r:
+                        nsa[f"{k},{a16}"] = _nsa_count(r[0])
+            e["img"] = {"bvh": True, "a": widths, "nsa": nsa}
+            continue
+        a = addr[op]
+        vdi, vai = _operand_index(e, "vdata"), _operand_index(e, "vaddr")
+        ddef = _width(e, "vdata")
+        gather = ddef == 4
+        av, dv, nv = set(), set(), set()
+        for dim in range(8):
+            for a16 in (0, 1):
+                n = a[dim + 8 * a16]
+                r = res[("A", op, dim, a16)]
+                if n is None or r is None:
+                    continue
+                n2 = 16 if n > 12 else n
+                if _printed_width(r[0], vai) == n2:
+                    av.add(n2)
+        for dmask in (1, 3, 7, 15):
+            for tfe in (0, 1):
+                for d16 in (0, 1):
+                    d = 4 if gather else bin(dmask).count("1")
+                    if d16:
+                        d = (d + 1) // 2
+                    d += tfe
+                    for dim in range(8):
+                        n = a[dim]
+                        r = res.get(("D", op, dmask, tfe, d16, dim))
+                        if r is None or n is None or (16 if n > 12 else n) not in av:
+                            continue
+                        if _printed_width(r[0], vdi) == d:
+                            dv.add(d)
+                        break
+        nsa = {}
+        for k in (1, 2, 3):
+            for a16 in (0, 1):
+                r = res[("N", op, k, a16)]
+                if r:
+                    nsa[f"{k},{a16}"] = _nsa_count(r[0])
+                for dim in range(8):
+                    n = a[dim + 8 * a16]
+                    r = res[("NV", op, k, a16, dim)]
+                    if r is None or n is None or n < 2 or (n + 2) // 4 != k:
+                        continue
+                    if _nsa_count(r[0]) == n and n < nsa.get(f"{k},{a16}", 0):
+                        nv.add(n)
+        e["img"] = {"a": a, "av": sorted(av), "dv": sorted(dv | {ddef}), "nsa": nsa,
+                    "nv": sorted(nv), "g": gather}
 
 
 def probe_target(target: str) -> dict:
     r1 = round1(target)
     round2(target, r1)
     round3(target, r1)
+    round4(target, r1)
     return r1
 
 
@@ -659,7 +848,8 @@ def finalize(target: str, r1: dict) -> dict:
                      "sendmsg": {str(k): v for k, v in sorted(names["sendmsg"].items())},
                      "dpp_ctrl": {str(k): v for k, v in sorted(names["dpp_ctrl"].items()) if v},
                      "mtbuf_format": {str(k): v for k, v in sorted(names["mtbuf_format"].items())
-                                      if v}},
+                                      if v},
+                     "exp_target": {str(k): v for k, v in sorted(names["exp_target"].items())}},
            "formats": {}}
     for fmtname, tab in r1.items():
         ft = out["formats"].setdefault(fmtname, {})
@@ -705,6 +895,8 @@ def finalize(target: str, r1: dict) -> dict:
                     if e[k]["z"]:
                         x["z"] = {z: e["base"].get(z, 0) for z in e[k]["z"] if z != "src0"}
                     ent[k] = x
+            if "img" in e:
+                ent["img"] = e["img"]
             if e.get("base"):
                 ent["base"] = e["base"]
             ft[str(op)] = ent

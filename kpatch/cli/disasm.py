@@ -12,28 +12,10 @@ from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.errors import KpatchError
 from kpatch.isa import TARGETS, disassemble
+from kpatch.outputs.units import text_symbols
+from kpatch.outputs.units import decode_target
 
 FORMATS = ("text", "lines", "json")
-
-
-def _isa_target(co: CodeObject, mcpu: str | None) -> str | None:
-    """The ISA table to decode with: --mcpu, else the object's own processor if kpatch has its table."""
-    if mcpu:
-        return mcpu
-    proc = co.target.processor if co.target is not None else ""
-    return proc if proc in TARGETS else None
-
-
-def _text_symbols(co: CodeObject) -> list[tuple[int, str]]:
-    """(address, name) of the symbols llvm-objdump restarts decoding at: symbols inside .text."""
-    text = co.section(".text")
-    if text is None:
-        return []
-    out = {}
-    for s in co.symbols():
-        if s.name and text.addr <= s.value < text.addr + text.size and s.type in (0, 1, 2) and not s.name.startswith("$"):
-            out.setdefault(s.value, s.name)
-    return sorted(out.items())
 
 
 def _kernel_range(co: CodeObject, name: str) -> tuple[int, int] | None:
@@ -53,7 +35,7 @@ def disasm_object(found: Found, co: CodeObject, target: str, kernel: str | None,
     text = co.section(".text")
     if text is None:
         raise KpatchError("the code object has no .text section")
-    symbols = _text_symbols(co)
+    symbols = text_symbols(co)
     insts = disassemble(co.text, target, text.addr, [a for a, _ in symbols])
     if kernel is not None:
         rng = _kernel_range(co, kernel)
@@ -127,7 +109,7 @@ def disasm_cmd(inputs: tuple[str, ...], mcpu: str | None, kernel: str | None, fm
             continue
         try:
             co = CodeObject.from_bytes(item.data, name=str(item.uri))
-            target = _isa_target(co, mcpu)
+            target = decode_target(co, mcpu)
             if target is None:
                 skipped[co.target_id or "unknown"] = skipped.get(co.target_id or "unknown", 0) + 1
                 continue

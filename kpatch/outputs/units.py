@@ -43,7 +43,7 @@ def decode_target(co: CodeObject, override: str | None = None) -> str | None:
     return proc if proc in TARGETS else None
 
 
-def _text_symbols(co: CodeObject) -> list[tuple[int, str]]:
+def text_symbols(co: CodeObject) -> list[tuple[int, str]]:
     """(address, name) of symbols inside ``.text`` where llvm-objdump restarts decoding."""
     text = co.section(".text")
     if text is None:
@@ -83,10 +83,12 @@ def units(co: CodeObject, target: str | None) -> list[Unit]:
     else:
         out = [Unit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
     if target is not None:
-        insts = disassemble(co.text, target, text.addr, [a for a, _ in _text_symbols(co)])
+        insts = disassemble(co.text, target, text.addr, [a for a, _ in text_symbols(co)])
         addrs = [i.address for i in insts]
         for u in out:
             a = bisect_left(addrs, u.start)
             b = bisect_left(addrs, u.end)
             u.insts = insts[a:b]
     return out
+
+
