@@ -94,3 +94,20 @@ def test_bad_rule_files_name_file_rule_and_key(tmp_path, case):
         load_file(str(p))
     msg = str(e.value)
     assert msg.startswith("mine.toml: ") and fragment in msg and "\n" not in msg
+
+
+def test_every_fixable_finding_class_has_a_rule_in_the_set_the_analysis_names():
+    """`kpatch scan --target gfx1010` names the rule set that fixes each class; that set must have the rule."""
+    from kpatch.analysis.findings import CLASSES
+
+    sets = load_all()
+    header_classes = {"LdsMisalignedBug": "cu-mode", "Xnack": "retarget-gfx1010"}
+    for c in CLASSES:
+        if c.rule_set is None:
+            continue
+        assert c.rule_set in sets, (c.name, c.rule_set)
+        if c.name in header_classes:
+            assert c.rule_set == header_classes[c.name]
+            assert any(r.match_kind == "header" for r in sets[c.rule_set].rules)
+            continue
+        assert any(r.finding == c.name for r in sets[c.rule_set].rules), (c.name, c.rule_set)

@@ -55,7 +55,7 @@ HEADER_KEYS = {
     "wgp_mode": bool,  # RSRC1.WGP_MODE and .workgroup_processor_mode
 }
 NAMED_FIXES = ("flat-offset-fold", "scratch-offset-fold", "nsa-to-contiguous", "opcode-reuse",
-               "vsharp-llc-noalloc")
+               "vsharp-llc-noalloc", "drop-clause")
 
 _ID = re.compile(r"^K[A-Z]\d{3}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
