@@ -24,11 +24,11 @@ import numpy as np
 from kpatch.analysis.cfg import build_cfg
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
+from kpatch.analysis.decodememo import decode
 from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
-from kpatch.isa import decode
 
 SUPPORTED_TARGETS = ("gfx1010",)
 STT_FUNC = 2
@@ -107,7 +107,7 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
 
 
 @contextmanager
-def _no_gc():
+def no_gc():
     """Pause the cyclic garbage collector: the analysis allocates many small
     acyclic objects, and collections they trigger would traverse the large
     decode caches for nothing."""
@@ -118,6 +118,9 @@ def _no_gc():
     finally:
         if was:
             gc.enable()
+
+
+_no_gc = no_gc
 
 
 def analyse(co, target: str = "gfx1010") -> Report:

@@ -353,7 +353,7 @@ class FactsCache:
         n = len(self.all)
         if have < n:
             get = get or attrgetter(key)
-            more = np.fromiter((get(f) for f in self.all[have:n]), dtype=dtype, count=n - have)
+            more = np.array(list(map(get, self.all[have:n])), dtype=dtype)
             arr = more if arr is None else np.concatenate([arr, more])
             self.columns[key] = arr
         return arr

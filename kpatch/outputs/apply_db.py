@@ -12,17 +12,26 @@ For every entry of every source DB (system ``.kdb``, ``.kdb.bz2``, or a
    holds under the output key, is staged.
 
 Then the staged rows are written into the output DB in one atomic step with
-a backup first (:mod:`kpatch.outputs.userdb`).  A second run finds nothing
+a backup first (:mod:`kpatch.outputs.userdb`).
+
+Step 2 (decompressing and patching a blob) depends on the blob alone, so
+with kpatch's own patch functions and a DB of more than a few entries it
+runs in worker processes, one per CPU (:func:`jobs_for`); everything else
+(order, reports, staging, errors) stays in the calling process, in entry
+order, exactly as when run serially.  A second run finds nothing
 to change: patched blobs carry a provenance record (or, for relabelled code,
 a gfx1030 label) and identical bytes are not written again.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import shutil
 import tempfile
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
@@ -39,6 +48,11 @@ ENTRY_STATUSES = ("changed", "unchanged", "skipped", "error")
 
 #: Called with (label, original code object, patched code object).
 ChangeFn = Callable[[str, bytes, bytes], None]
+
+#: Sources with fewer rows than this are patched in the calling process.
+MIN_PARALLEL_ENTRIES = 8
+#: Blobs handed out per worker ahead of the one being reported.
+AHEAD_PER_WORKER = 2
 
 
 def output_args(kernel_args: str, mode: str) -> str | None:
@@ -144,13 +158,14 @@ def open_output(path: str, *, dry_run: bool) -> Iterator[KernelDB | None]:
 def apply_to_db(sources: Iterable[str], output_db: str, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
                 is_patched: ProvenanceFn, dry_run: bool = False,
                 on_entry: Callable[[EntryReport], None] | None = None,
-                on_change: ChangeFn | None = None) -> DbApplyResult:
+                on_change: ChangeFn | None = None, jobs: int | None = None) -> DbApplyResult:
     """Patch every entry of ``sources`` into the user DB ``output_db`` (see
     the module doc).  UsageError (before anything is read) if the output
     location is not allowed; per-entry and per-source problems are recorded
     in the result and the rest goes on.  ``on_entry`` is called with each
     entry's report, ``on_change`` with (label, original code object, patched
-    code object) for each code object that changed (e.g. for a diff report)."""
+    code object) for each code object that changed (e.g. for a diff report).
+    ``jobs``: worker processes for patching (None: :func:`jobs_for`; 1: none)."""
     sources = list(sources)
     output_db = os.path.abspath(output_db)
     check_output_dir(os.path.dirname(output_db), [s for s in sources if is_system_db(s)], create=not dry_run)
@@ -161,7 +176,8 @@ def apply_to_db(sources: Iterable[str], output_db: str, *, mode: str, rule_sets:
         with open_output(output_db, dry_run=dry_run) as existing:
             for src in sources:
                 _apply_source(src, result, existing, staged, staged_keys, mode=mode, rule_sets=rule_sets,
-                              patch_fn=patch_fn, is_patched=is_patched, on_entry=on_entry, on_change=on_change)
+                              patch_fn=patch_fn, is_patched=is_patched, on_entry=on_entry, on_change=on_change,
+                              jobs=jobs)
         if staged is not None and len(staged):
             done = commit_rows(output_db, staged)
             result.written = done.written
@@ -173,20 +189,41 @@ def apply_to_db(sources: Iterable[str], output_db: str, *, mode: str, rule_sets:
     return result
 
 
+def jobs_for(patch_fn: PatchFn, is_patched: ProvenanceFn) -> int:
+    """How many worker processes patch blobs by default: one per CPU this
+    process may use, when ``fork`` is available and both functions are
+    kpatch's own (pure functions of the blob; a caller's function may keep
+    state in this process, so it runs here)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    for fn in (patch_fn, is_patched):
+        if not (getattr(fn, "__module__", None) or "").startswith("kpatch."):
+            return 1
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, n)
+
+
 def _apply_source(src: str, result: DbApplyResult, existing: KernelDB | None, staged: StagedRows | None,
                   staged_keys: set[tuple[str, str]], *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
                   is_patched: ProvenanceFn, on_entry: Callable[[EntryReport], None] | None,
-                  on_change: ChangeFn | None) -> None:
+                  on_change: ChangeFn | None, jobs: int | None = None) -> None:
     try:
         db = KernelDB.open(src)
     except KpatchError as e:
         result.source_errors.append((src, e.reason))
         return
     base = Uri("kdb", os.path.abspath(src))
+    kw = dict(mode=mode, rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
     try:
-        for entry in db.entries():
-            report = _apply_entry(entry, base, existing, staged, staged_keys, on_change, mode=mode,
-                                  rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
+        n = jobs if jobs is not None else jobs_for(patch_fn, is_patched)
+        if n > 1 and db.count() < MIN_PARALLEL_ENTRIES:
+            n = 1
+        outcomes = _patched(db.entries(), kw, n, keep_pairs=on_change is not None)
+        for entry, outcome in outcomes:
+            report = _entry_report(entry, outcome, base, existing, staged, staged_keys, on_change, mode)
             result.entries.append(report)
             if on_entry:
                 on_entry(report)
@@ -196,9 +233,79 @@ def _apply_source(src: str, result: DbApplyResult, existing: KernelDB | None, st
         db.close()
 
 
-def _apply_entry(entry, base: Uri, existing: KernelDB | None, staged: StagedRows | None,
-                 staged_keys: set[tuple[str, str]], on_change: ChangeFn | None, **kw) -> EntryReport:
-    mode = kw["mode"]
+#: What patching one entry gave: None (its key is not one the mode handles),
+#: ("error", reason) or ("ok", BlobResult).
+Outcome = tuple[str, object] | None
+
+
+def _patch_entry(entry, kw: dict, keep_pairs: bool = True) -> Outcome:
+    """Step 2 for one entry (in a worker or here)."""
+    if output_args(entry.kernel_args, kw["mode"]) is None:
+        return None
+    try:
+        r = patch_blob(entry.code(), **kw)
+    except KpatchError as e:
+        return "error", e.reason
+    if not keep_pairs:
+        r.pairs = []  # not needed: spare sending the code objects back
+    return "ok", r
+
+
+_WORKER_KW: dict = {}
+
+
+def _init_worker(kw: dict, keep_pairs: bool) -> None:
+    _WORKER_KW.update(kw, keep_pairs=keep_pairs)
+
+
+def _patch_in_worker(entry) -> Outcome:
+    kw = dict(_WORKER_KW)
+    keep = kw.pop("keep_pairs")
+    return _patch_entry(entry, kw, keep)
+
+
+def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool) -> Iterator[tuple[object, Outcome]]:
+    """(entry, outcome) of every entry, in order; with ``jobs`` > 1 the
+    patching runs in that many forked worker processes, a few entries ahead
+    of the one yielded."""
+    if jobs <= 1:
+        for entry in entries:
+            yield entry, _patch_entry(entry, kw, keep_pairs)
+        return
+    # fork: the workers inherit kw (functions included) instead of pickling it
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
+                               initializer=_init_worker, initargs=(kw, keep_pairs))
+    pending: deque = deque()
+    broke: KpatchError | None = None  # reading the DB failed: raised after the entries read before
+    try:
+        it = iter(entries)
+        done = False
+        while True:
+            while not done and len(pending) < jobs * AHEAD_PER_WORKER:
+                try:
+                    entry = next(it, None)
+                except KpatchError as e:
+                    entry, broke = None, e
+                if entry is None:
+                    done = True
+                    break
+                if output_args(entry.kernel_args, kw["mode"]) is None:
+                    pending.append((entry, None))  # nothing to do: no need to send it
+                else:
+                    pending.append((entry, pool.submit(_patch_in_worker, entry)))
+            if not pending:
+                if broke is not None:
+                    raise broke
+                return
+            entry, fut = pending.popleft()
+            yield entry, (fut.result() if fut is not None else None)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _entry_report(entry, outcome: Outcome, base: Uri, existing: KernelDB | None, staged: StagedRows | None,
+                  staged_keys: set[tuple[str, str]], on_change: ChangeFn | None, mode: str) -> EntryReport:
+    """Steps 1 and 3 for one entry, given what patching it gave."""
     where = base.with_(name=entry.kernel_name, args=entry.kernel_args)
     uri = str(where)
     out_args = output_args(entry.kernel_args, mode)
@@ -206,11 +313,9 @@ def _apply_entry(entry, base: Uri, existing: KernelDB | None, staged: StagedRows
     if out_args is None:
         report.reason = f"key does not end with -mcpu={SOURCE_PROCESSOR[mode]}"
         return report
-    try:
-        code = entry.code()
-        r = patch_blob(code, **kw)
-    except KpatchError as e:
-        report.status, report.reason = "error", e.reason
+    status, r = outcome
+    if status == "error":
+        report.status, report.reason = "error", r
         return report
     report.kernels, report.note = list(r.kernels), r.note
     if r.data is None:

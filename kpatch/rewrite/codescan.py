@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
-from kpatch.isa import decode
+from kpatch.analysis.decodememo import decode
 from kpatch.isa.instruction import Instruction
 
 S_CODE_END = 0xBF9F0000
@@ -271,7 +271,7 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     scan = TextScan(text_index, start, end, data, target, units, gaps, insts, unit_of,
                     problems=problems)
     scan._starts = [u.start for u in units]
-    scan.index_at = {ins.address: i for i, ins in enumerate(insts)}
+    scan.index_at = dict(zip([ins.address for ins in insts], range(len(insts))))
     for ui in range(len(units)):
         scan.edges[ui] = set()
     for ui, u in enumerate(units):

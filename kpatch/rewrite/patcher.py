@@ -23,9 +23,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from kpatch.analysis import analyse
-from kpatch.codeobject import CodeObject, TargetId, e_flags_for
+from kpatch.analysis.decodememo import decode_memo
+from kpatch.analysis.engine import no_gc
+from kpatch.codeobject import CodeObject, KernelDescriptor, TargetId, e_flags_for
+from kpatch.codeobject.descriptor import KD_SIZE
 from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
 from kpatch.rewrite import headers
@@ -125,15 +129,19 @@ def _edits_for_finding(co: CodeObject, rule: Rule, finding) -> list[Edit]:
                              f"which kpatch does not perform yet (it refuses rather than guesses)")
     edits = []
     if rule.replace is not None:
-        edits.append(Edit(finding.address, "replace", b"".join(s.build(MADE_SAFE_FOR) for s in rule.replace),
-                          rule.id))
+        edits.append(Edit(finding.address, "replace", _built(rule.replace), rule.id))
     if rule.insert_before:
-        edits.append(Edit(finding.address, "insert_before",
-                          b"".join(s.build(MADE_SAFE_FOR) for s in rule.insert_before), rule.id))
+        edits.append(Edit(finding.address, "insert_before", _built(rule.insert_before), rule.id))
     if rule.insert_after:
-        edits.append(Edit(finding.address, "insert_after",
-                          b"".join(s.build(MADE_SAFE_FOR) for s in rule.insert_after), rule.id))
+        edits.append(Edit(finding.address, "insert_after", _built(rule.insert_after), rule.id))
     return edits
+
+
+@lru_cache(maxsize=1024)
+def _built(specs) -> bytes:
+    """The gfx1010 code of a rule's instruction sequence (a tuple of InstSpec;
+    the same few sequences go in at many places)."""
+    return b"".join(s.build(MADE_SAFE_FOR) for s in specs)
 
 
 def _pattern_edits(co: CodeObject, rules: list[Rule], start: int, end: int) -> list[Edit]:
@@ -172,9 +180,28 @@ def _retarget(data: bytes, co: CodeObject) -> bytes:
     return data
 
 
+def _clear_wgp_mode(data: bytes, kernels: list) -> bytes:
+    """``data`` with WGP_MODE 0 in the descriptors of ``kernels`` (what
+    :func:`headers.set_descriptor_field` does per kernel, with one parse)."""
+    co = CodeObject.from_bytes(data)
+    by_symbol: dict[str, object] = {}
+    for k in co.kernels:  # first match wins, as in CodeObject.kernel
+        by_symbol.setdefault(k.name, k)
+        by_symbol.setdefault(k.symbol, k)
+    out = bytearray(co.data)
+    for want in kernels:
+        k = by_symbol.get(want.symbol)
+        if k is None:
+            raise UsageError(f"no kernel {want.symbol!r} in the code object")
+        at = k.descriptor_offset
+        kd = KernelDescriptor.from_bytes(bytes(out[at:at + KD_SIZE]), k.descriptor.layout)
+        kd.set("WGP_MODE", 0)
+        out[at:at + KD_SIZE] = kd.to_bytes()
+    return bytes(out)
+
+
 def _cu_mode(data: bytes, kernels: list) -> bytes:
-    for k in kernels:
-        data = headers.set_descriptor_field(data, k.symbol, "WGP_MODE", 0)
+    data = _clear_wgp_mode(data, kernels)
     co = CodeObject.from_bytes(data)
     md = co.metadata
     symbols = {k.symbol for k in kernels}
@@ -191,6 +218,14 @@ def _cu_mode(data: bytes, kernels: list) -> bytes:
 
 def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
     """Make the gfx1030 code object ``data`` safe for gfx1010 (see the module docstring)."""
+    # the collector is paused (the work allocates many small acyclic objects
+    # and collections would traverse the large decode caches for nothing),
+    # and code decoded once is reused while this object is being patched
+    with no_gc(), decode_memo():
+        return _patch_code_object(data, mode=mode, rule_sets=rule_sets, extra_rule_files=extra_rule_files)
+
+
+def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
     sets = select_rule_sets(mode, rule_sets, extra_rule_files)
     co = CodeObject.from_bytes(data)
     names = [k.name for k in co.kernels]

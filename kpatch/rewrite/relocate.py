@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import ET_REL, SHT_NULL
@@ -111,13 +112,25 @@ def _other_target(target: str) -> str:
 
 def _decode_code(code: bytes, target: str, address: int):
     """Decode inserted code for ``target`` (or the other GFX10 target if it only
-    decodes there); UsageError if it is not whole instructions."""
+    decodes there); UsageError if it is not whole instructions.  The
+    instructions are decoded at address 0 (only what they are matters here)
+    and shared between calls: they are not to be changed."""
+    insts = _decode_snippet(bytes(code), target)
+    if insts is None:
+        raise UsageError(f"edit code {bytes(code).hex()} at {address:#x} is not a sequence of "
+                         f"{target} instructions")
+    return insts
+
+
+@lru_cache(maxsize=4096)
+def _decode_snippet(code: bytes, target: str):
+    """The instructions of ``code`` as in :func:`_decode_code`, or None (the
+    same few snippets are inserted at many places)."""
     for t in (target, _other_target(target)):
-        insts = decode(code, t, address)
+        insts = decode(code, t, 0)
         if not any(i.is_unknown for i in insts) and sum(i.size for i in insts) == len(code):
-            return insts
-    raise UsageError(f"edit code {code.hex()} at {address:#x} is not a sequence of "
-                     f"{target} instructions")
+            return tuple(insts)
+    return None
 
 
 def _edit_problem(scan: TextScan, idx: int, slot: Slot) -> Refusal | None:
@@ -412,7 +425,8 @@ def _finish(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan:
     result = RewriteResult(out)
     if lay is not None:
         d = text_sec.delta
-        result.address_map = {a: v + d for a, v in lay.address_map.items()}
+        amap_ = lay.address_map
+        result.address_map = amap_ if not d else {a: v + d for a, v in amap_.items()}
         result.inserted = [(a + d, n, r) for a, n, r in inserted]
         result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
         stats["edits_applied"] = len(result.applied)

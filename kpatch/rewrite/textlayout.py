@@ -90,12 +90,11 @@ class TextLayout:
     @property
     def address_map(self) -> dict[int, int]:
         """Old address -> new address of every original instruction."""
-        return {ins.address: self.new_addr[i] for i, ins in enumerate(self.scan.insts)}
+        return dict(zip(_addresses(self.scan), self.new_addr))
 
     def moved(self) -> bool:
         """Did any instruction change address?"""
-        return any(self.new_addr[i] != ins.address for i, ins in enumerate(self.scan.insts)) \
-            or self.end != self.scan.end
+        return self.new_addr != _addresses(self.scan) or self.end != self.scan.end
 
     # -- bytes ---------------------------------------------------------------------
     def build(self) -> tuple[bytearray, list[tuple[int, int, str]]]:
@@ -113,12 +112,27 @@ class TextLayout:
             at = self.gap_start[gi] - base
             out[at:at + n] = raw
         insts = sc.insts
+        data = sc.data
+        addrs, ends = _addresses(sc), _ends(sc)
+        marked = _marked_by_unit(sc, self.slots, self.nops3f)
+        whole_runs = _contiguous(sc)
         for ui, u in enumerate(sc.units):
             at = self.unit_start[ui] - base
-            if not any(i in self.slots or i in self.nops3f for i in range(u.first, u.last + 1)):
-                out[at:at + (u.end - u.start)] = sc.data[u.start - base:u.end - base]
+            here = marked.get(ui)
+            if not here:
+                out[at:at + (u.end - u.start)] = data[u.start - base:u.end - base]
                 continue
-            for i in range(u.first, u.last + 1):
+            if not whole_runs:
+                here = list(range(u.first, u.last + 1))
+            run = u.first  # instructions from run up to the next marked one keep their bytes
+            for i in here + [u.last + 1]:
+                if i > run:  # unmarked and contiguous: placed one after the other, unchanged
+                    a, b = addrs[run] - base, ends[i - 1] - base
+                    pos = self.landing[run] - base
+                    out[pos:pos + (b - a)] = data[a:b]
+                if i > u.last:
+                    break
+                run = i + 1
                 ins = insts[i]
                 slot = self.slots.get(i)
                 pos = self.landing[i] - base
@@ -151,10 +165,48 @@ class TextLayout:
         return out, inserted
 
 
+def _addresses(scan: TextScan) -> list[int]:
+    """Old address of every instruction (worked out once per scan)."""
+    a = scan.__dict__.get("_kp_addresses")
+    if a is None or len(a) != len(scan.insts):
+        a = scan.__dict__["_kp_addresses"] = [ins.address for ins in scan.insts]
+    return a
+
+
+def _ends(scan: TextScan) -> list[int]:
+    """Old end address of every instruction (worked out once per scan)."""
+    e = scan.__dict__.get("_kp_ends")
+    if e is None or len(e) != len(scan.insts):
+        e = scan.__dict__["_kp_ends"] = [ins.address + ins.size for ins in scan.insts]
+    return e
+
+
+def _contiguous(scan: TextScan) -> bool:
+    """Does every instruction of a unit start where the one before it ends?"""
+    c = scan.__dict__.get("_kp_contiguous")
+    if c is None:
+        a, e = _addresses(scan), _ends(scan)
+        c = all(e[i] == a[i + 1] for u in scan.units for i in range(u.first, u.first + u.count - 1))
+        scan.__dict__["_kp_contiguous"] = c
+    return c
+
+
+def _marked_by_unit(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int]) -> dict[int, list[int]]:
+    """Unit index -> its instructions (sorted) that have edits or Offset3f nops."""
+    unit_of = scan.unit_of
+    out: dict[int, list[int]] = {}
+    for i in sorted(set(slots) | set(nops3f)):
+        out.setdefault(unit_of[i], []).append(i)
+    return out
+
+
 def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int]) -> TextLayout:
     lay = TextLayout(scan, slots, nops3f)
     insts = scan.insts
     n = len(insts)
+    addrs = _addresses(scan)
+    ends = _ends(scan)
+    marked = _marked_by_unit(scan, slots, nops3f)
     landing = [0] * n
     new_addr = [0] * n
     group_end = [0] * n
@@ -167,13 +219,13 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int]) -> Te
         lay.gap_len.append(start - pos)
         lay.unit_start.append(start)
         first, last = u.first, u.last
-        changed = any(i in slots or i in nops3f for i in range(first, last + 1))
-        if not changed:
+        if ui not in marked:
             shift = start - u.start
-            for i in range(first, last + 1):
-                a = insts[i].address + shift
-                landing[i] = new_addr[i] = a
-                group_end[i] = a + insts[i].size
+            if u.count:
+                moved = [a + shift for a in addrs[first:last + 1]]
+                landing[first:last + 1] = moved
+                new_addr[first:last + 1] = moved
+                group_end[first:last + 1] = [e + shift for e in ends[first:last + 1]]
             pos = u.end + shift
         else:
             p = start

@@ -38,18 +38,17 @@ def _gfx1010_reading(f: Facts):
     inst = f.inst
     if inst.target == "gfx1010":
         return None
-    fields = inst.fields
-    text = inst.text()
-    if inst.format == "FLAT" and f.seg == 1 and fields.get("saddr") == SCRATCH_ST_SADDR:
-        return ("UnsupportedInstruction", f"{text}: scratch ST mode (no address register) is gfx1030-only")
+    if inst.format == "FLAT" and f.seg == 1 and f.inst.d.fields.get("saddr") == SCRATCH_ST_SADDR:
+        return ("UnsupportedInstruction", f"{inst.text()}: scratch ST mode (no address register) is gfx1030-only")
     if f.mnemonic in _HWREG_OPS and (f.simm16 or 0) & 0x3F == HWREG_SHADER_CYCLES:
-        return ("UnsupportedInstruction", f"{text}: HW_REG_SHADER_CYCLES does not exist on gfx1010")
+        return ("UnsupportedInstruction", f"{inst.text()}: HW_REG_SHADER_CYCLES does not exist on gfx1010")
     if f.cls & UNKNOWN:
         return None  # reported by _own_target
     other = decode_one(inst.raw, "gfx1010")
     if other.is_unknown or other.size != inst.size:
-        return ("UnsupportedInstruction", f"{text} does not exist on gfx1010")
+        return ("UnsupportedInstruction", f"{inst.text()} does not exist on gfx1010")
     if other.mnemonic != inst.mnemonic:
+        text = inst.text()
         if f.mnemonic in EXACT_GFX1010_FORM:
             return ("OpcodeReuse", f"{text} (gfx1030) is {other.text()} on gfx1010")
         return ("OpcodeReuse", f"{text} (gfx1030) is {other.text()} on gfx1010", None)
