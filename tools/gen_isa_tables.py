@@ -246,7 +246,13 @@ def learn_layout(base_text: str, field_texts: dict, regfields: dict):
                 k = kind if kind in ("src", "ss") else r[0]
                 tmpl[i] = ["f", fname, k, r[2]]
                 break
+            if PARAM_RE.match(t) and i < len(tmpl) and toks[i] != t and PARAM_RE.match(toks[i]):
+                tmpl[i] = ["f", fname, "param", 1]  # interpolation parameter p10/p20/p0
+                break
     return mn, tmpl, zero, mods
+
+
+PARAM_RE = re.compile(r"^(p10|p20|p0|invalid_param_\d+)$")
 
 
 def base_candidates(fmtname: str, seg):
@@ -307,14 +313,19 @@ def round1(target: str) -> dict:
             mn, tmpl, zero, mods = learn_layout(r[0], ftexts, regs)
             if fmtname == "VOP3" and "sdst" in zero:
                 zero.remove("sdst")
+            ignored = []
             for fld in flag_fields(fmt, regs):
                 outs = [res[(fmtname, op, seg, bi, "#" + fld.name, j)]
                         for j in range(len(flag_values(fld, base)))]
                 if all(o is None for o in outs):
                     zero.append(fld.name)
+                elif all(o is not None and o[0] == r[0] for o in outs):
+                    ignored.append(fld.name)
             key = op if seg is None else op | (seg << 7)
             table[key] = {"m": mn, "o": tmpl, "z": zero, "base": base,
                           "size": r[1], "text": r[0], "mods": mods}
+            if fmtname == "SMEM" and ignored:  # cache bits LLVM does not print
+                table[key]["ign"] = [n for n in ignored if n in ("glc", "dlc")]
     return out
 
 
@@ -375,7 +386,8 @@ def sdwa_variants(fmtname: str) -> list[dict]:
 SDWA_MODS = [("src0_sext", 1), ("src0_neg", 1), ("src0_abs", 1), ("src1_sext", 1), ("src1_neg", 1),
              ("src1_abs", 1), ("clamp", 1), ("omod", 1), ("omod", 2), ("omod", 3), ("s0", 1), ("s1", 1),
              ("dst_unused", 1), ("dst_unused", 2), ("dst_unused", 3), ("dst_sel", 0), ("dst_sel", 5),
-             ("dst_sel", 7), ("src0_sel", 0), ("src0_sel", 7), ("src1_sel", 0), ("src1_sel", 7)]
+             ("dst_sel", 7), ("src0_sel", 0), ("src0_sel", 7), ("src1_sel", 0), ("src1_sel", 7),
+             ("sd", 1)]
 DPP_MODS = [("src0_neg", 1), ("src0_abs", 1), ("src1_neg", 1), ("src1_abs", 1), ("bound_ctrl", 1),
             ("fi", 1)]
 
@@ -490,6 +502,7 @@ def round2(target: str, r1: dict) -> None:
                 m = re.search(r"op_sel:\[([0-9,]+)\]", r[0])
                 if m:
                     e["opsel_n"] = m.group(1).count(",") + 1
+                    e.setdefault("opsel_pos", [-1] * 4)[bit] = m.group(1).split(",").index("1")
         e["vop3mods"] = {k: "".join(v) for k, v in mods.items()}
     for op, e in r1.get("VOP3P", {}).items():
         mods = {}
@@ -602,6 +615,8 @@ def round3(target: str, r1: dict) -> None:
                         continue
                     r = res[k]
                     st[f"{name}={val}"] = "z" if r is None else ("i" if r[0] == e[kind]["text"] else "p")
+                    if r is not None and name.endswith("_neg") and "sext(" in r[0]:
+                        st[f"{name}={val}"] = "s"  # an integer operand: LLVM prints sext()
                 e[kind]["mods"] = st
     ctrl = {}
     for c in range(512):
@@ -670,6 +685,16 @@ def _mimg_asm_lines(e: dict, dm: int, dims=range(8)):
                 yield dim, a16, n, line
 
 
+def _other_data(ddef: int, zero) -> dict:
+    """Fields giving a data size other than the default ``ddef`` (to see
+    whether LLVM has a variant for it)."""
+    if ddef == 1:
+        return {"dmask": 3}
+    if ddef == 2:
+        return {"dmask": 0xF}
+    return {"dmask": 0xF, "tfe": 1} if "tfe" not in zero else {"dmask": 0xF, "d16": 1}
+
+
 def round4(target: str, r1: dict) -> None:
     """Image instructions: how many addresses each (dim, a16) takes, which
     data / address register widths LLVM's variants exist for, how many
@@ -682,7 +707,7 @@ def round4(target: str, r1: dict) -> None:
     lines, keys = [], []
     for op, e in normal.items():
         for dm in (1, 3, 0xF):
-            for dim, a16, n, line in _mimg_asm_lines(e, dm, dims=(0,)):
+            for dim, a16, n, line in _mimg_asm_lines(e, dm, dims=(0, 6)):
                 keys.append((op, dm))
                 lines.append(line)
     for (op, dm), ok in zip(keys, assemble_ok(lines, target)):
@@ -715,10 +740,16 @@ def round4(target: str, r1: dict) -> None:
         ddef = _width(e, "vdata")
         dm = 0xF if ddef == 4 else (1 << ddef) - 1
         zero = set(e["z"])
+        other = _other_data(ddef, zero)
+        # the widths LLVM decodes with before converting: a data register that
+        # can not widen (it would pass v255) makes it keep them
+        b.add(("A0", op), enc(F.MIMG, op, dict(base, vaddr=40, vdata=256 - ddef, **other)))
         for dim in range(8):
             for a16 in (0, 1):
                 b.add(("A", op, dim, a16), enc(F.MIMG, op, dict(base, dmask=dm, dim=dim, a16=a16,
                                                                 vaddr=40, vdata=20)))
+                b.add(("AX", op, dim, a16), enc(F.MIMG, op, dict(base, dim=dim, a16=a16, vaddr=40,
+                                                                 vdata=20, **other)))
         for dmask in (1, 3, 7, 15):
             for tfe in (0, 1):
                 for d16 in (0, 1):
@@ -756,6 +787,27 @@ def round4(target: str, r1: dict) -> None:
         vdi, vai = _operand_index(e, "vdata"), _operand_index(e, "vaddr")
         ddef = _width(e, "vdata")
         gather = ddef == 4
+        other = _other_data(ddef, set(e["z"]))
+        r0 = res[("A0", op)]
+        adef = _printed_width(r0[0], vai) if r0 else None
+        if adef is None or _printed_width(r0[0], vdi) != ddef:
+            print(f"{target}: MIMG {e['m']}: no default widths {r0}", file=sys.stderr)
+            adef = _width(e, "vaddr")
+        dx = bin(other["dmask"]).count("1") if not gather else 4
+        dx = (dx + 1) // 2 if other.get("d16") else dx
+        dx += other.get("tfe", 0)
+        for dim in range(8):
+            for a16 in (0, 1):
+                if a[dim + 8 * a16] is not None:
+                    continue
+                # the assembler refuses this dim (e.g. image_msaa_load takes MSAA
+                # dims only); the disassembler still converts when it can
+                r, rx = res[("A", op, dim, a16)], res[("AX", op, dim, a16)]
+                p = _printed_width(r[0], vai) if r else None
+                if p is not None and p != adef:
+                    a[dim + 8 * a16] = p
+                elif rx and _printed_width(rx[0], vdi) == dx:
+                    a[dim + 8 * a16] = _printed_width(rx[0], vai)
         av, dv, nv = set(), set(), set()
         for dim in range(8):
             for a16 in (0, 1):
@@ -790,12 +842,111 @@ def round4(target: str, r1: dict) -> None:
                 for dim in range(8):
                     n = a[dim + 8 * a16]
                     r = res[("NV", op, k, a16, dim)]
-                    if r is None or n is None or n < 2 or (n + 2) // 4 != k:
+                    if r is None or n is None or n < 2:
                         continue
                     if _nsa_count(r[0]) == n and n < nsa.get(f"{k},{a16}", 0):
                         nv.add(n)
-        e["img"] = {"a": a, "av": sorted(av), "dv": sorted(dv | {ddef}), "nsa": nsa,
+        e["img"] = {"a": a, "ad": adef, "av": sorted(av), "dv": sorted(dv | {ddef}), "nsa": nsa,
                     "nv": sorted(nv), "g": gather}
+
+
+# ---------------------------------------------------------------------------
+SRC_SPECIAL = (0, 42, *range(100, 128), 128, 200, 240, 248, *range(235, 240), *range(251, 256),
+               276)
+COMMENT = re.compile(r"/\*.*?\*/")
+
+
+def raw_operands(text: str) -> list[str]:
+    """Operand tokens of an instruction text with LLVM's /*...*/ comments
+    kept (commas inside comments do not split)."""
+    saved = COMMENT.findall(text)
+    masked = COMMENT.sub("\0", text)
+    if masked.startswith("exp "):
+        masked = "exp " + masked.split(" ", 2)[2]
+    _, toks, _ = split_text(masked)
+    out = []
+    for t in toks:
+        while "\0" in t:
+            t = t.replace("\0", saved.pop(0), 1)
+        out.append(t)
+    return out
+
+
+def spelling_values(fmt: F.Format, d: list) -> list[int]:
+    """Field values probed for a scalar-capable operand's spelling."""
+    fld = fmt.field(d[1])
+    if d[2] in ("src", "ss"):
+        return [v for v in SRC_SPECIAL if v <= fld.mask]
+    scale = {"sbase": 2, "srsrc": 4, "ssamp": 4}.get(d[1], 1)
+    vals = [v for v in range(fld.mask + 1) if v * scale in (0, 40, *range(100, 128))]
+    if fld.width == 8:  # a destination LLVM decodes like a source
+        vals += [128, 200, 240, 248, *range(235, 240), *range(251, 256)]
+    return vals
+
+
+def round5(target: str, r1: dict) -> None:
+    """How LLVM spells unusual values of scalar-capable operands: the
+    register-class comments it appends (a scalar register in a VGPR-only
+    operand, m0/exec in SReg_32_XM0_XEXEC, vcc/exec as a 128-bit tuple,
+    src_lds_direct outside vector sources), values it rejects or accepts
+    against the general rules, and 8-bit scalar destinations it decodes
+    like sources (constants print as /*invalid immediate*/)."""
+    from kpatch.isa.tables import _operand
+    from kpatch.isa.text import Ctx, plain_operand_text
+    b = Batch()
+    lit = LIT.to_bytes(4, "little")
+    todo = []
+    for fmtname, tab in r1.items():
+        # FLAT spells saddr itself ("off", scratch modes)
+        if fmtname.startswith("_") or fmtname not in F.FORMATS or fmtname == "FLAT":
+            continue
+        fmt = F.FORMATS[fmtname]
+        for op, e in tab.items():
+            for i, d in enumerate(e["o"]):
+                if d[0] != "f" or d[2] not in ("src", "ss", "s"):
+                    continue
+                todo.append((fmtname, op, i))
+                for v in spelling_values(fmt, d):
+                    vals = dict(e["base"])
+                    vals[d[1]] = v
+                    b.add(("SP", fmtname, op, i, v), enc(fmt, op, vals, lit))
+    res = b.run(target)
+    ctx = Ctx({}, LIT, None, None, None)
+    for fmtname, op, i in todo:
+        fmt = F.FORMATS[fmtname]
+        e = r1[fmtname][op]
+        d = e["o"][i]
+        vals = spelling_values(fmt, d)
+        llvm = {}
+        for v in vals:
+            r = res[("SP", fmtname, op, i, v)]
+            toks = raw_operands(r[0]) if r else None
+            llvm[v] = None if r is None else (toks[i] if i < len(toks) else "")
+        if d[2] == "s" and fmt.field(d[1]).width == 8 and llvm.get(128) == "/*invalid immediate*/":
+            d[2] = "ss"  # decoded like a source: constants and literals are read
+            d[4:] = ["reg"]
+        if len(d) < 5:
+            d.append("b32")
+        opnd = _operand(d)
+        scalar = [v for v in vals if v < 128]
+        ours = {v: plain_operand_text(opnd, ctx, v) for v in vals}
+        sfx = ""
+        sg = [v for v in scalar if v * {"sbase": 2, "srsrc": 4, "ssamp": 4}.get(d[1], 1) in (0, 40, 42)]
+        if sg and all(ours[v] and llvm[v] and llvm[v].startswith(ours[v] + "/*") for v in sg):
+            sfx = llvm[sg[0]][len(ours[sg[0]]):]
+        ov = {}
+        for v in vals:
+            exp = ours[v]
+            if exp is not None and sfx and (d[2] == "s" or v < 128):
+                exp += sfx
+            if llvm[v] != exp:
+                ov[str(v)] = llvm[v]
+        # a VGPR where LLVM wants a scalar register: a comment on every VGPR
+        vsfx = ""
+        if "276" in ov and ours[276] and (ov["276"] or "").startswith(ours[276] + "/*"):
+            vsfx = ov.pop("276")[len(ours[276]):]
+        if sfx or ov or vsfx:
+            d[5:] = [{k: x for k, x in (("sfx", sfx), ("vsfx", vsfx), ("ov", ov)) if x}]
 
 
 def probe_target(target: str) -> dict:
@@ -803,6 +954,7 @@ def probe_target(target: str) -> dict:
     round2(target, r1)
     round3(target, r1)
     round4(target, r1)
+    round5(target, r1)
     return r1
 
 
@@ -881,6 +1033,7 @@ def finalize(target: str, r1: dict) -> dict:
                 ent["mods"] = e["vop3mods"]
                 if "opsel_n" in e:
                     ent["opsel_n"] = e["opsel_n"]
+                    ent["opsel_pos"] = e["opsel_pos"]
             if fmtname == "VOP3P":
                 ent["mods"] = e["vop3pmods"]
                 if e["mix"]:
@@ -897,6 +1050,8 @@ def finalize(target: str, r1: dict) -> dict:
                     ent[k] = x
             if "img" in e:
                 ent["img"] = e["img"]
+            if e.get("ign"):
+                ent["ign"] = e["ign"]
             if e.get("base"):
                 ent["base"] = e["base"]
             ft[str(op)] = ent

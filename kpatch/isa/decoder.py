@@ -20,9 +20,9 @@ bad bytes.
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
 from itertools import compress
 from operator import not_
-from contextlib import contextmanager
 from typing import Iterator
 
 import numpy as np
@@ -223,9 +223,9 @@ class Buffer:
             self._jump[p] = 1
 
     def starts(self, first: int, end: int, skip_zeros: bool) -> list[int]:
-        """Dword positions of the instructions from ``first`` up to ``end``;
-        with ``skip_zeros`` runs of 8+ zero bytes are passed over like
-        llvm-objdump does."""
+        """Dword positions of the instructions from ``first`` up to ``end``
+        (the last may run past it); with ``skip_zeros`` runs of 8+ zero
+        bytes are passed over like llvm-objdump does."""
         out = []
         append = out.append
         p = first
@@ -324,8 +324,7 @@ class Buffer:
             ds, bad = self.lookup(starts)
             if bad is None:
                 _emit(out, base_address, starts, ds)
-                if starts:
-                    p = starts[-1] + self.step[starts[-1]]
+                p = max(p, end_dw)  # the walk reached the last whole dword
                 break
             # a rejected encoding is a 4-byte unknown word: walk on after it
             q = starts[bad]

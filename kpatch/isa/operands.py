@@ -157,11 +157,14 @@ INVALID_IMMEDIATE = "/*invalid immediate*/"
 LDS_DIRECT_SREG = "src_lds_direct/*Invalid register, operand has 'SReg_32' register class*/"
 
 
-def src_text(value: int, count: int, optype: str, literal: int | None) -> str | None:
+def src_text(value: int, count: int, optype: str, literal: int | None,
+             lds_comment: bool = True) -> str | None:
     """Text of a 9-bit (or 8-bit scalar) source value; None when invalid.
 
     Operands of type ``reg`` take registers only: LLVM prints constants in
-    them as ``/*invalid immediate*/``."""
+    them as ``/*invalid immediate*/``.  ``lds_comment``: spell value 254 the
+    way LLVM does in a scalar-only operand (operands of the opcode tables
+    carry their own spelling of it instead)."""
     if optype == "vreg":
         return vgpr_text(value & 0xFF, count)
     if value >= VGPR_BASE:
@@ -175,8 +178,8 @@ def src_text(value: int, count: int, optype: str, literal: int | None) -> str | 
     t = inline_text(value, optype)
     if t is not None:
         return t
-    if value == 254 and count == 1 and optype != "lds":
-        return LDS_DIRECT_SREG
+    if value == 254 and count == 1:
+        return LDS_DIRECT_SREG if lds_comment else "src_lds_direct"
     return sgpr_text(value, count)
 
 

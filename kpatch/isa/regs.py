@@ -110,6 +110,18 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
     seen_src = False
     atomic = "_atomic" in mn
     glc = f.get("glc", 0)
+    widths: dict[str, int] = {}
+    nsa_addrs: list[int] = []
+    if fmtname == "MIMG" and info.img is not None:
+        from kpatch.isa.text import mimg_operands
+        m = mimg_operands(f, info, d.raw)
+        if m is not None:
+            widths["vdata"] = m[0]
+            if isinstance(m[1], list):
+                widths["vaddr"] = 1
+                nsa_addrs = m[1][1:]
+            else:
+                widths["vaddr"] = m[1][1]
     for op in form.operands:
         if op.tag == "t":
             r = {"vcc_lo": VCC_LO, "vcc": Reg("vcc", 0, 2), "exec_lo": EXEC_LO,
@@ -141,8 +153,10 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
             r = Reg("v", v, n) if n else None
         elif fmtname == "FLAT" and name == "saddr":
             r = None  # handled below with the right width
+        elif op.kind == "param":
+            r = None  # an interpolation parameter, not a register
         elif op.kind == "v":
-            r = Reg("v", v, op.width)
+            r = Reg("v", v, widths.get(name, op.width))
         elif op.kind == "s":
             from kpatch.isa.text import FIELD_SCALE
             r = scalar_reg(v * FIELD_SCALE.get(name, 1), op.width)
@@ -184,6 +198,13 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
         r = scalar_reg(f["saddr"], 2 if f["seg"] == 2 else 1)
         if r and r not in reads:
             reads.append(r)
+    reads.extend(Reg("v", a, 1) for a in nsa_addrs)
+    if fmtname == "EXP":  # only the enabled sources are read
+        en = f["en"]
+        srcs = [f["vsrc0"], f["vsrc0"], f["vsrc1"], f["vsrc1"]] if f["compr"] else \
+            [f[f"vsrc{i}"] for i in range(4)]
+        reads = [r for r in reads if r.file != "v"] + [Reg("v", v, 1) for i, v in enumerate(srcs)
+                                                         if en >> i & 1]
     if fmtname in ("MUBUF", "MTBUF"):
         n = f["offen"] + f["idxen"]
         if n:

@@ -32,11 +32,14 @@ _KIND_BIT = {"sdwa": 1, "dpp16": 2, "dpp8": 4}
 class OpFacts:
     """What sizing needs to know about one opcode entry."""
 
-    __slots__ = ("lit_fields", "mandatory_lit", "src0_is_src", "kinds")
+    __slots__ = ("lit_fields", "lit_other", "mandatory_lit", "src0_is_src", "kinds")
 
     def __init__(self, info: OpInfo):
         fields = {f.name: f for f in info.fmt.fields}
         self.lit_fields = tuple(fields[n] for n in info.literal_fields if n in fields)
+        #: VOP1/VOP2/VOPC: literal fields besides src0 (a scalar destination
+        #: LLVM decodes like a source, e.g. v_readfirstlane_b32's)
+        self.lit_other = tuple(f for f in self.lit_fields if f.name != "src0")
         self.mandatory_lit = info.has_mandatory_literal
         # VOP1/VOP2/VOPC: does src0 take SDWA/DPP/literal markers at all?
         self.src0_is_src = "src0" in info.literal_fields
@@ -103,8 +106,9 @@ def measure(data: bytes, pos: int, end: int, tables: Tables):
             if not facts.kinds & _KIND_BIT[kind]:
                 return None
             size += 4
-        elif s0 == F.SRC_LITERAL:
-            lit = True
+        else:
+            lit = lit or s0 == F.SRC_LITERAL or any(
+                (w >> fld.lo) & fld.mask == F.SRC_LITERAL for fld in facts.lit_other)
     else:
         for fld in facts.lit_fields:
             if (w >> fld.lo) & fld.mask == F.SRC_LITERAL:
@@ -130,16 +134,16 @@ class _FormatArrays:
         self.src0 = np.zeros(n, bool)
         self.kinds = np.zeros(n, np.uint8)
         lit_at: dict[F.Field, np.ndarray] = {}
+        self.vope32 = fmt.name in VOPE32
         for op, info in ops.items():
             facts = op_facts(info)
             self.ok[op] = True
             self.mand[op] = facts.mandatory_lit
             self.src0[op] = facts.src0_is_src
             self.kinds[op] = facts.kinds
-            for fld in facts.lit_fields:
+            for fld in (facts.lit_other if self.vope32 and facts.src0_is_src else facts.lit_fields):
                 lit_at.setdefault(fld, np.zeros(n, bool))[op] = True
         self.lit_at = sorted(lit_at.items(), key=lambda kv: kv[0].lo)
-        self.vope32 = fmt.name in VOPE32
 
     def opcodes(self, w: np.ndarray) -> np.ndarray:
         op = np.zeros(len(w), np.int64)
@@ -171,6 +175,9 @@ class _FormatArrays:
             ok &= ~has_x | ((self.kinds[op] & kbit) != 0)
             size += has_x
             lit |= src0 & (s0 == F.SRC_LITERAL)
+            for fld, arr in self.lit_at:  # other literal fields, without an extra dword
+                lit |= arr[op] & ~has_x & (
+                    ((w >> np.uint64(fld.lo)) & np.uint64(fld.mask)) == F.SRC_LITERAL)
         else:
             for fld, arr in self.lit_at:
                 lit |= arr[op] & (((w >> np.uint64(fld.lo)) & np.uint64(fld.mask)) == F.SRC_LITERAL)

@@ -4,9 +4,13 @@
 operand template learned from llvm-objdump-16: the operands in printed
 order, each one of
 
-* ``["f", field, kind, width(, type)]`` - a field of the encoding; kind
-  ``v`` (VGPR index), ``s`` (scalar register), ``src`` (9-bit VOP source),
-  ``ss`` (8-bit scalar source); width in dwords; type of constants;
+* ``["f", field, kind, width(, type(, spelling))]`` - a field of the
+  encoding; kind ``v`` (VGPR index), ``s`` (scalar register), ``src``
+  (9-bit VOP source), ``ss`` (8-bit scalar source); width in dwords; type
+  of constants; spelling: ``{"sfx": comment LLVM appends to every scalar
+  register, "vsfx": ... to every VGPR, "ov": {value: text or null
+  (invalid)}}`` where LLVM spells a value otherwise (register-class
+  comments, rejected registers);
 * ``["lit", type]`` - the instruction's mandatory 32-bit literal;
 * ``["imm"]`` - the 16-bit immediate of SOPK;
 * ``["t", text]`` - fixed text (implicit operands such as ``vcc_lo``).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -41,6 +46,14 @@ class Operand:
     width: int = 1
     type: str = "b32"
     text: str | None = None
+    suffix: str = ""  # appended to scalar registers (LLVM's register-class comment)
+    vsuffix: str = ""  # appended to VGPRs (in a scalar-only source)
+    overrides: dict | None = dataclasses.field(default=None, compare=False, hash=False)
+
+    @property
+    def spelling_key(self) -> tuple:
+        """What, besides kind/width/type, decides this operand's text."""
+        return (self.suffix, self.vsuffix, tuple(sorted((self.overrides or {}).items())))
 
 
 @dataclass
@@ -68,11 +81,14 @@ class OpInfo:
     vop3b: bool = False
     mods: dict = field(default_factory=dict)
     opsel_n: int = 0
+    opsel_pos: tuple[int, ...] = ()  # VOP3 op_sel bit -> printed position (-1: not printed)
     mix: bool = False
     sdwa: Form | None = None
     dpp16: Form | None = None
     dpp8: Form | None = None
     base: dict = field(default_factory=dict)
+    img: "ImageFacts | None" = None
+    ignored: tuple[str, ...] = ()  # flag fields LLVM accepts but does not print (SMEM glc/dlc)
 
     @property
     def mnemonic(self) -> str:
@@ -89,10 +105,50 @@ class OpInfo:
         return any(o.tag == "lit" for o in self.form.operands)
 
 
+@dataclass(frozen=True)
+class ImageFacts:
+    """How LLVM sizes the operands of one image (MIMG) opcode.
+
+    LLVM decodes an image instruction with default register widths and then
+    looks for the variant matching its fields; when there is none (or a
+    register would run past v255) the defaults stay.  ``addr[dim + 8*a16]``
+    is the address count for that dim and a16 (None: never converted),
+    ``addr_widths``/``data_widths`` the non-NSA address and data register
+    widths variants exist for, ``nsa[(extra dwords, a16)]`` how many
+    addresses an NSA encoding decodes to (missing: LLVM rejects it) and
+    ``nsa_counts`` the shorter NSA address counts variants exist for.
+    ``addr_default`` is the address width LLVM decodes a non-NSA encoding
+    with (before converting); ``bvh``: image_bvh*_intersect_ray, whose
+    widths never change; ``gather``: data is always 4 dwords (gather4)."""
+
+    addr: tuple
+    addr_default: int | None = None
+    addr_widths: frozenset = frozenset()
+    data_widths: frozenset = frozenset()
+    nsa: dict = field(default_factory=dict)
+    nsa_counts: frozenset = frozenset()
+    bvh: bool = False
+    gather: bool = False
+
+
+def _image(d: dict | None) -> ImageFacts | None:
+    if d is None:
+        return None
+    nsa = {}
+    for k, v in d.get("nsa", {}).items():
+        k1, k2 = k.split(",")
+        nsa[(int(k1), int(k2))] = v
+    return ImageFacts(tuple(d["a"]), d.get("ad"), frozenset(d.get("av", ())), frozenset(d.get("dv", ())), nsa,
+                      frozenset(d.get("nv", ())), bool(d.get("bvh")), bool(d.get("g")))
+
+
 def _operand(d: list) -> Operand:
     tag = d[0]
     if tag == "f":
-        return Operand("f", d[1], d[2], d[3], d[4] if len(d) > 4 else "b32")
+        sp = d[5] if len(d) > 5 else {}
+        ov = {int(k): v for k, v in sp.get("ov", {}).items()} or None
+        return Operand("f", d[1], d[2], d[3], d[4] if len(d) > 4 else "b32",
+                       suffix=sp.get("sfx", ""), vsuffix=sp.get("vsfx", ""), overrides=ov)
     if tag == "lit":
         return Operand("lit", type=d[1] if len(d) > 1 else "hex")
     if tag == "imm":
@@ -150,11 +206,14 @@ def load(target: str) -> Tables:
             info = OpInfo(
                 fmt=fmt, opcode=op, form=_form(e), imm=e.get("imm"),
                 imm_zero=bool(e.get("imm_zero")), vop3b=bool(e.get("b")),
-                mods=e.get("mods", {}), opsel_n=e.get("opsel_n", 0), mix=bool(e.get("mix")),
+                mods=e.get("mods", {}), opsel_n=e.get("opsel_n", 0),
+                opsel_pos=tuple(e.get("opsel_pos", ())), mix=bool(e.get("mix")),
                 sdwa=_form(e["sdwa"]) if "sdwa" in e else None,
                 dpp16=_form(e["dpp16"]) if "dpp16" in e else None,
                 dpp8=_form(e["dpp8"]) if "dpp8" in e else None,
                 base=e.get("base", {}),
+                img=_image(e.get("img")),
+                ignored=tuple(e.get("ign", ())),
             )
             d[op] = info
             by_mn.setdefault(info.mnemonic, info)

@@ -54,13 +54,36 @@ def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
     if tag == "imm":
         return SP.imm_text(ctx.info.imm or "hex", ctx.f["simm16"], ctx.tables.names)
     v = ctx.f[op.field] if value is None else value
+    if op.overrides is not None and v in op.overrides:
+        return op.overrides[v]
     k = op.kind
     if k == "v":
         return O.vgpr_text(v, op.width)
+    if k == "param":
+        return param_text(v)
     if k == "s":
-        return O.sgpr_text(v * FIELD_SCALE.get(op.field, 1), op.width)
+        t = O.sgpr_text(v * FIELD_SCALE.get(op.field, 1), op.width)
+        return t + op.suffix if op.suffix and t is not None else t
     # src / ss
-    return O.src_text(v, op.width, op.type, ctx.literal)
+    t = O.src_text(v, op.width, op.type, ctx.literal, lds_comment=False)
+    if t is not None:
+        if op.suffix and v < 128:
+            t += op.suffix
+        elif op.vsuffix and v >= 256:
+            t += op.vsuffix
+    return t
+
+
+def plain_operand_text(op, ctx: Ctx, value: int) -> str | None:
+    """:func:`operand_text` without the table's spelling exceptions (what
+    tools/gen_isa_tables.py compares LLVM's spelling against)."""
+    from dataclasses import replace
+    return operand_text(replace(op, suffix="", vsuffix="", overrides=None), ctx, value)
+
+
+def param_text(v: int) -> str:
+    """Interpolation parameter (VINTRP vsrc, VOP3 v_interp_mov src1)."""
+    return ("p10", "p20", "p0")[v] if v < 3 else f"invalid_param_{v}"
 
 
 def _plain(ctx: Ctx, form: Form, mods: Callable | None = None) -> str | None:
@@ -107,12 +130,12 @@ def print_smem(ctx: Ctx) -> str | None:
     for op in info.form.operands:
         if op.tag == "f" and op.field == "soffset":
             so, off = f["soffset"], f["offset"]
+            t = operand_text(op, ctx)
+            if t is None:
+                return None
             if so == 0x7D and off:
                 parts.append(_smem_offset(off))
             else:
-                t = O.sgpr_text(so, 1)
-                if t is None:
-                    return None
                 parts.append(t if not off else f"{t} offset:{_smem_offset(off)}")
             continue
         if op.tag == "t" and op.text.isdigit():
@@ -125,10 +148,10 @@ def print_smem(ctx: Ctx) -> str | None:
             return None
         parts.append(t)
     s = info.mnemonic + (" " + ", ".join(parts) if parts else "")
-    if has_base and not info.mnemonic.startswith("s_atc_probe"):
-        if f["glc"]:
+    if has_base:
+        if f["glc"] and "glc" not in info.ignored:
             s += " glc"
-        if f["dlc"]:
+        if f["dlc"] and "dlc" not in info.ignored:
             s += " dlc"
     return s
 
@@ -198,7 +221,13 @@ def print_vop3(ctx: Ctx) -> str | None:
     if opsel and info.opsel_n and any(opsel >> i & 1 and _vop3_status(info, "op_sel", i) == "p"
                                       for i in range(4)):
         n = info.opsel_n
-        bits = [opsel >> i & 1 for i in range(n - 1)] + [opsel >> 3 & 1]
+        if info.opsel_pos:
+            bits = [0] * n
+            for i, pos in enumerate(info.opsel_pos):
+                if pos >= 0 and opsel >> i & 1:
+                    bits[pos] = 1
+        else:
+            bits = [opsel >> i & 1 for i in range(n - 1)] + [opsel >> 3 & 1]
         s += " op_sel:[" + ",".join(map(str, bits)) + "]"
     if f["clamp"] and _vop3_status(info, "clamp", 0) == "p":
         s += " clamp"
@@ -271,7 +300,7 @@ def _xmod_status(form: Form, x: dict, name: str) -> str:
 
 
 _SDWA_CHECK = ("src0_sext", "src0_neg", "src0_abs", "src1_sext", "src1_neg", "src1_abs", "clamp",
-               "omod", "s0", "s1", "dst_unused", "dst_sel", "src0_sel", "src1_sel")
+               "omod", "s0", "s1", "dst_unused", "dst_sel", "src0_sel", "src1_sel", "sd")
 
 
 def print_sdwa(ctx: Ctx) -> str | None:
@@ -310,7 +339,10 @@ def print_sdwa(ctx: Ctx) -> str | None:
             if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
                 t = f"|{t}|"
             if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
-                t = "-" + t
+                scalar = x[f"s{k}"]
+                v = (x["src0"] if k == 0 else f["vsrc1"]) if scalar else 256
+                plain = t.startswith(("|", "sext("))
+                t = _neg(t, plain, v)
             parts.append(t)
         elif op.field == "sdst":
             if x["sd"]:
@@ -393,7 +425,7 @@ def print_dpp(ctx: Ctx, dpp8: bool) -> str | None:
                 if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
                     t = f"|{t}|"
                 if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
-                    t = "-" + t
+                    t = f"sext({t})" if _xmod_status(form, x, f"src{k}_neg") == "s" else "-" + t
             parts.append(t)
         else:
             t = operand_text(op, ctx)
@@ -426,8 +458,7 @@ def print_vintrp(ctx: Ctx) -> str | None:
         if op.tag == "t" and op.text.startswith("attr"):
             parts.append(attr)
         elif op.tag == "t" and op.text in ("p10", "p20", "p0"):
-            v = f["vsrc"]
-            parts.append(("p10", "p20", "p0")[v] if v < 3 else f"invalid_param_{v}")
+            parts.append(param_text(f["vsrc"]))
         else:
             t = operand_text(op, ctx)
             if t is None:
@@ -514,6 +545,8 @@ def print_flat(ctx: Ctx) -> str | None:
     f = ctx.f
     seg = f["seg"]
     saddr = f["saddr"]
+    if seg == 2 and saddr == 0x7F:
+        return None  # global: 0x7f (exec_hi) is neither an SGPR pair nor "off"
     parts = []
     mn = info.mnemonic
     if ("_atomic_" in mn and f["glc"] and not f["lds"]
@@ -573,6 +606,8 @@ def print_mubuf(ctx: Ctx) -> str | None:
     mtbuf = info.fmt.name == "MTBUF"
     tfe = f["tfe"] and not atomic and not mtbuf
     lds = not mtbuf and f["lds"]
+    if lds and f["tfe"]:
+        return None  # LLVM has no LDS-return variant with tfe
     for op in info.form.operands:
         if op.tag == "t" and op.text == "off":
             n = f["offen"] + f["idxen"]
@@ -609,63 +644,106 @@ def print_mubuf(ctx: Ctx) -> str | None:
 MIMG_DIM = ("1D", "2D", "3D", "CUBE", "1D_ARRAY", "2D_ARRAY", "2D_MSAA", "2D_MSAA_ARRAY")
 
 
+def _template_width(info: OpInfo, name: str) -> int:
+    return next((o.width for o in info.form.operands if o.tag == "f" and o.field == name), 1)
+
+
+def mimg_operands(f: dict, info: OpInfo, raw: bytes):
+    """(data width, address) of an image instruction as llvm-objdump prints
+    them - address either ``(first VGPR, count)`` or a list of VGPRs (NSA) -
+    or None when LLVM rejects the encoding.
+
+    LLVM decodes with the opcode's default widths (the template's), then
+    switches to the variant for the real data size (dmask bits, or 4 for
+    gather4; halved by d16; +1 with tfe) and address count (per dim and
+    a16), keeping the defaults when no such variant exists or a widened
+    register would pass v255."""
+    img = info.img
+    ddef = _template_width(info, "vdata")
+    adef = img.addr_default or _template_width(info, "vaddr")
+    vdata, vaddr = f["vdata"], f["vaddr"]
+    nsa, a16 = f["nsa"], f["a16"]
+    lst = None
+    if nsa:
+        n = img.nsa.get((nsa, a16))
+        if not n:
+            return None
+        lst = [vaddr] + list(raw[8:8 + 4 * nsa])[:n - 1]
+    elif img.bvh:
+        adef = img.addr[8 * a16]
+        if adef is None:
+            return None
+    if vdata + ddef > 256 or (lst is None and vaddr + adef > 256):
+        return None
+    dw, aw = ddef, adef
+    a = None if img.bvh else img.addr[f["dim"] + 8 * a16]
+    if a is not None:
+        d = 4 if img.gather else max(bin(f["dmask"]).count("1"), 1)
+        if f["d16"]:
+            d = (d + 1) // 2
+        d += f["tfe"]
+        fits = d == ddef or vdata + d <= 256
+        if lst is not None:
+            n = len(lst)
+            if (a <= n and (d != ddef or a != n) and d in img.data_widths
+                    and (a == n or a in img.nsa_counts) and fits):
+                dw, lst = d, lst[:a]
+        else:
+            a = 16 if a > 12 else a
+            if ((d != ddef or a != adef) and d in img.data_widths and a in img.addr_widths
+                    and fits and (a == adef or vaddr + a <= 256)):
+                dw, aw = d, a
+    return dw, (lst if lst is not None else (vaddr, aw))
+
+
 def print_mimg(ctx: Ctx) -> str | None:
-    """Image instructions: operand widths come from dmask/d16/tfe and NSA."""
+    """Image instructions: register widths from :func:`mimg_operands`."""
     info = ctx.info
     f = ctx.f
+    if info.img is None:
+        return None
+    m = mimg_operands(f, info, ctx.raw)
+    if m is None:
+        return None
+    dw, addr = m
     parts = []
     for op in info.form.operands:
         if op.tag == "f" and op.field == "vdata":
-            n = bin(f["dmask"]).count("1") or 1
-            if "gather4" in info.mnemonic:
-                n = 4
-            if f["d16"]:
-                n = (n + 1) // 2
-            n += f["tfe"] | f["lwe"]
-            t = O.vgpr_text(f["vdata"], n)
+            t = O.vgpr_text(f["vdata"], dw)
         elif op.tag == "f" and op.field == "vaddr":
-            t = O.vgpr_text(f["vaddr"], op.width)
+            if isinstance(addr, list):
+                t = "[" + ", ".join(f"v{r}" for r in addr) + "]"
+            else:
+                t = O.vgpr_text(*addr)
         else:
             t = operand_text(op, ctx)
         if t is None:
             return None
         parts.append(t)
     s = info.mnemonic + " " + ", ".join(parts)
+    if info.img.bvh:
+        return s + " a16" if f["a16"] else s
     if f["dmask"]:
         s += f" dmask:0x{f['dmask']:x}"
     s += f" dim:SQ_RSRC_IMG_{MIMG_DIM[f['dim']]}"
     if f["unorm"]:
         s += " unorm"
-    if f["dlc"]:
-        s += " dlc"
-    if f["glc"]:
-        s += " glc"
-    if f["slc"]:
-        s += " slc"
-    if f["r128"]:
-        s += " r128"
-    if f["a16"]:
-        s += " a16"
-    if f["tfe"]:
-        s += " tfe"
-    if f["lwe"]:
-        s += " lwe"
-    if f["d16"]:
-        s += " d16"
+    s += _cpol(f)
+    for name in ("r128", "a16", "tfe", "lwe", "d16"):
+        if f[name]:
+            s += " " + name
     return s
 
 
-EXP_TARGETS = {**{i: f"mrt{i}" for i in range(8)}, 8: "mrtz", 9: "null",
-               **{12 + i: f"pos{i}" for i in range(4)}, 20: "prim",
-               **{32 + i: f"param{i}" for i in range(32)}}
-
-
 def print_exp(ctx: Ctx) -> str | None:
+    """``exp <target> <4 sources or off>``; with ``compr`` the sources are
+    vsrc0, vsrc0, vsrc1, vsrc1 (two packed halves each)."""
     f = ctx.f
-    tgt = EXP_TARGETS.get(f["target"])
-    if tgt is None:
-        return None
-    srcs = ", ".join(f"v{f[f'vsrc{i}']}" if f["en"] >> i & 1 else "off" for i in range(4))
+    t = f["target"]
+    tgt = ctx.tables.names.get("exp_target", {}).get(t, f"invalid_target_{t}")
+    regs = ([f["vsrc0"], f["vsrc0"], f["vsrc1"], f["vsrc1"]] if f["compr"]
+            else [f[f"vsrc{i}"] for i in range(4)])
+    srcs = ", ".join(f"v{r}" if f["en"] >> i & 1 else "off" for i, r in enumerate(regs))
     s = f"exp {tgt} {srcs}"
     if f["done"]:
         s += " done"

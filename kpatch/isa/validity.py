@@ -21,9 +21,8 @@ from __future__ import annotations
 from typing import Callable
 
 from kpatch.isa import formats as F
-from kpatch.isa import operands as O
 from kpatch.isa.tables import OpInfo, Tables
-from kpatch.isa.text import EXP_TARGETS, Ctx, operand_text
+from kpatch.isa.text import Ctx, operand_text
 
 #: formats whose base-form validity is compiled (everything else renders)
 COMPILED = ("SOP1", "SOP2", "SOPC", "SOPK", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3",
@@ -34,7 +33,8 @@ _VALUES: dict[tuple, int] = {}
 
 def _valid_values(op, fld: F.Field, tables: Tables, info: OpInfo) -> int:
     """Bit mask over the field's values: bit v set if value v prints."""
-    key = (op.tag, op.field, op.kind, op.width, op.type, fld.width, info.fmt.name)
+    key = (op.tag, op.field, op.kind, op.width, op.type, op.spelling_key, fld.width,
+           info.fmt.name)
     m = _VALUES.get(key)
     if m is None:
         ctx = Ctx({}, 0, None, tables, info)
@@ -104,14 +104,7 @@ def _compile(info: OpInfo, tables: Tables) -> Callable[[int], bool] | None:
                 return None
             continue
         fld = fmt.field(op.field)
-        if fmt is F.SMEM and op.field == "soffset":
-            mask = sum(1 << v for v in range(1 << fld.width) if O.sgpr_text(v, 1) is not None)
-        else:
-            mask = _valid_values(op, fld, tables, info)
-        field_term(fld, mask)
-    if fmt is F.EXP:
-        fld = fmt.field("target")
-        field_term(fld, sum(1 << v for v in EXP_TARGETS))
+        field_term(fld, _valid_values(op, fld, tables, info))
     body = " and ".join(terms) if terms else "True"
     return eval(f"lambda w: bool({body})")  # generated from the opcode's table entry
 

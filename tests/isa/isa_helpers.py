@@ -68,18 +68,35 @@ def extract_bundle_entry(host_path: str, triple_suffix: str, out_path: str) -> N
                     "--output=" + out_path], check=True)
 
 
-def load_known_differences() -> dict[tuple[str, int], str]:
-    """(file basename, address) -> reason, from known_differences.txt."""
-    res = {}
+def _known_lines():
     if not os.path.exists(KNOWN_DIFFERENCES):
-        return res
+        return
     with open(KNOWN_DIFFERENCES) as fh:
         for line in fh:
             line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            name, addr, reason = line.split(None, 2)
-            res[(name, int(addr, 16))] = reason
+            if line and not line.startswith("#"):
+                yield line
+
+
+def load_known_differences() -> dict[tuple[str, int], str]:
+    """(file basename, address) -> reason, from known_differences.txt."""
+    res = {}
+    for line in _known_lines():
+        if line.startswith("random "):
+            continue
+        name, addr, reason = line.split(None, 2)
+        res[(name, int(addr, 16))] = reason
+    return res
+
+
+def load_random_classes() -> list[tuple[str, re.Pattern, str]]:
+    """(format, pattern on LLVM's text, reason) of the difference classes
+    known_differences.txt allows in tests/isa/test_random_llvm.py."""
+    res = []
+    for line in _known_lines():
+        if line.startswith("random "):
+            _, fmt, pat, reason = line.split(None, 3)
+            res.append((fmt, re.compile(pat), reason))
     return res
 
 

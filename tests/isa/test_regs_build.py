@@ -46,6 +46,18 @@ CASES = [
     ("ds_write2_b32 v1, v2, v3 offset1:4", {V(1), V(2), V(3), EXEC}, set()),
     ("buffer_load_dword v1, v2, s[4:7], s8 offen", {V(2), S(4, 4), S(8), EXEC}, {V(1)}),
     ("flat_atomic_add v0, v[1:2], v3 glc", {V(1, 2), V(3), EXEC}, {V(0)}),
+    # image instructions: data width from dmask/d16/tfe, address count from
+    # dim/a16, NSA addresses one by one
+    ("image_sample v[1:3], v[4:6], s[8:15], s[16:19] dmask:0x7 dim:SQ_RSRC_IMG_3D",
+     {V(4, 3), S(8, 8), S(16, 4), EXEC}, {V(1, 3)}),
+    ("image_sample v[1:2], [v4, v9, v7], s[8:15], s[16:19] dmask:0x3 dim:SQ_RSRC_IMG_CUBE",
+     {V(4), V(9), V(7), S(8, 8), S(16, 4), EXEC}, {V(1, 2)}),
+    ("image_load v[0:1], v[2:3], s[8:15] dmask:0xf dim:SQ_RSRC_IMG_2D d16",
+     {V(2, 2), S(8, 8), EXEC}, {V(0, 2)}),
+    ("image_store v[0:4], v2, s[8:15] dmask:0xf dim:SQ_RSRC_IMG_1D tfe",
+     {V(0, 5), V(2), S(8, 8), EXEC}, set()),
+    ("exp mrt0 v1, off, v3, off done", {V(1), V(3), EXEC}, set()),
+    ("exp pos0 v4, v4, v5, v5 done compr", {V(4), V(5), EXEC}, set()),
 ]
 
 
