@@ -253,6 +253,7 @@ def learn_layout(base_text: str, field_texts: dict, regfields: dict):
 
 
 PARAM_RE = re.compile(r"^(p10|p20|p0|invalid_param_\d+)$")
+ATTR_RE = re.compile(r"^attr\d+\.[xyzw]$")
 
 
 def base_candidates(fmtname: str, seg):
@@ -313,6 +314,16 @@ def round1(target: str) -> dict:
             mn, tmpl, zero, mods = learn_layout(r[0], ftexts, regs)
             if fmtname == "VOP3" and "sdst" in zero:
                 zero.remove("sdst")
+            high = False
+            if fmtname == "VOP3":
+                for i, d in enumerate(tmpl):
+                    if d[0] == "t" and ATTR_RE.match(d[1]):
+                        # v_interp_*_e64: src0 holds attr [5:0], channel [7:6] and
+                        # (16-bit forms) the "high" flag in bit 8
+                        tmpl[i] = ["f", "src0", "attr", 1]
+                        if "src0" in zero:
+                            zero.remove("src0")
+                        high = "high" in mods
             ignored = []
             for fld in flag_fields(fmt, regs):
                 outs = [res[(fmtname, op, seg, bi, "#" + fld.name, j)]
@@ -324,6 +335,8 @@ def round1(target: str) -> dict:
             key = op if seg is None else op | (seg << 7)
             table[key] = {"m": mn, "o": tmpl, "z": zero, "base": base,
                           "size": r[1], "text": r[0], "mods": mods}
+            if high:
+                table[key]["high"] = True
             if fmtname == "SMEM" and ignored:  # cache bits LLVM does not print
                 table[key]["ign"] = [n for n in ignored if n in ("glc", "dlc")]
     return out
@@ -545,7 +558,12 @@ def round2(target: str, r1: dict) -> None:
                         ft[fname] = (rr[0] if rr else None, 20)
                 mn, tmpl, zero, mods = learn_layout(r[0], ft, regs)
                 if not mn.endswith("_dpp"):
-                    continue
+                    # v_nop takes a DPP8 dword too (printed "v_nop dpp8:[...]")
+                    if kind == "DPP8" and tmpl and all(t[0] == "t" and t[1].startswith("dpp8:")
+                                                       for t in tmpl):
+                        tmpl = []
+                    else:
+                        continue
                 e[kind.lower()] = {"m": mn, "o": tmpl, "z": zero, "text": r[0]}
     for fmtname in ("SOPP", "SOPK"):
         for op, e in r1.get(fmtname, {}).items():
@@ -1030,6 +1048,8 @@ def finalize(target: str, r1: dict) -> dict:
             if fmtname == "VOP3":
                 if any(d[0] == "f" and d[1] == "sdst" for d in o):
                     ent["b"] = True
+                if e.get("high"):
+                    ent["high"] = True
                 ent["mods"] = e["vop3mods"]
                 if "opsel_n" in e:
                     ent["opsel_n"] = e["opsel_n"]

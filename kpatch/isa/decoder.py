@@ -29,7 +29,7 @@ import numpy as np
 
 from kpatch.isa import formats as F
 from kpatch.isa.instruction import Decoded, Instruction
-from kpatch.isa.sizes import EXTRA_SRC, OPCODE_KEY, TOP9, VOPE32, measure, op_facts, sizer_for
+from kpatch.isa.sizes import OPCODE_KEY, TOP9, VOPE32, measure, op_facts, sizer_for, vop_kind
 from kpatch.isa.tables import OpInfo, Tables, load
 from kpatch.isa.text import render
 from kpatch.isa.validity import checker
@@ -118,8 +118,10 @@ def identify_word(w: int, ndw: int, cache: DecodeCache) -> Decoded:
     if info is None:
         return unknown(raw[:4], cache.target)
     kind = None
-    if name in VOPE32 and op_facts(info).src0_is_src:
-        kind = EXTRA_SRC.get(w & 0x1FF)
+    if name in VOPE32:
+        facts = op_facts(info)
+        if facts.src0_is_src or facts.kinds:
+            kind = vop_kind(facts, w & 0x1FF, (w >> 32) & 0xFF if ndw > 1 else 1) or None
     if kind is None:
         check = checker(info, None, tables)
         if check is not None:  # (bits past the base encoding are ignored)

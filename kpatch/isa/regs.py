@@ -153,8 +153,8 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
             r = Reg("v", v, n) if n else None
         elif fmtname == "FLAT" and name == "saddr":
             r = None  # handled below with the right width
-        elif op.kind == "param":
-            r = None  # an interpolation parameter, not a register
+        elif op.kind in ("param", "attr"):
+            r = None  # interpolation parameter / attribute, not a register
         elif op.kind == "v":
             r = Reg("v", v, widths.get(name, op.width))
         elif op.kind == "s":

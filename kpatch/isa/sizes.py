@@ -71,6 +71,21 @@ def _opcode_key_fn(fmt: F.Format):
 OPCODE_KEY = {name: _opcode_key_fn(fmt) for name, fmt in F.FORMATS.items()}
 
 
+def vop_kind(facts: OpFacts, s0: int, x0: int):
+    """The extra-dword form a VOP1/VOP2/VOPC ``src0`` value announces: None
+    (none), "sdwa"/"dpp16"/"dpp8", or False when the opcode has no such form
+    although src0 is a source (LLVM rejects the word).  For an opcode whose
+    src0 is no source (v_nop) a marker only counts if the form exists and
+    the extra dword's own src0 byte ``x0`` is 0 - else LLVM reads the plain
+    4-byte form."""
+    kind = EXTRA_SRC.get(s0)
+    if kind is None:
+        return None
+    if facts.src0_is_src:
+        return kind if facts.kinds & _KIND_BIT[kind] else False
+    return kind if facts.kinds & _KIND_BIT[kind] and not x0 else None
+
+
 def opcode_key(fmt: F.Format, w: int) -> int:
     """The tables' opcode key of an encoding held as an int (FLAT: op | seg << 7)."""
     return OPCODE_KEY[fmt.name](w)
@@ -99,15 +114,16 @@ def measure(data: bytes, pos: int, end: int, tables: Tables):
     kind = None
     facts = op_facts(info)
     lit = facts.mandatory_lit
-    if fmt.name in VOPE32 and facts.src0_is_src:
+    if fmt.name in VOPE32 and (facts.src0_is_src or facts.kinds):
         s0 = w0 & 0x1FF
-        kind = EXTRA_SRC.get(s0)
+        x0 = data[pos + 4] if pos + 8 <= end else 1  # no extra dword: not that form
+        kind = vop_kind(facts, s0, x0)
+        if kind is False:
+            return None
         if kind is not None:
-            if not facts.kinds & _KIND_BIT[kind]:
-                return None
             size += 4
         else:
-            lit = lit or s0 == F.SRC_LITERAL or any(
+            lit = lit or (facts.src0_is_src and s0 == F.SRC_LITERAL) or any(
                 (w >> fld.lo) & fld.mask == F.SRC_LITERAL for fld in facts.lit_other)
     else:
         for fld in facts.lit_fields:
@@ -170,9 +186,10 @@ class _FormatArrays:
             kbit[s0 == F.SRC_SDWA] = 1
             kbit[s0 == F.SRC_DPP16] = 2
             kbit[(s0 == F.SRC_DPP8) | (s0 == F.SRC_DPP8_FI)] = 4
-            kbit[~src0] = 0
-            has_x = kbit != 0
-            ok &= ~has_x | ((self.kinds[op] & kbit) != 0)
+            avail = (self.kinds[op] & kbit) != 0
+            x0 = ((w >> np.uint64(32)) & np.uint64(0xFF)) == 0
+            has_x = (kbit != 0) & (src0 | (avail & x0))  # see vop_kind
+            ok &= ~has_x | avail
             size += has_x
             lit |= src0 & (s0 == F.SRC_LITERAL)
             for fld, arr in self.lit_at:  # other literal fields, without an extra dword
@@ -223,6 +240,9 @@ class Sizer:
             if len(idx):
                 out[idx] = fa.sizes(w[idx])
         out[np.arange(n) + out > n] = 0
+        # the last word has no next one (the arrays above assumed zeros)
+        m = measure(words[-1:].tobytes(), 0, 4, self.tables)
+        out[n - 1] = 0 if m is None else m[0] // 4
         return out
 
 

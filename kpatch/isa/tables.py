@@ -6,7 +6,9 @@ order, each one of
 
 * ``["f", field, kind, width(, type(, spelling))]`` - a field of the
   encoding; kind ``v`` (VGPR index), ``s`` (scalar register), ``src``
-  (9-bit VOP source), ``ss`` (8-bit scalar source); width in dwords; type
+  (9-bit VOP source), ``ss`` (8-bit scalar source), ``param``
+  (interpolation parameter p10/p20/p0), ``attr`` (interpolation attribute
+  and channel); width in dwords; type
   of constants; spelling: ``{"sfx": comment LLVM appends to every scalar
   register, "vsfx": ... to every VGPR, "ov": {value: text or null
   (invalid)}}`` where LLVM spells a value otherwise (register-class
@@ -16,16 +18,18 @@ order, each one of
 * ``["t", text]`` - fixed text (implicit operands such as ``vcc_lo``).
 
 ``z`` lists fields LLVM requires to be zero for that opcode (otherwise the
-word is not a valid instruction); further keys describe modifiers, SDWA/DPP
-forms and immediate styles.  :func:`load` turns the JSON into
-:class:`OpInfo` objects once per target.
+word is not a valid instruction); further keys describe modifiers
+(``mods``, ``opsel_n``/``opsel_pos``), SDWA/DPP forms, immediate styles,
+image operand sizing (``img``, see :class:`ImageFacts`) and SMEM cache bits
+LLVM ignores (``ign``).  :func:`load` turns the JSON into :class:`OpInfo`
+objects once per target.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -79,6 +83,7 @@ class OpInfo:
     imm: str | None = None  # SOPP/SOPK immediate style
     imm_zero: bool = False
     vop3b: bool = False
+    high: bool = False  # v_interp_*_f16 e64: src0 bit 8 is the "high" flag
     mods: dict = field(default_factory=dict)
     opsel_n: int = 0
     opsel_pos: tuple[int, ...] = ()  # VOP3 op_sel bit -> printed position (-1: not printed)
@@ -205,7 +210,7 @@ def load(target: str) -> Tables:
             op = int(op_s)
             info = OpInfo(
                 fmt=fmt, opcode=op, form=_form(e), imm=e.get("imm"),
-                imm_zero=bool(e.get("imm_zero")), vop3b=bool(e.get("b")),
+                imm_zero=bool(e.get("imm_zero")), vop3b=bool(e.get("b")), high=bool(e.get("high")),
                 mods=e.get("mods", {}), opsel_n=e.get("opsel_n", 0),
                 opsel_pos=tuple(e.get("opsel_pos", ())), mix=bool(e.get("mix")),
                 sdwa=_form(e["sdwa"]) if "sdwa" in e else None,

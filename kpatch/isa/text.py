@@ -61,6 +61,10 @@ def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
         return O.vgpr_text(v, op.width)
     if k == "param":
         return param_text(v)
+    if k == "attr":  # attribute [5:0], channel [7:6]; bit 8 only as the "high" flag
+        if v >> 8 and not ctx.info.high:
+            return None
+        return f"attr{v & 0x3F}.{'xyzw'[v >> 6 & 3]}"
     if k == "s":
         t = O.sgpr_text(v * FIELD_SCALE.get(op.field, 1), op.width)
         return t + op.suffix if op.suffix and t is not None else t
@@ -229,6 +233,8 @@ def print_vop3(ctx: Ctx) -> str | None:
         else:
             bits = [opsel >> i & 1 for i in range(n - 1)] + [opsel >> 3 & 1]
         s += " op_sel:[" + ",".join(map(str, bits)) + "]"
+    if info.high and f["src0"] >> 8:
+        s += " high"
     if f["clamp"] and _vop3_status(info, "clamp", 0) == "p":
         s += " clamp"
     if f["omod"] and _vop3_status(info, "omod", 0) == "p":
@@ -290,7 +296,7 @@ def print_vop3p(ctx: Ctx) -> str | None:
 
 def _sdwa_src(ctx: Ctx, value: int, sgpr: int, width: int) -> str | None:
     if sgpr:
-        return O.src_text(value, width, "b32", None) if value != 255 else None
+        return O.src_text(value, width, "b32", None, lds_comment=False) if value != 255 else None
     return O.vgpr_text(value, width)
 
 

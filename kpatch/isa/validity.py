@@ -34,7 +34,7 @@ _VALUES: dict[tuple, int] = {}
 def _valid_values(op, fld: F.Field, tables: Tables, info: OpInfo) -> int:
     """Bit mask over the field's values: bit v set if value v prints."""
     key = (op.tag, op.field, op.kind, op.width, op.type, op.spelling_key, fld.width,
-           info.fmt.name)
+           info.fmt.name, info.high)
     m = _VALUES.get(key)
     if m is None:
         ctx = Ctx({}, 0, None, tables, info)
