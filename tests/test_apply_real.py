@@ -100,3 +100,16 @@ def test_apply_librocrand_gfx1030(librocrand):
     data = next(bytes(e.data(bundle)) for e in entries if e.target_id == "gfx1030")
     counts = _check_real(data, "librocrand gfx1030")
     assert counts["patched"] == 80
+
+
+def test_cli_default_rule_sets_are_the_engines(tmp_path):
+    """`kpatch apply` with no --rules uses the mode's full default rule sets:
+    rocPRIM's WGP-mode kernels get CU mode (KM001) and its FLAT offsets are
+    folded (KI003) - nothing is refused for a rule set left out."""
+    src = os.path.join(FIXTURES, "rocprim", "rocprim_algos.gfx1030.hsaco")
+    p = run_kpatch("apply", src, "-o", str(tmp_path / "out.hsaco"), "--mode", "override", "--json")
+    assert p.returncode == 0, p.stderr
+    kernels = [k for part in json.loads(p.stdout)["parts"] for k in part["kernels"]]
+    assert not [k for k in kernels if k["status"] == "refused"]
+    used = {r for k in kernels for r in k["rules"]}
+    assert {"KM001", "KI003"} <= used

@@ -78,7 +78,7 @@ BAD = {
                             'summary="s"\nexplain="e"\nmatch.finding="F"\ninsert_before=[{op="v_dot2_f32_f16"}]\n',
                             "rule KX001.insert_before[0]"),
     "two matches": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\nsummary="s"\n'
-                    'explain="e"\nmatch.finding="F"\nmatch.mnemonic="s_.*"\ninsert_before=[{op="s_nop"}]\n',
+                    'explain="e"\nmatch.finding="F"\nmatch.header=true\ninsert_before=[{op="s_nop"}]\n',
                     "exactly one of"),
     "bad regex": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\nsummary="s"\n'
                   'explain="e"\nmatch.mnemonic="(("\nset={glc=1}\n', "bad regular expression"),

@@ -10,9 +10,9 @@
    (default: apply's own choice, one per CPU).
 Prints both wall times and their ratio (goal: apply <= 2x the floor),
 patched/refused counts, and the CPU split of apply: the calling process
-(reading, bz2-compressing and writing the rows) and the workers
-(bz2-decompressing, analysing, patching, verifying).  Build the DB with
-tools/build_corpus_kdb.py.
+(reading and writing the rows) and the workers (bz2-decompressing,
+analysing, patching, verifying, bz2-compressing the changed rows).  Build
+the DB with tools/build_corpus_kdb.py.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def main() -> int:
     print(f"kpatch apply: {t_apply:.2f} s (jobs {a.jobs or jobs_for(default_patch_fn(a.mode), default_provenance_fn())})")
     parent = (c1.user - c0.user) + (c1.system - c0.system)
     workers = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
-    print(f"  CPU: calling process {parent:.2f} s (read, compress, write), workers {workers:.2f} s "
-          f"(decompress, analyse, patch, verify)")
+    print(f"  CPU: calling process {parent:.2f} s (read, write), workers {workers:.2f} s "
+          f"(decompress, analyse, patch, verify, compress)")
     print(f"ratio apply / floor: {t_apply / floor:.2f} (goal <= 2.0)")
     return 0
 

@@ -145,6 +145,10 @@ class HazardEngine:
             raise ValueError("at most 20 rules per engine")
         self.rules = rules
         self.key = f"hazard-engine-{id(self)}"
+        #: the per-encoding columns: roles, then (rule, part, 64-bit chunk) of each mask
+        self._keys = [(self.key, "roles")] + [(self.key, i, part, ch) for i, r in enumerate(rules)
+                                              for part in (0, 1) for ch in _chunks(r.width)]
+        self._row_key = (self.key, "row")
 
     def compiled(self, f: Facts) -> tuple[int, tuple[tuple[int, int], ...]]:
         """(role bits, per-rule (check, gen) masks) of one encoding."""
@@ -164,11 +168,24 @@ class HazardEngine:
             c = hz[self.key] = (roles, tuple(masks))
         return c
 
+    def _row(self, f: Facts) -> tuple[int, ...]:
+        """One encoding's values of every column (see ``_keys``), kept with
+        its compiled roles."""
+        roles, masks = self.compiled(f)
+        row = f.hz.get(self._row_key)
+        if row is None:
+            row = f.hz[self._row_key] = (roles, *[(masks[i][part] >> (64 * ch)) & _M64
+                                                  for _, i, part, ch in self._keys[1:]])
+        return row
+
     def _column(self, what: str, i: int = 0, part: int = 0, chunk: int = 0) -> np.ndarray:
+        """The roles column, or one 64-bit chunk of a rule's check (part 0) or
+        gen (part 1) masks; all columns are extended together, in one pass
+        over the encodings added since."""
+        cols = FACTS.columns_of(self._keys, self._row)
         if what == "roles":
-            return FACTS.column((self.key, "roles"), lambda f: self.compiled(f)[0])
-        return FACTS.column((self.key, i, part, chunk),
-                            lambda f: (self.compiled(f)[1][i][part] >> (64 * chunk)) & _M64, np.uint64)
+            return cols[0]
+        return cols[self._keys.index((self.key, i, part, chunk))]
 
     def run(self, cfg: CFG) -> list[RuleHits]:
         """The hazardous instructions of ``cfg``, per rule (rules without

@@ -1,20 +1,26 @@
 """Decoding that remembers, while a code object is being worked on.
 
-Patching one code object decodes the same functions several times: the
-analysis, the rewriter's scan of ``.text``, the verification of the result
-and the scan when a section is laid out again.  Inside :func:`decode_memo`
-(a ``with`` block), :func:`decode` keeps every list it returns, keyed by
-(target, address, bytes), and hands back the same list for the same key;
-outside one it is :func:`kpatch.isa.decode`.  The lists returned must not
-be changed by the caller.
+Patching one code object decodes the same functions more than once: the
+analysis and the rewriter's scan of ``.text``.  :func:`decode_ranges`
+decodes the functions of a section all in one go (the decoder's per-call
+work, sizing every dword with numpy and looking the encodings up, is done
+once rather than once per function); inside :func:`decode_memo` (a ``with``
+block) it keeps every list it returns, keyed by (target, address, bytes),
+and hands back the same list for the same key.  The lists returned must
+not be changed by the caller.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from itertools import chain
 from typing import Iterator
 
+import numpy as np
+
 from kpatch.isa import decode as _decode
+from kpatch.isa.decoder import Buffer, cache_for, no_gc
+from kpatch.isa.instruction import Instruction
 
 _MEMO: list[dict] = []  # the innermost active memo last
 
@@ -32,13 +38,45 @@ def decode_memo() -> Iterator[None]:
         _MEMO.clear()
 
 
-def decode(data: bytes, target: str, base_address: int = 0) -> list:
-    """:func:`kpatch.isa.decode`, remembered inside :func:`decode_memo`."""
-    if not _MEMO:
-        return _decode(data, target, base_address)
-    key = (target, base_address, bytes(data))
-    memo = _MEMO[-1]
-    got = memo.get(key)
-    if got is None:
-        got = memo[key] = _decode(key[2], target, base_address)
-    return got
+def decode_ranges(code: bytes, target: str, base_address: int, ranges: list[tuple[int, int]]) -> list[list]:
+    """``[kpatch.isa.decode(code[a:b], target, base_address + a) for a, b
+    in ranges]``, remembered inside :func:`decode_memo`, with the ranges not
+    remembered yet decoded together."""
+    keys = [(target, base_address + a, bytes(code[a:b])) for a, b in ranges]
+    memo = _MEMO[-1] if _MEMO else {}
+    out = [memo.get(key) for key in keys]
+    todo = [j for j, got in enumerate(out) if got is None]
+    if todo:
+        together = _decode_together(bytes(code), target, base_address, [ranges[j] for j in todo])
+        for j, insts in zip(todo, together):
+            key = keys[j]
+            out[j] = memo[key] = insts if insts is not None else _decode(key[2], target, key[1])
+    return out
+
+
+def _decode_together(code: bytes, target: str, base_address: int, ranges: list[tuple[int, int]]) -> list:
+    """The instructions of each range of ``code``, or None for a range whose
+    instructions could differ from decoding its bytes alone: one that is not
+    whole dwords, or whose last instruction runs past its end (alone it
+    would be cut short); every range is None if the walk meets an encoding
+    LLVM rejects (the decoder then resynchronises, range by range)."""
+    with no_gc():
+        buf = Buffer(code, cache_for(target))
+        whole = [not (a & 3 or b & 3) and b <= 4 * buf.nwords for a, b in ranges]
+        starts = [buf.starts(a // 4, b // 4, False) if ok else [] for (a, b), ok in zip(ranges, whole)]
+        flat = list(chain.from_iterable(starts))
+        at = np.array(flat, dtype=np.int64)
+        ds, bad = buf.lookup(flat, at)
+        if bad is not None:
+            return [None] * len(ranges)
+        insts = list(map(Instruction, (at * 4 + base_address).tolist(), ds))
+        out: list = []
+        i = 0
+        for (a, b), ok, st in zip(ranges, whole, starts):
+            n = len(st)
+            if not ok or (n and 4 * st[-1] + ds[i + n - 1].size > b):
+                out.append(None)
+            else:
+                out.append(insts[i:i + n])
+            i += n
+        return out

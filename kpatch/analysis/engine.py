@@ -24,7 +24,7 @@ import numpy as np
 from kpatch.analysis.cfg import build_cfg
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
-from kpatch.analysis.decodememo import decode
+from kpatch.analysis.decodememo import decode_ranges
 from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import UNPATCHABLE, Verdict, combine, verdict_of
@@ -92,17 +92,20 @@ def _not_analysable(name: str, kind: str, address, size: int, reason: str) -> Fu
 
 
 def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
-    """Decode every function range (sorted by address) into one instruction
-    list; return it and the functions' spans."""
+    """Decode every function range (sorted by address; all in one go, see
+    :func:`decode_ranges`) into one instruction list; return it and the
+    functions' spans."""
     text = co.text
     base = co.text_vaddr or 0
+    ordered = sorted(ranges, key=lambda r: (r[3], r[1] != "kernel"))
+    bounds = [(a, a + len(_strip_code_end(text[a:b]))) for _, _, _, a, b in ordered]
     insts: list = []
     spans: list[FunctionSpan] = []
-    for name, kind, kernel, a, b in sorted(ranges, key=lambda r: (r[3], r[1] != "kernel")):
-        code = _strip_code_end(text[a:b])
+    decoded = decode_ranges(text, source, base, bounds)
+    for (name, kind, kernel, a, _), (_, b), got in zip(ordered, bounds, decoded):
         start = len(insts)
-        insts.extend(decode(code, source, base + a))
-        spans.append(FunctionSpan(name, kind, kernel, start, len(insts), base + a, len(code)))
+        insts.extend(got)
+        spans.append(FunctionSpan(name, kind, kernel, start, len(insts), base + a, b - a))
     return insts, spans
 
 

@@ -23,6 +23,7 @@ the hazards (see gfx1010-hazards.md): ``VALU`` (VOP1/2/3/3P/C, VINTRP),
 from __future__ import annotations
 
 import re
+import struct
 from operator import attrgetter
 
 import numpy as np
@@ -78,7 +79,10 @@ ENCODING_CHECKS: list = []
 
 
 def register_encoding_check(check) -> None:
-    """Add a per-encoding check (facts computed before are dropped)."""
+    """Add a per-encoding check (facts computed before are dropped).  A
+    check must not depend on which VGPRs a VALU, LDS or FLAT encoding
+    names: encodings that differ only in them share their facts
+    (:func:`vgpr_blind_key`)."""
     if check not in ENCODING_CHECKS:
         ENCODING_CHECKS.append(check)
         FACTS.clear()
@@ -250,6 +254,62 @@ class Facts:
         self.marks = _marks(self, fmt, f)
         self.hz = None  # compiled roles, per hazard engine (filled in by them)
 
+    def copy_for(self, inst) -> "Facts":
+        """These facts for another encoding with the same :func:`vgpr_blind_key`."""
+        f = Facts.__new__(Facts)
+        for name in _SHARED_SLOTS:
+            setattr(f, name, getattr(self, name))
+        f.inst = inst
+        f.eid = -1
+        return f
+
+
+_SHARED_SLOTS = tuple(s for s in Facts.__slots__ if s not in ("inst", "eid"))
+
+#: Formats whose facts depend on the scalar operands only: VGPR numbers
+#: (operands with an 8-bit VGPR field, or a 9-bit source field >= 256)
+#: decide no class, mask, expiry or encoding check.
+_VGPR_BLIND_FORMATS = frozenset({"VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS", "FLAT"})
+_VGPR_FIELDS: dict[int, tuple] = {}  # id(OpInfo) -> (OpInfo, VGPR field bits, 9-bit source field offsets)
+
+
+def vgpr_blind_key(inst) -> tuple | None:
+    """The encoding of a base-form VALU, LDS or FLAT instruction with its
+    VGPR numbers set to 0 (its target, base encoding bits and any literal),
+    or None for other encodings.  Real code holds many such encodings for
+    each key."""
+    d = inst.d
+    fmt = d.fmt
+    if fmt is None or d.kind is not None or fmt.name not in _VGPR_BLIND_FORMATS:
+        return None
+    got = _VGPR_FIELDS.get(id(d.info))
+    if got is None or got[0] is not d.info:
+        got = _VGPR_FIELDS[id(d.info)] = (d.info, *_vgpr_fields(fmt, d.info))
+    _, always, sources = got
+    n = fmt.size
+    w = int.from_bytes(d.raw[:n], "little") & ~always
+    for lo in sources:
+        if (w >> lo) & 0x100:
+            w &= ~(0xFF << lo)
+    return d.target, w, d.raw[n:]
+
+
+def _vgpr_fields(fmt, info) -> tuple[int, tuple[int, ...]]:
+    """(bits of the fields that always name VGPRs, offsets of the 9-bit
+    source fields) of an opcode's base form."""
+    fields = {f.name: f for f in fmt.fields}
+    always = 0
+    sources = []
+    for op in info.form.operands:
+        fld = fields.get(op.field) if op.tag == "f" else None
+        if fld is None:
+            continue
+        if op.kind == "v":
+            always |= fld.mask << fld.lo
+        elif op.kind == "src" and fld.width == 9:
+            sources.append(fld.lo)
+    return always, tuple(sources)
+
 
 def _marks(x: "Facts", fmt: str, f: dict) -> int:
     """The :data:`MARKS` bits of an encoding."""
@@ -289,7 +349,9 @@ class FactsCache:
         self.pending: dict[str, dict[int, int]] = {}
         self.all: list[Facts] = []  # by eid
         self.columns: dict[object, np.ndarray] = {}
+        self.buffers: dict[object, np.ndarray] = {}  # what the columns are views of
         self.limit = limit
+        self.templates: dict[tuple, Facts] = {}  # vgpr_blind_key -> facts the others copy
 
     def clear(self) -> None:
         self.maps.clear()
@@ -297,6 +359,8 @@ class FactsCache:
         self.pending.clear()
         self.all = []
         self.columns.clear()
+        self.buffers.clear()
+        self.templates.clear()
 
     def table(self, target: str) -> dict[bytes, int]:
         if len(self.all) >= self.limit:
@@ -307,7 +371,18 @@ class FactsCache:
         return m
 
     def new(self, inst) -> Facts:
-        f = Facts(inst)
+        """The facts of a new encoding: copied from those of an encoding that
+        differs from it only in VGPR numbers (and hit no encoding check),
+        else worked out."""
+        key = vgpr_blind_key(inst)
+        t = self.templates.get(key) if key is not None else None
+        if t is not None:
+            f = t.copy_for(inst)
+        else:
+            f = Facts(inst)
+            if key is not None and not f.local:
+                f.hz = {}  # shared by the copies: it depends only on what they share
+                self.templates[key] = f
         f.eid = len(self.all)
         self.all.append(f)
         return f
@@ -345,6 +420,18 @@ class FactsCache:
                 pending.clear()
         return out
 
+    def columns_of(self, keys: list, get, dtype=np.uint64) -> list[np.ndarray]:
+        """Several columns at once: ``get(facts)`` gives one row, a tuple of
+        non-negative ints below 2**64 (one per key), so a caller with many
+        columns looks at each encoding once.  Stored like :meth:`column`."""
+        arrs = [self.columns.get(k) for k in keys]
+        have = min(0 if a is None else len(a) for a in arrs)
+        n = len(self.all)
+        if have < n:
+            more = np.array(list(map(get, self.all[have:n])), dtype=np.uint64).reshape(n - have, len(keys))
+            arrs = [self._extend(k, have, more[:, j].astype(dtype)) for j, k in enumerate(keys)]
+        return arrs
+
     def column(self, key, get=None, dtype=np.int64) -> np.ndarray:
         """``get(facts)`` (default: the attribute named ``key``) of every
         encoding, indexed by eid; extended as encodings are added."""
@@ -353,15 +440,26 @@ class FactsCache:
         n = len(self.all)
         if have < n:
             get = get or attrgetter(key)
-            more = np.array(list(map(get, self.all[have:n])), dtype=dtype)
-            arr = more if arr is None else np.concatenate([arr, more])
-            self.columns[key] = arr
+            arr = self._extend(key, have, np.array(list(map(get, self.all[have:n])), dtype=dtype))
         return arr
+
+    def _extend(self, key, have: int, more: np.ndarray) -> np.ndarray:
+        """Column ``key`` (its first ``have`` values kept) followed by
+        ``more``.  Columns grow by doubling a buffer (``self.buffers``),
+        so that extending them once per function analysed stays cheap."""
+        buf = self.buffers.get(key)
+        n = have + len(more)
+        if buf is None or len(buf) < n or buf.dtype != more.dtype:
+            new = np.empty(max(n, 2 * (0 if buf is None else len(buf)), 1024), dtype=more.dtype)
+            if have:
+                new[:have] = self.columns[key][:have]
+            buf = self.buffers[key] = new
+        buf[have:n] = more
+        self.columns[key] = buf[:n]
+        return self.columns[key]
 
 
 FACTS = FactsCache()
-
-_RAW = attrgetter("raw")
 
 
 MAX_DWORDS = 5  # longest GFX10 encoding: MIMG with three NSA dwords (20 bytes)
@@ -382,15 +480,13 @@ def _hash(rows: list[np.ndarray], sizes: np.ndarray) -> np.ndarray:
     return h
 
 
-def _dword(j: int):
-    def get(f: Facts) -> int:
-        raw = f.inst.raw
-        return int.from_bytes(raw[4 * j:4 * j + 4], "little") if len(raw) > 4 * j else 0
-    return get
+_DWORDS = struct.Struct(f"<{MAX_DWORDS}I")
+_DWORD_KEYS = ["ndwords"] + [("dword", j) for j in range(MAX_DWORDS)]
 
 
-def _ndwords(f: Facts) -> int:
-    return (f.size + 3) // 4
+def _dwords(f: Facts) -> tuple[int, ...]:
+    """An encoding's dword count and its first MAX_DWORDS dwords (0 past its end)."""
+    return ((f.size + 3) // 4, *_DWORDS.unpack(f.inst.raw[:4 * MAX_DWORDS].ljust(4 * MAX_DWORDS, b"\0")))
 
 
 def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
@@ -421,9 +517,10 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
         return _ids_by_bytes(insts, table, range(n), out)
     rows = _rows(words, offs, sizes)
     out = FACTS.lookup_hashes(target, _hash(rows, sizes), insts, table)
-    same = FACTS.column("ndwords", _ndwords)[out] == sizes
+    ndwords, *dwords = FACTS.columns_of(_DWORD_KEYS, _dwords)
+    same = ndwords[out] == sizes
     for j in range(MAX_DWORDS):
-        same &= FACTS.column(("dword", j), _dword(j), np.uint64)[out] == rows[j]
+        same &= dwords[j][out] == rows[j]
     odd = np.flatnonzero(~same)
     if odd.size:  # a hash collision: look those up by their bytes
         _ids_by_bytes(insts, table, odd.tolist(), out)

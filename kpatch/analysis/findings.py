@@ -68,8 +68,9 @@ CLASSES: tuple[FindingClass, ...] = (
        "(two roundings) where the compiler asked for a fused one (one rounding).",
        "The gfx1010-isa rule set re-encodes a reused instruction when gfx1010 has an instruction with "
        "exactly the gfx1030 meaning. For the known cases it has none (no gfx1010 instruction computes "
-       "the legacy (0 * anything = 0) fused multiply-add), so those findings make the kernel "
-       "unpatchable.",
+       "the legacy (0 * anything = 0) fused multiply-add), so those findings refuse the kernel unless "
+       "the user opts in to the approximation legacy-fma-as-mad (`--allow-approx`), which leaves the "
+       "bytes to run unfused.",
        "Whether the difference matters for a given kernel's results.",
        "gfx1010-isa", "re-encode with the same meaning, or rebuild for gfx1010"),
     _C("H001", "InstFwdPrefetchBug", "s_inst_prefetch executes",
@@ -141,9 +142,9 @@ CLASSES: tuple[FindingClass, ...] = (
     _C("H009", "NSAMaxSize", "NSA image instruction with more than 5 addresses",
        "A MIMG instruction in NSA form with 6 or more address registers (two or more NSA dwords).",
        "gfx1010 supports at most 5 NSA address registers; longer forms are not valid on it.",
-       "Rewrite as the non-NSA form with a contiguous address tuple (needs free contiguous VGPRs and "
-       "moves), which the gfx1010-isa rule set does when registers allow.",
-       "Whether enough VGPRs are free is decided at patch time.",
+       "Copy the addresses with v_mov_b32 into contiguous VGPRs no instruction of the kernel names "
+       "(growing the allocation if the workgroup still fits) and use the non-NSA form (rule KI005).",
+       "Nothing beyond the rule itself; the kernel is refused when no such VGPRs can be had.",
        "gfx1010-isa", "rewrite as non-NSA MIMG with a contiguous address tuple"),
     _C("H010", "Offset3fBug", "branch whose offset is 0x3f",
        "A SOPP branch (s_branch, s_cbranch_*) with simm16 = 0x3f.",
@@ -156,15 +157,17 @@ CLASSES: tuple[FindingClass, ...] = (
        "A FLAT-segment instruction (flat_*, not global_/scratch_) with a nonzero immediate offset.",
        "gfx101x ignores the immediate offset when a flat instruction accesses global memory: it "
        "accesses the wrong address.",
-       "Fold the offset into the 64-bit address (VGPR pair adds before, and restore after), or use "
-       "the GLOBAL form where the access is provably global.",
+       "Fold the offset into the 64-bit address: `v_mad_u64_u32 v[t:t+1], null, offset, 1, v[a:a+1]` "
+       "into a VGPR pair no instruction of the kernel names, then the access on v[t:t+1] with offset "
+       "0 (rule KI003).",
        "Whether the address points at global, LDS or scratch memory.",
        "gfx1010-isa", "fold the offset into the address"),
     _C("H012", "NegativeUnalignedScratchOffsetBug", "scratch access with a negative unaligned offset",
        "A scratch_* instruction with a VGPR address and a negative immediate offset that is not a "
        "multiple of 4.",
        "gfx101x reads or writes the wrong scratch location.",
-       "Fold the offset into the address register.",
+       "Fold the offset into the address: `v_add_nc_u32 vT, offset, vA` into a VGPR no instruction "
+       "of the kernel names, then the access on vT with offset 0 (rule KI004).",
        "Nothing beyond the rule itself.",
        "gfx1010-isa", "fold the offset into the address"),
     _C("M001", "LdsMisalignedBug", "WGP-mode kernel with multi-dword LDS/FLAT accesses",

@@ -18,6 +18,7 @@ from kpatch.outputs.apply_db import EntryReport, apply_to_db
 from kpatch.outputs.apply_file import apply_to_file
 from kpatch.outputs.device import Choice, detect_cu, detect_mode, read_gpu_nodes
 from kpatch.outputs.miopen_paths import DEFAULT_ROCM_ROOTS, check_output_dir, resolve_cache_dir, user_db_name
+from kpatch.rewrite.rules import load_all
 from kpatch.outputs.patchfn import (
     DEFAULT_RULE_SETS, MODES, RESULT_PROCESSOR, KernelOutcome, default_patch_fn, default_provenance_fn)
 
@@ -41,11 +42,25 @@ def choose_mode(mode: str | None) -> Choice:
     return detect_mode(os.environ, read_gpu_nodes(sysfs_root()))
 
 
-def choose_rule_sets(mode: str, rules: tuple[str, ...]) -> list[str]:
-    names = [r.strip() for item in rules for r in item.split(",") if r.strip()]
-    if mode == "relabel" and names:
-        raise UsageError("--mode relabel changes no code: --rules does not apply")
-    return names or list(DEFAULT_RULE_SETS[mode])
+def _names(items: tuple[str, ...]) -> list[str]:
+    return [r.strip() for item in items for r in item.split(",") if r.strip()]
+
+
+def choose_rule_sets(mode: str, rules: tuple[str, ...], approx: tuple[str, ...] = ()) -> list[str]:
+    """The rule sets of ``--rules`` (else the mode's defaults) plus the
+    approximation sets of ``--allow-approx``, checked against the rule files."""
+    names, allowed = _names(rules), _names(approx)
+    if mode == "relabel" and (names or allowed):
+        raise UsageError("--mode relabel changes no code: --rules and --allow-approx do not apply")
+    sets = load_all()
+    for n in names:
+        if n in sets and sets[n].approximation:
+            raise UsageError(f"{n} is an approximation: opt in with --allow-approx {n}")
+    for n in allowed:
+        if n not in sets or not sets[n].approximation:
+            known = ", ".join(s.id for s in sets.values() if s.approximation)
+            raise UsageError(f"--allow-approx {n}: no such approximation (known: {known})")
+    return list(dict.fromkeys((names or list(DEFAULT_RULE_SETS[mode])) + allowed))
 
 
 # --- printing -----------------------------------------------------------------------
@@ -234,17 +249,21 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
 @click.option("--cu", type=int, help="The CU count MIOpen uses in DB names (CUs / 2 on RDNA; default: detected).")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Directory of the user kernel DB to write.")
 @click.option("--rules", multiple=True, metavar="SETS", help="Rule sets to apply (comma-separated, repeatable).")
+@click.option("--allow-approx", "approx", multiple=True, metavar="NAME",
+              help="Also use this approximation (a rule set that changes results slightly, e.g. "
+                   "legacy-fma-as-mad, dot2-fma-mix; `kpatch rules NAME` explains it). Repeatable.")
 @click.option("--report", type=click.Path(dir_okay=False),
               help="Also write an HTML diff report of every changed code object (written even with --dry-run).")
 @click.option("--dry-run", is_flag=True, help="Patch and report, but write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
 def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str | None, cu: int | None,
-              out_dir: str | None, rules: tuple[str, ...], report: str | None, dry_run: bool, as_json: bool) -> None:
+              out_dir: str | None, rules: tuple[str, ...], approx: tuple[str, ...], report: str | None,
+              dry_run: bool, as_json: bool) -> None:
     """Make gfx1030 kernels safe on gfx1010 and put them where MIOpen loads them.
 
     \b
     kpatch apply --db SRC [--db SRC ...] [--mode M] [--cu N] [--out-dir DIR] [--rules R]
-                 [--report FILE.html] [--dry-run]
+                 [--allow-approx NAME] [--report FILE.html] [--dry-run]
         patches every kernel of the MIOpen kernel DBs SRC (system .kdb or
         .kdb.bz2, or a user .ukdb, e.g. MIOpen's own run-time cache, which
         is then patched in place) into MIOpen's user kernel DB, which MIOpen
@@ -288,7 +307,7 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     if file and (cu is not None or out_dir):
         raise click.UsageError("--cu and --out-dir are for --db")
     chosen = choose_mode(mode)
-    rule_sets = choose_rule_sets(str(chosen.value), rules)
+    rule_sets = choose_rule_sets(str(chosen.value), rules, approx)
     patch_fn = default_patch_fn(str(chosen.value))
     is_patched = default_provenance_fn()
     pairs = ReportPairs(report)

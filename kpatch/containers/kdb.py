@@ -90,12 +90,38 @@ def encode_blob(code: bytes) -> tuple[bytes, str, int]:
     ``BZ2_bzBuffToBuffCompress(..., 9, 0, 30)`` call the same libbz2 and give
     the same bytes) if the result is no longer than ``code``, else the raw
     bytes with size 0.  (MIOpen itself cannot store an empty blob: libbz2
-    returns an error for it; here it is stored raw.)"""
+    returns an error for it; here it is stored raw.)  An :class:`EncodedCode`
+    gives the encoding it carries."""
+    if isinstance(code, EncodedCode):
+        return code.encoded
     code = bytes(code)
     packed = bz2.compress(code, 9)
     if len(packed) <= len(code):
         return packed, md5_hex(code), len(code)
     return code, md5_hex(code), 0
+
+
+class EncodedCode(bytes):
+    """Code bytes carrying their :func:`encode_blob` result, made ahead of
+    time (``kpatch apply`` compresses changed rows in its worker processes,
+    in parallel, rather than one by one where they are written).  Equal to,
+    and used as, the plain bytes; pickles with its encoding."""
+
+    encoded: tuple[bytes, str, int]
+
+    @classmethod
+    def of(cls, code: bytes) -> "EncodedCode":
+        """``code`` with its encoding made now."""
+        return _encoded_code(bytes(code), encode_blob(code))
+
+    def __reduce__(self):
+        return _encoded_code, (bytes(self), self.encoded)
+
+
+def _encoded_code(code: bytes, encoded: tuple[bytes, str, int]) -> EncodedCode:
+    out = EncodedCode(code)
+    out.encoded = encoded
+    return out
 
 
 def _bunzip2_capped(blob: bytes, size: int) -> bytes:

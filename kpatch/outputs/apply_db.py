@@ -16,11 +16,13 @@ a backup first (:mod:`kpatch.outputs.userdb`).
 
 Step 2 (decompressing and patching a blob) depends on the blob alone, so
 with kpatch's own patch functions and a DB of more than a few entries it
-runs in worker processes, one per CPU (:func:`jobs_for`); everything else
-(order, reports, staging, errors) stays in the calling process, in entry
-order, exactly as when run serially.  A second run finds nothing
-to change: patched blobs carry a provenance record (or, for relabelled code,
-a gfx1030 label) and identical bytes are not written again.
+runs in worker processes, one per CPU (:func:`jobs_for`), which also
+bzip2-compress each changed blob for the DB (unless the output DB already
+holds it); everything else (order, reports, staging, errors) stays in the
+calling process, in entry order, exactly as when run serially.  A second
+run finds nothing to change: patched blobs carry a provenance record (or,
+for relabelled code, a gfx1030 label) and identical bytes are not written
+again.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from kpatch.containers.kdb import KernelDB
+from kpatch.containers.kdb import EncodedCode, KernelDB, md5_hex
 from kpatch.containers.uri import Uri
 from kpatch.errors import KpatchError
 from kpatch.outputs.blobpatch import patch_blob
@@ -52,7 +54,7 @@ ChangeFn = Callable[[str, bytes, bytes], None]
 #: Sources with fewer rows than this are patched in the calling process.
 MIN_PARALLEL_ENTRIES = 8
 #: Blobs handed out per worker ahead of the one being reported.
-AHEAD_PER_WORKER = 2
+AHEAD_PER_WORKER = 4
 
 
 def output_args(kernel_args: str, mode: str) -> str | None:
@@ -113,6 +115,17 @@ class DbApplyResult:
         for s in ("patched", "refused", "untouched"):
             out.setdefault(f"kernels_{s}", 0)
         return out
+
+
+def _stored_hash(db: KernelDB | None, name: str, args: str | None) -> str | None:
+    """The ``kernel_hash`` of the row ``db`` holds under the key, or None."""
+    if db is None or args is None:
+        return None
+    try:
+        row = db.get(name, args)
+        return row.kernel_hash if row is not None else None
+    except KpatchError:
+        return None
 
 
 def _existing_code(db: KernelDB | None, name: str, args: str) -> bytes | None:
@@ -221,7 +234,7 @@ def _apply_source(src: str, result: DbApplyResult, existing: KernelDB | None, st
         n = jobs if jobs is not None else jobs_for(patch_fn, is_patched)
         if n > 1 and db.count() < MIN_PARALLEL_ENTRIES:
             n = 1
-        outcomes = _patched(db.entries(), kw, n, keep_pairs=on_change is not None)
+        outcomes = _patched(db.entries(), kw, n, keep_pairs=on_change is not None, existing=existing)
         for entry, outcome in outcomes:
             report = _entry_report(entry, outcome, base, existing, staged, staged_keys, on_change, mode)
             result.entries.append(report)
@@ -258,16 +271,24 @@ def _init_worker(kw: dict, keep_pairs: bool) -> None:
     _WORKER_KW.update(kw, keep_pairs=keep_pairs)
 
 
-def _patch_in_worker(entry) -> Outcome:
+def _patch_in_worker(entry, stored_hash: str | None) -> Outcome:
+    """Step 2 in a worker; a changed blob comes back with its DB encoding
+    made here, in parallel, unless it is the code the output DB holds
+    (``stored_hash``: nothing will be written)."""
     kw = dict(_WORKER_KW)
     keep = kw.pop("keep_pairs")
-    return _patch_entry(entry, kw, keep)
+    out = _patch_entry(entry, kw, keep)
+    if out is not None and out[0] == "ok" and out[1].data is not None and md5_hex(out[1].data) != stored_hash:
+        out[1].data = EncodedCode.of(out[1].data)
+    return out
 
 
-def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool) -> Iterator[tuple[object, Outcome]]:
+def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool,
+             existing: KernelDB | None = None) -> Iterator[tuple[object, Outcome]]:
     """(entry, outcome) of every entry, in order; with ``jobs`` > 1 the
     patching runs in that many forked worker processes, a few entries ahead
-    of the one yielded."""
+    of the one yielded (``existing``: the output DB, whose rows need not be
+    encoded again)."""
     if jobs <= 1:
         for entry in entries:
             yield entry, _patch_entry(entry, kw, keep_pairs)
@@ -289,10 +310,12 @@ def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool) -> Ite
                 if entry is None:
                     done = True
                     break
-                if output_args(entry.kernel_args, kw["mode"]) is None:
+                out_args = output_args(entry.kernel_args, kw["mode"])
+                if out_args is None:
                     pending.append((entry, None))  # nothing to do: no need to send it
                 else:
-                    pending.append((entry, pool.submit(_patch_in_worker, entry)))
+                    stored = _stored_hash(existing, entry.kernel_name, out_args)
+                    pending.append((entry, pool.submit(_patch_in_worker, entry, stored)))
             if not pending:
                 if broke is not None:
                     raise broke

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kpatch.errors import UsageError
+from kpatch.rewrite.patcher import DEFAULT_RULE_SETS as ENGINE_DEFAULTS
 
 #: The three modes of `kpatch apply` (see kpatch/outputs/device.py for the default).
 MODES = ("override", "native", "relabel")
@@ -32,12 +33,9 @@ MODES = ("override", "native", "relabel")
 SOURCE_PROCESSOR = {"override": "gfx1030", "native": "gfx1030", "relabel": "gfx1010"}
 RESULT_PROCESSOR = {"override": "gfx1030", "native": "gfx1010", "relabel": "gfx1030"}
 
-#: Rule sets used when the user gives no ``--rules`` (names defined by the rules engine).
-DEFAULT_RULE_SETS = {
-    "override": ["gfx1010-hazards", "gfx1010-isa"],
-    "native": ["gfx1010-hazards", "gfx1010-isa", "retarget-gfx1010"],
-    "relabel": [],
-}
+#: Rule sets used when the user gives no ``--rules``: the rules engine's
+#: defaults (relabel changes no code and uses none).
+DEFAULT_RULE_SETS = {**{m: list(s) for m, s in ENGINE_DEFAULTS.items()}, "relabel": []}
 
 KERNEL_STATUSES = ("patched", "refused", "untouched")
 

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
-from kpatch.analysis.decodememo import decode
+from kpatch.analysis.decodememo import decode_ranges
 from kpatch.isa.instruction import Instruction
 
 S_CODE_END = 0xBF9F0000
@@ -253,9 +254,8 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     insts: list[Instruction] = []
     unit_of: list[int] = []
     problems: list[Problem] = []
-    for ui, u in enumerate(units):
-        body = data[u.start - start:u.end - start]
-        got = decode(body, target, u.start)
+    bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
+    for ui, (u, got) in enumerate(zip(units, bodies)):
         if not u.sized:
             got = got[:_trim_padding(got)]
             u.end = got[-1].address + got[-1].size if got else u.start
@@ -344,6 +344,9 @@ def _getpc_pattern(insts: list[Instruction], g: int, last: int):
 
 
 _SCALAR_CONTROL = frozenset({"SOPP", "SOPK", "SOP1"})  # the formats PC-relative instructions use
+_FORMAT = attrgetter("d.fmt")
+#: every branch's mnemonic starts so (a cheap test before Instruction.is_branch)
+_BRANCH_PREFIXES = ("s_branch", "s_cbranch_")
 
 
 def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
@@ -351,17 +354,15 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
     first, last = u.first, u.last
     if u.count == 0:
         return
-    control: list[int] = []
-    for i in range(first, last + 1):
-        fmt = insts[i].d.fmt
-        if fmt is None:
-            ins = insts[i]
-            _problem(scan, ui, ins.address, "A", "undecodable",
-                     f"word {ins.raw.hex()} at {ins.address:#x} in {u.name} does not decode for "
-                     f"{scan.target}")
-            return
-        if fmt.name in _SCALAR_CONTROL:
-            control.append(i)
+    fmts = list(map(_FORMAT, insts[first:last + 1]))
+    bad = next((k for k, fmt in enumerate(fmts) if fmt is None), None)
+    if bad is not None:
+        ins = insts[first + bad]
+        _problem(scan, ui, ins.address, "A", "undecodable",
+                 f"word {ins.raw.hex()} at {ins.address:#x} in {u.name} does not decode for "
+                 f"{scan.target}")
+        return
+    control = [i for i, fmt in enumerate(fmts, first) if fmt.name in _SCALAR_CONTROL]
     end = insts[last]
     if end.address + end.size != u.end:
         _problem(scan, ui, end.address, "A", "undecodable",
@@ -377,7 +378,7 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
         m = ins.mnemonic
         if m in ("s_setpc_b64", "s_swappc_b64"):
             jumps.append(i)
-        elif ins.is_branch or m == "s_call_b64":
+        elif m == "s_call_b64" or m.startswith(_BRANCH_PREFIXES) and ins.is_branch:
             t = ins.branch_target
             j = scan.index_at.get(t)
             if j is None:

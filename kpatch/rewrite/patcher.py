@@ -34,11 +34,13 @@ from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
 from kpatch.rewrite import headers
 from kpatch.rewrite.edits import Edit, Refusal
-from kpatch.rewrite.provenance import add_provenance, provenance_record, read_provenance
+from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext
+from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
 from kpatch.rewrite.rules import Rule, RuleSet, load_all
 
 MADE_SAFE_FOR = "gfx1010"
+KEEPS = ("keep-legacy-mad",)  # approximation fixes that leave the instruction as it is
 SOURCE_ISA = "gfx1030"
 MODES = ("override", "native")
 DEFAULT_RULE_SETS = {
@@ -100,9 +102,21 @@ def _finding_rules(sets: list[RuleSet]) -> dict[str, Rule]:
     out: dict[str, Rule] = {}
     for s in sets:
         for r in s.rules:
-            if r.match_kind == "finding":
+            if r.match_kind == "finding" and not s.approximation:
                 out.setdefault(r.finding, r)
     return out
+
+
+def _approx_rules(sets: list[RuleSet]) -> list[Rule]:
+    """Finding rules of the approximation sets the user opted in to."""
+    return [r for s in sets if s.approximation for r in s.rules if r.match_kind == "finding"]
+
+
+def _no_exact_fix(f) -> str:
+    """Why ``f`` refuses its kernel, naming the approximation that exists, if any."""
+    reason = f"{f.cls} at {f.address:#x}: {f.blocker or 'no exact gfx1010 fix'}"
+    hint = next((a for m, a in APPROX_FOR.items() if m in f.detail), None)
+    return reason + (f" (approximation: --allow-approx {hint})" if hint else "")
 
 
 def _vsharp_edit(co: CodeObject, rule: Rule, finding) -> Edit:
@@ -120,10 +134,16 @@ def _vsharp_edit(co: CodeObject, rule: Rule, finding) -> Edit:
                 note="clear LLC_NOALLOC")
 
 
-def _edits_for_finding(co: CodeObject, rule: Rule, finding) -> list[Edit]:
+def _edits_for_finding(ctx: FixContext, rule: Rule, finding) -> list[Edit]:
     """The edits ``rule`` asks for at ``finding``; _KernelRefused when it cannot be done exactly."""
+    co = ctx.co
     if rule.fix == "vsharp-llc-noalloc":
         return [_vsharp_edit(co, rule, finding)]
+    if rule.fix in FIXES:
+        try:
+            return FIXES[rule.fix](ctx, finding, rule.id)
+        except CannotFix as e:
+            raise _KernelRefused(e.reason) from None
     if rule.fix is not None:
         raise _KernelRefused(f"{finding.cls} at {finding.address:#x} needs the '{rule.fix}' transformation, "
                              f"which kpatch does not perform yet (it refuses rather than guesses)")
@@ -135,6 +155,35 @@ def _edits_for_finding(co: CodeObject, rule: Rule, finding) -> list[Edit]:
     if rule.insert_after:
         edits.append(Edit(finding.address, "insert_after", _built(rule.insert_after), rule.id))
     return edits
+
+
+def _matching(rules: list[Rule], finding, ctx: FixContext) -> Rule | None:
+    """The first of ``rules`` that applies to ``finding`` (looking at its instruction)."""
+    cand = [r for r in rules if r.finding == finding.cls]
+    if not cand or ctx.kernel is None:
+        return None
+    inst = ctx.code.at(finding.address)
+    return next((r for r in cand if r.matches_finding(finding, inst)), None)
+
+
+def _vgpr_growth(data: bytes, contexts: dict[str, FixContext], outcomes: dict) -> bytes:
+    """Grow the VGPR allocation (descriptor) and ``.vgpr_count`` (metadata) of
+    the patched kernels whose fixes took spare VGPRs."""
+    grown = {c.kernel.symbol: c.budget for n, c in contexts.items()
+             if c.budget is not None and c.budget.used and outcomes[n].status == "patched"}
+    for sym, b in grown.items():
+        if b.new_allocation is not None:
+            data = headers.set_descriptor_field(data, sym, "GRANULATED_WORKITEM_VGPR_COUNT",
+                                                b.new_allocation // b.granule - 1)
+    counts = {sym: b.next for sym, b in grown.items() if b.vgpr_count is not None and b.next > b.vgpr_count}
+    if counts:
+        def update(md):
+            for kmd in md.kernels:
+                if kmd.get(".symbol") in counts:
+                    kmd[".vgpr_count"] = counts[kmd[".symbol"]]
+
+        data = headers.set_metadata(data, update)
+    return data
 
 
 @lru_cache(maxsize=1024)
@@ -239,6 +288,9 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
 
     by_finding = _finding_rules(sets)
+    approx = _approx_rules(sets)
+    kernel_objs = {k.name: k for k in co.kernels}
+    contexts: dict[str, FixContext] = {}
     set_ids = {s.id for s in sets}
     pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
     report = analyse(co, MADE_SAFE_FOR)
@@ -249,14 +301,20 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     for kr in report.kernels:
         used: list[str] = []
         edits: list[Edit] = []
+        ctx = contexts[kr.name] = FixContext(co, kernel_objs.get(kr.name))
         try:
             if kr.verdict.status == "unpatchable" and not kr.findings:
                 raise _KernelRefused("; ".join(kr.verdict.reasons) or "not analysable")
             for f in kr.findings:
                 if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
                     continue
+                a = _matching(approx, f, ctx)
+                if a is not None:
+                    edits.extend(_edits_for_finding(ctx, a, f))
+                    used.append(a.id)
+                    continue
                 if f.fix is None:
-                    raise _KernelRefused(f"{f.cls} at {f.address:#x}: {f.blocker or 'no exact gfx1010 fix'}")
+                    raise _KernelRefused(_no_exact_fix(f))
                 if f.cls == "LdsMisalignedBug":
                     if "cu-mode" not in set_ids:
                         raise _KernelRefused("LdsMisalignedBug needs rule set cu-mode, which was not chosen")
@@ -270,8 +328,9 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                 rule = by_finding.get(f.cls)
                 if rule is None:
                     raise _KernelRefused(f"{f.cls} at {f.address:#x} needs rule set {f.fix}, which was not chosen")
-                edits.extend(_edits_for_finding(co, rule, f))
+                edits.extend(_edits_for_finding(ctx, rule, f))
                 used.append(rule.id)
+            edits = list(dict.fromkeys(edits))  # e.g. one s_clause dropped for several findings
             if kr.name in ranges:
                 pe = _pattern_edits(co, pattern_rules, *ranges[kr.name])
                 taken = {e.address for e in edits if e.action == "replace"}
@@ -287,42 +346,63 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         outcomes[kr.name] = KernelOutcome(kr.name, "patched" if rules else "untouched", "", rules)
 
     all_edits = [e for es in edits_by_kernel.values() for e in es]
+    chosen = dict(outcomes)  # before the rewriter's refusals
+    done: dict = {}  # what the last call of finalize decided: record, relocations, note
+
+    def finalize(result) -> tuple[bytes, dict] | None:
+        """The header edits (on the original bytes: they do not depend on
+        where code went) and the provenance note for the rewriter's result,
+        laid out in the same pass as the code; None when nothing changed."""
+        outcomes.update(chosen)
+        for r in result.refused:
+            if r.kernel in outcomes:
+                outcomes[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
+        done.clear()
+        done["relocations"] = relocated = result.relocations or {}
+        patched = [k for k in co.kernels if outcomes[k.name].status != "refused"]
+        cu = [k for k in patched if k.name in cu_kernels]
+        try:
+            base = _vgpr_growth(data, contexts, outcomes)
+            if cu:
+                base = _cu_mode(base, cu)
+            if mode == "native":
+                base = _retarget(base, co)
+        except KpatchError as e:
+            done["note"] = e.reason
+            raise _KernelRefused(f"header rewrite failed: {e.reason}") from None
+        if result.data == data and base == data and not any(o.status == "patched" for o in outcomes.values()):
+            return None
+        applied = sorted({r for o in outcomes.values() for r in o.rules})
+        done["record"] = rec = provenance_record(
+            data, rules=applied, made_safe_for=MADE_SAFE_FOR, mode=mode, rule_sets=[s.id for s in sets],
+            refused=[o.name for o in outcomes.values() if o.status == "refused"], relocations=relocated)
+        try:
+            return base, dict([provenance_section(base, rec)])
+        except KpatchError as e:
+            raise _KernelRefused(f"cannot record provenance: {e.reason}") from None
+
     try:
-        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True)
+        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=finalize)
     except Refusal as e:
         return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
-    for r in result.refused:
-        if r.kernel in outcomes:
-            outcomes[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
-    new = result.data
-    relocated = result.relocations or {}
-    patched = [k for k in co.kernels if outcomes[k.name].status != "refused"]
-    cu = [k for k in patched if k.name in cu_kernels]
-    try:
-        if cu:
-            new = _cu_mode(new, cu)
-        if mode == "native":
-            new = _retarget(new, co)
-    except KpatchError as e:
-        return PatchResult(None, [KernelOutcome(n, "refused", f"header rewrite failed: {e.reason}") for n in names],
-                           False, note=e.reason)
-    if new == data and not any(o.status == "patched" for o in outcomes.values()):
+    except _KernelRefused as e:
+        return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False,
+                           note=done.get("note", e.reason))
+    relocated, rec = done["relocations"], done.get("record")
+    if rec is None:
         return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated)
-    applied = sorted({r for o in outcomes.values() for r in o.rules})
-    rec = provenance_record(data, rules=applied, made_safe_for=MADE_SAFE_FOR, mode=mode,
-                            rule_sets=[s.id for s in sets],
-                            refused=[o.name for o in outcomes.values() if o.status == "refused"],
-                            relocations=relocated)
-    new = add_provenance(new, rec)
-    problems = verify(new, outcomes, mode, {s.id for s in sets})
+    new = result.data
+    problems = verify(new, outcomes, mode, {s.id for s in sets}, kept=[r for r in approx if r.fix in KEEPS])
     if problems:
         reason = "verification after patching failed: " + "; ".join(problems[:3])
         return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False, note=reason)
     return PatchResult(new, [outcomes[n] for n in names], True, relocations=relocated, provenance=rec)
 
 
-def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, set_ids: set[str]) -> list[str]:
-    """Findings left in patched kernels that the chosen rule sets should have removed."""
+def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, set_ids: set[str],
+           kept: list[Rule] = ()) -> list[str]:
+    """Findings left in patched kernels that the chosen rule sets should have
+    removed (``kept``: approximation rules that leave their instruction as it is)."""
     co = CodeObject.from_bytes(new)
     report = analyse(co, MADE_SAFE_FOR)
     problems = []
@@ -335,5 +415,15 @@ def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, set_ids: s
                 continue
             if f.cls == "LdsMisalignedBug" and "cu-mode" not in set_ids:
                 continue
+            if kept and _kept(co, kept, f):
+                continue
             problems.append(f"{kr.name}: {f.cls} at {f.address:#x}")
     return problems
+
+
+def _kept(co: CodeObject, kept: list[Rule], f) -> bool:
+    """True when an approximation the user chose leaves ``f``'s instruction as it is."""
+    text = co.section(".text")
+    off = f.address - text.addr
+    inst = decode(co.text[off:off + 16], SOURCE_ISA, f.address)[0]
+    return any(r.matches_finding(f, inst) for r in kept)

@@ -64,22 +64,28 @@ def _find(co: CodeObject):
 
 def add_provenance(data: bytes, record: dict) -> bytes:
     """``data`` with the kpatch provenance note set to ``record`` (added or replaced)."""
+    index, body = provenance_section(data, record)
+    return replace_section(bytes(data), index, body)
+
+
+def provenance_section(data: bytes, record: dict) -> tuple[int, bytes]:
+    """(index, new contents) of the note section of ``data`` that holds the
+    provenance note set to ``record``: what :func:`add_provenance` lays
+    out, for callers that lay the object out themselves (the patcher adds it
+    in the same pass as its code edits)."""
     desc = encode_record(record)
     co = CodeObject.from_bytes(data)
     old = _find(co)
     if old is not None:
-        index, body = replace_note(co.data, old, desc)
-    else:
-        anchor = co.metadata_note or (co.elf.notes[0] if co.elf.notes else None)
-        if anchor is None:
-            raise UsageError("the code object has no note section to hold the provenance note")
-        s = note_section(co.data, anchor)
-        body = co.data[s.offset:s.offset + s.size]
-        align = anchor.align
-        body += bytes(-len(body) % align) + note_bytes(PROVENANCE_OWNER, NT_KPATCH_PROVENANCE,
-                                                        desc, align)
-        index = s.index
-    return replace_section(co.data, index, body)
+        return replace_note(co.data, old, desc)
+    anchor = co.metadata_note or (co.elf.notes[0] if co.elf.notes else None)
+    if anchor is None:
+        raise UsageError("the code object has no note section to hold the provenance note")
+    s = note_section(co.data, anchor)
+    body = co.data[s.offset:s.offset + s.size]
+    align = anchor.align
+    body += bytes(-len(body) % align) + note_bytes(PROVENANCE_OWNER, NT_KPATCH_PROVENANCE, desc, align)
+    return s.index, body
 
 
 def read_provenance(data: bytes) -> dict | None:

@@ -60,6 +60,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Callable
 
 from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import ET_REL, SHT_NULL
@@ -90,17 +91,28 @@ class RewriteResult:
     applied: list[Edit] = field(default_factory=list)  # the edits that were applied
 
 
-def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool = True) -> RewriteResult:
+#: Called with a rewrite's result; returns None to keep it, or what to lay the
+#: object out with once more, keeping the code layout the rewrite decided:
+#: the object's bytes with header-only changes (same sections, same ``.text``;
+#: e.g. descriptor bits, e_flags) and new section contents (e.g. a note that
+#: records the result).
+Finalize = Callable[[RewriteResult], "tuple[bytes, dict[int | str, bytes]] | None"]
+
+
+def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool = True,
+                finalize: Finalize | None = None) -> RewriteResult:
     """Apply ``edits`` to the code object ``data`` whose code is ``target`` code.
 
     ``target`` names the ISA the code is decoded as (``gfx1030`` for the
     objects kpatch patches).  ``offset3f``: fix every branch that relocation
     gives the offset 0x3f (needed when the result runs on gfx1010).
+    ``finalize`` (see :data:`Finalize`) adds what depends on the result
+    without scanning and laying out the code a second time.
     Raises :class:`Refusal` when the object cannot be rewritten at all and
     :class:`~kpatch.errors.UsageError` for edits that do not name an
     instruction or hold code that does not decode.
     """
-    return rewrite(data, target, edits, offset3f=offset3f)
+    return rewrite(data, target, edits, offset3f=offset3f, finalize=finalize)
 
 
 # ---------------------------------------------------------------------------
@@ -330,7 +342,8 @@ def _scan(co: CodeObject, target: str | None) -> TextScan | None:
 
 
 def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f: bool = True,
-            section_contents: dict[int | str, bytes] | None = None) -> RewriteResult:
+            section_contents: dict[int | str, bytes] | None = None,
+            finalize: Finalize | None = None) -> RewriteResult:
     """Apply ``edits`` and give sections (by index or name) new contents
     (``section_contents``, e.g. a re-encoded ``.note``), moving whatever has to move.  ``target`` may be
     None to decode the code for the object's own target.  See :func:`apply_edits`."""
@@ -363,7 +376,11 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
             plan, lay = _decide(scan, slots, conflicts, offset3f)
         try:
             try:
-                return _finish(co, scan, lay, plan, contents, target, offset3f)
+                result = _finish(co, scan, lay, plan, contents, target, offset3f)
+                again = finalize(result) if finalize is not None else None
+                if again is None:
+                    return result
+                return _finish_again(co, scan, lay, plan, contents, target, offset3f, edits, *again)
             except (struct.error, OverflowError):
                 # only odd inputs get here (addresses near 2**64 and the like)
                 raise Refusal("cannot relocate: a moved address or offset no longer fits its "
@@ -443,6 +460,25 @@ def _finish(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan:
     result.relocations = stats
     CodeObject.from_bytes(out)  # the result must still parse
     return result
+
+
+def _finish_again(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
+                  contents: dict[int | str, bytes], target: str | None, offset3f: bool, edits: list[Edit],
+                  base: bytes, more: dict[int | str, bytes]) -> RewriteResult:
+    """The rewrite of ``base`` (``co`` with header-only changes) with the
+    ``more`` section contents, reusing the scan and code layout made for
+    ``co`` (see :data:`Finalize`); a base whose sections or code differ is
+    rewritten from the start."""
+    new = CodeObject.from_bytes(base)
+    contents = {**contents, **more}
+    if not _same_layout(co, new):
+        return rewrite(base, target, edits, offset3f=offset3f, section_contents=contents)
+    return _finish(new, scan, lay, plan, contents, target, offset3f)
+
+
+def _same_layout(a: CodeObject, b: CodeObject) -> bool:
+    """Same section and program headers, and the same code?"""
+    return a.elf.sections == b.elf.sections and a.elf.segments == b.elf.segments and a.text == b.text
 
 
 def _fix_getpc(scan: TextScan, lay: TextLayout, text: bytearray, amap: AddressMap, d: int) -> int:

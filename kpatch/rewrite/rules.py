@@ -6,6 +6,8 @@ A rule file holds one rule set::
     id = "gfx1010-hazards"            # what --rules names
     title = "..."                     # one line
     description = "..."               # what the set does to the hardware
+    approximation = true              # optional: the set changes results slightly;
+                                      # used only when named with --allow-approx
 
     [[rule]]
     id = "KH001"                      # stable code, never reused
@@ -15,6 +17,8 @@ A rule file holds one rule set::
                                       # kpatch cannot verify without the GPU
     # what it matches: exactly one of
     match.finding = "VMEMtoScalarWriteHazard"        # a class from `kpatch scan --target gfx1010`
+                                                     #   (may add match.mnemonic: only findings at
+                                                     #   instructions whose mnemonic matches)
     match.mnemonic = "^global_load_"                 # or an instruction pattern (regex, full match)
     match.format = ["FLAT", "MUBUF"]                 #   optional: formats
     match.fields = { glc = 0 }                       #   optional: field values that must hold
@@ -55,7 +59,7 @@ HEADER_KEYS = {
     "wgp_mode": bool,  # RSRC1.WGP_MODE and .workgroup_processor_mode
 }
 NAMED_FIXES = ("flat-offset-fold", "scratch-offset-fold", "nsa-to-contiguous", "opcode-reuse",
-               "vsharp-llc-noalloc", "drop-clause")
+               "vsharp-llc-noalloc", "drop-clause", "keep-legacy-mad", "dot2-fma-mix")
 
 _ID = re.compile(r"^K[A-Z]\d{3}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -94,6 +98,14 @@ class Rule:
     fix: str | None = None
     header: tuple[tuple[str, object], ...] = ()
 
+    def matches_finding(self, finding, inst) -> bool:
+        """True when a finding rule applies to ``finding`` at instruction ``inst`` (None: unknown)."""
+        if self.match_kind != "finding" or finding.cls != self.finding:
+            return False
+        if self.mnemonic is None:
+            return True
+        return inst is not None and not inst.is_unknown and bool(self.mnemonic.fullmatch(inst.mnemonic))
+
     def matches_instruction(self, inst) -> bool:
         """True when an instruction-pattern rule applies to ``inst`` (decoded Instruction)."""
         if self.match_kind != "mnemonic" or inst.is_unknown:
@@ -115,6 +127,7 @@ class RuleSet:
     description: str
     path: str
     rules: list[Rule] = field(default_factory=list)
+    approximation: bool = False  # results change slightly: only with --allow-approx
 
 
 def _err(path: str, where: str, reason: str) -> FormatError:
@@ -176,7 +189,7 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
     match = raw.get("match")
     if not isinstance(match, dict):
         raise _err(path, f"{where}.match", "is required (a table)")
-    kinds = [k for k in MATCH_KINDS if k in match]
+    kinds = [k for k in MATCH_KINDS if k in match and not (k == "mnemonic" and "finding" in match)]
     if len(kinds) != 1:
         raise _err(path, f"{where}.match", f"needs exactly one of {', '.join(MATCH_KINDS)}")
     for k in match:
@@ -189,6 +202,8 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
         if not isinstance(match["finding"], str):
             raise _err(path, f"{where}.match.finding", "must be a finding class name")
         kw["finding"] = match["finding"]
+        if "mnemonic" in match:
+            kw["mnemonic"] = _regex(path, f"{where}.match.mnemonic", match["mnemonic"])
     elif kind == "mnemonic":
         kw["mnemonic"] = _regex(path, f"{where}.match.mnemonic", match["mnemonic"])
         fmts = match.get("format", [])
@@ -250,7 +265,10 @@ def load_file(path: str) -> RuleSet:
     rules = doc.get("rule", [])
     if not isinstance(rules, list) or not rules:
         raise _err(path, "[[rule]]", "a rule set needs at least one rule")
-    rs = RuleSet(head["id"], head["title"].strip(), head["description"].strip(), path)
+    if not isinstance(head.get("approximation", False), bool):
+        raise _err(path, "[set].approximation", "must be true or false")
+    rs = RuleSet(head["id"], head["title"].strip(), head["description"].strip(), path,
+                 approximation=head.get("approximation", False))
     seen: set[str] = set()
     for i, raw in enumerate(rules):
         r = _rule(path, rs.id, i, raw)

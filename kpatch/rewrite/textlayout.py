@@ -21,8 +21,11 @@ moves code again, until no relocated branch has 0x3f.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from kpatch.isa import build, encode
+import numpy as np
+
+from kpatch.isa import build
 from kpatch.rewrite.codescan import TextScan
 from kpatch.rewrite.edits import Slot
 
@@ -47,6 +50,11 @@ class TextLayout:
     end: int = 0  # new end address of .text
     new_simm: dict[int, int] = field(default_factory=dict)  # branch index -> new signed offset
     out_of_range: list[int] = field(default_factory=list)  # branch indices
+    # landing and new_addr as arrays, for the branch offsets
+    landing_array: np.ndarray | None = field(default=None, repr=False, compare=False)
+    new_addr_array: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _built: tuple | None = field(default=None, repr=False, compare=False)  # what build() made
+    _amap: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -89,8 +97,11 @@ class TextLayout:
 
     @property
     def address_map(self) -> dict[int, int]:
-        """Old address -> new address of every original instruction."""
-        return dict(zip(_addresses(self.scan), self.new_addr))
+        """Old address -> new address of every original instruction (made
+        once; not to be changed)."""
+        if self._amap is None:
+            self._amap = dict(zip(_addresses(self.scan), self.new_addr))
+        return self._amap
 
     def moved(self) -> bool:
         """Did any instruction change address?"""
@@ -99,7 +110,15 @@ class TextLayout:
     # -- bytes ---------------------------------------------------------------------
     def build(self) -> tuple[bytearray, list[tuple[int, int, str]]]:
         """New ``.text`` bytes (branches retargeted; getpc literals not yet) and the
-        inserted code as (new address, size, rule)."""
+        inserted code as (new address, size, rule): made once, a fresh copy
+        for each caller (the object may be written more than once with the
+        same code layout)."""
+        if self._built is None:
+            text, inserted = self._build()
+            self._built = bytes(text), inserted
+        return bytearray(self._built[0]), list(self._built[1])
+
+    def _build(self) -> tuple[bytearray, list[tuple[int, int, str]]]:
         sc = self.scan
         base = sc.start
         out = bytearray(self.size)
@@ -160,33 +179,64 @@ class TextLayout:
         for i, simm in self.new_simm.items():
             ins = insts[i]
             at = self.new_addr[i] - base
-            out[at:at + ins.size] = encode(ins, simm16=simm & 0xFFFF)
+            out[at:at + ins.size] = _with_simm16(ins, simm)
         inserted.sort()
         return out, inserted
 
 
+def _with_simm16(ins, simm: int) -> bytes:
+    """The bytes of a branch or call with a new offset: what ``encode(ins,
+    simm16=...)`` gives, without re-packing every field (there can be tens
+    of thousands)."""
+    fmt = ins.d.fmt
+    raw = ins.raw
+    v = fmt.field("simm16").put(int.from_bytes(raw[:fmt.size], "little"), simm & 0xFFFF)
+    return v.to_bytes(fmt.size, "little") + raw[fmt.size:]
+
+
 def _addresses(scan: TextScan) -> list[int]:
     """Old address of every instruction (worked out once per scan)."""
-    a = scan.__dict__.get("_kp_addresses")
-    if a is None or len(a) != len(scan.insts):
-        a = scan.__dict__["_kp_addresses"] = [ins.address for ins in scan.insts]
-    return a
+    return _cached(scan, "_kp_addresses", lambda: _address_array(scan).tolist())
 
 
 def _ends(scan: TextScan) -> list[int]:
     """Old end address of every instruction (worked out once per scan)."""
-    e = scan.__dict__.get("_kp_ends")
-    if e is None or len(e) != len(scan.insts):
-        e = scan.__dict__["_kp_ends"] = [ins.address + ins.size for ins in scan.insts]
-    return e
+    return _cached(scan, "_kp_ends", lambda: _end_array(scan).tolist())
+
+
+def _address_array(scan: TextScan) -> np.ndarray:
+    """:func:`_addresses` as an array (worked out once per scan)."""
+    return _cached(scan, "_kp_address_array", lambda: np.fromiter(
+        map(_ADDRESS, scan.insts), dtype=np.int64, count=len(scan.insts)))
+
+
+def _end_array(scan: TextScan) -> np.ndarray:
+    """:func:`_ends` as an array (worked out once per scan)."""
+    return _cached(scan, "_kp_end_array", lambda: _address_array(scan) + np.fromiter(
+        map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts)))
+
+
+_ADDRESS = attrgetter("address")
+_SIZE = attrgetter("d.size")
+
+
+def _cached(scan: TextScan, key: str, make):
+    """A per-instruction table of ``scan``, made once (and again if the
+    instructions changed in number)."""
+    v = scan.__dict__.get(key)
+    if v is None or len(v) != len(scan.insts):
+        v = scan.__dict__[key] = make()
+    return v
 
 
 def _contiguous(scan: TextScan) -> bool:
     """Does every instruction of a unit start where the one before it ends?"""
     c = scan.__dict__.get("_kp_contiguous")
     if c is None:
-        a, e = _addresses(scan), _ends(scan)
-        c = all(e[i] == a[i + 1] for u in scan.units for i in range(u.first, u.first + u.count - 1))
+        a, e = _address_array(scan), _end_array(scan)
+        unit = np.asarray(scan.unit_of, dtype=np.int64)
+        same = unit[:-1] == unit[1:]  # i and i + 1 are in one unit
+        c = bool(np.all(e[:-1][same] == a[1:][same]))
         scan.__dict__["_kp_contiguous"] = c
     return c
 
@@ -200,16 +250,26 @@ def _marked_by_unit(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, in
     return out
 
 
-def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int]) -> TextLayout:
+def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
+           sizes: tuple[np.ndarray, np.ndarray]) -> TextLayout:
+    """Where every group, instruction and unit goes (``sizes``: what
+    :func:`_slot_sizes` gives for ``slots``).  A unit without edits or nops
+    moves whole; in the others each group follows the one before (positions
+    are running sums over the group sizes, worked out with numpy: this runs
+    for every round of the Offset3fBug fixpoint)."""
     lay = TextLayout(scan, slots, nops3f)
-    insts = scan.insts
-    n = len(insts)
-    addrs = _addresses(scan)
-    ends = _ends(scan)
+    addrs, ends = _address_array(scan), _end_array(scan)
+    group, before = sizes
+    if nops3f:
+        group = group.copy()
+        for i, k in nops3f.items():
+            group[i] += 4 * k
+    # offset of each group from the start of the code: running sum, exclusive
+    offset = np.cumsum(group) - group
+    landing = np.empty(len(group), dtype=np.int64)
+    new_addr = np.empty(len(group), dtype=np.int64)
+    group_end = np.empty(len(group), dtype=np.int64)
     marked = _marked_by_unit(scan, slots, nops3f)
-    landing = [0] * n
-    new_addr = [0] * n
-    group_end = [0] * n
     pos = scan.start
     for ui, u in enumerate(scan.units):
         g = scan.gaps[ui]
@@ -218,38 +278,41 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int]) -> Te
         start = u.start + _align_up(max(0, need - u.start), u.align)
         lay.gap_len.append(start - pos)
         lay.unit_start.append(start)
-        first, last = u.first, u.last
+        first, stop = u.first, u.first + u.count
         if ui not in marked:
             shift = start - u.start
-            if u.count:
-                moved = [a + shift for a in addrs[first:last + 1]]
-                landing[first:last + 1] = moved
-                new_addr[first:last + 1] = moved
-                group_end[first:last + 1] = [e + shift for e in ends[first:last + 1]]
+            landing[first:stop] = new_addr[first:stop] = addrs[first:stop] + shift
+            group_end[first:stop] = ends[first:stop] + shift
             pos = u.end + shift
+        elif u.count:
+            landing[first:stop] = offset[first:stop] + (start - offset[first])
+            new_addr[first:stop] = landing[first:stop] + before[first:stop]
+            group_end[first:stop] = landing[first:stop] + group[first:stop]
+            pos = int(group_end[stop - 1])
         else:
-            p = start
-            for i in range(first, last + 1):
-                ins = insts[i]
-                landing[i] = p
-                slot = slots.get(i)
-                if slot is None:
-                    new_addr[i] = p
-                    p += ins.size
-                else:
-                    p += len(slot.before_code())
-                    new_addr[i] = p
-                    p += len(slot.body(ins.raw)) + len(slot.after_code())
-                p += 4 * nops3f.get(i, 0)
-                group_end[i] = p
-            pos = p
+            pos = start
         lay.unit_end.append(pos)
     tail = scan.gaps[-1]
     lay.gap_start.append(pos)
     lay.gap_len.append(len(tail.data))
     lay.end = pos + len(tail.data)
-    lay.landing, lay.new_addr, lay.group_end = landing, new_addr, group_end
+    lay.landing, lay.new_addr, lay.group_end = landing.tolist(), new_addr.tolist(), group_end.tolist()
+    lay.landing_array, lay.new_addr_array = landing, new_addr
     return lay
+
+
+def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.ndarray]:
+    """The size of every instruction's group without Offset3fBug nops (its
+    inserted code and its own or replaced bytes) and of the code inserted
+    before it."""
+    group = _end_array(scan) - _address_array(scan)
+    before = np.zeros(len(group), dtype=np.int64)
+    insts = scan.insts
+    for i, slot in slots.items():
+        b = len(slot.before_code())
+        before[i] = b
+        group[i] = b + len(slot.body(insts[i].raw)) + len(slot.after_code())
+    return group, before
 
 
 def _align_up(v: int, a: int) -> int:
@@ -258,35 +321,43 @@ def _align_up(v: int, a: int) -> int:
 
 def _retarget(lay: TextLayout) -> list[int]:
     """Compute new branch offsets; return SOPP branches that now need the Offset3f fix."""
-    sc = lay.scan
-    insts = sc.insts
-    lay.new_simm = {}
-    lay.out_of_range = []
-    need3f = []
-    for i, t in sc.branches.items():
-        slot = lay.slots.get(i)
-        if slot is not None and slot.replace is not None:
-            continue  # replaced (edits on PC-relative instructions are refused earlier)
-        ins = insts[i]
-        old = ins.field("simm16")
-        delta = lay.landing[sc.index_at[t]] - (lay.new_addr[i] + 4)
-        simm = delta // 4
-        if not -0x8000 <= simm <= 0x7FFF:
-            lay.out_of_range.append(i)
-            continue
-        if (simm & 0xFFFF) != old:
-            lay.new_simm[i] = simm
-        if ins.is_branch and simm == OFFSET3F and old != OFFSET3F:
-            need3f.append(i)
-    return need3f
+    at, to, old, sopp = _branch_table(lay.scan)
+    keep = np.ones(len(at), dtype=bool)
+    replaced = [i for i, s in lay.slots.items() if s.replace is not None]
+    if replaced:  # (edits on PC-relative instructions are refused earlier)
+        keep &= ~np.isin(at, replaced)
+    simm = (lay.landing_array[to] - (lay.new_addr_array[at] + 4)) // 4
+    out = keep & ((simm < -0x8000) | (simm > 0x7FFF))
+    ok = keep & ~out
+    lay.out_of_range = at[out].tolist()
+    changed = ok & ((simm & 0xFFFF) != old)
+    lay.new_simm = dict(zip(at[changed].tolist(), simm[changed].tolist()))
+    return at[ok & sopp & (simm == OFFSET3F) & (old != OFFSET3F)].tolist()
+
+
+def _branch_table(scan: TextScan) -> tuple[np.ndarray, ...]:
+    """Of every branch and call (in ``scan.branches`` order): its index, its
+    target's index, its simm16 and whether it is a SOPP branch (worked out
+    once per scan)."""
+    t = scan.__dict__.get("_kp_branch_table")
+    if t is None or len(t[0]) != len(scan.branches):
+        insts = scan.insts
+        at = list(scan.branches)
+        t = scan.__dict__["_kp_branch_table"] = (
+            np.array(at, dtype=np.int64),
+            np.array([scan.index_at[a] for a in scan.branches.values()], dtype=np.int64),
+            np.array([insts[i].field("simm16") for i in at], dtype=np.int64),
+            np.array([insts[i].is_branch for i in at], dtype=bool))
+    return t
 
 
 def layout_text(scan: TextScan, slots: dict[int, Slot], *, offset3f: bool = True,
                 max_rounds: int = 1000) -> TextLayout:
     """Place every instruction; with ``offset3f``, run the Offset3fBug fixpoint."""
     nops3f: dict[int, int] = {}
+    sizes = _slot_sizes(scan, slots)
     for _ in range(max_rounds):
-        lay = _place(scan, slots, nops3f)
+        lay = _place(scan, slots, nops3f, sizes)
         need = _retarget(lay)
         if not offset3f or not need:
             return lay
