@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 
 import pytest
@@ -113,3 +114,47 @@ def test_cli_default_rule_sets_are_the_engines(tmp_path):
     assert not [k for k in kernels if k["status"] == "refused"]
     used = {r for k in kernels for r in k["rules"]}
     assert {"KM001", "KI003"} <= used
+
+
+@pytest.mark.corpus
+def test_host_library_drop_other_targets(tmp_path, librocrand):
+    """librocrand's one bundle grows when its gfx1030 entry is patched: without
+    --drop-other-targets it is refused (the next bytes are not padding), with it
+    the bundle keeps its host and gfx1030 entries only. Checked with LLVM's
+    tools: clang-offload-bundler lists exactly those two entries, the gfx1030
+    entry it unbundles is what `kpatch apply` makes of the code object alone,
+    and every byte outside the bundle's place is the original's."""
+    import subprocess
+
+    from conftest import need_tool
+
+    bundler = "/usr/lib/llvm-15/bin/clang-offload-bundler"
+    need_tool("llvm-objcopy-16")
+    out = tmp_path / "librocrand.so"
+    p = run_kpatch("apply", librocrand, "-o", str(out), "--mode", "override", "--json")
+    doc = json.loads(p.stdout)
+    [part] = doc["parts"]
+    assert part["status"] == "refused" and "--drop-other-targets" in part["reason"] and not out.exists()
+    p = run_kpatch("apply", librocrand, "-o", str(out), "--mode", "override", "--drop-other-targets", "--json")
+    assert p.returncode == 0, p.stderr
+    [part] = json.loads(p.stdout)["parts"]
+    assert part["status"] == "changed" and "dropped entries for other GPUs" in part["note"]
+    fatbin = tmp_path / "fatbin"
+    subprocess.run(["llvm-objcopy-16", "--dump-section", f".hip_fatbin={fatbin}", str(out), str(tmp_path / "x")],
+                   check=True)
+    listed = subprocess.run([bundler, "--list", "--type=o", f"--input={fatbin}"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert sorted(listed) == ["hipv4-amdgcn-amd-amdhsa--gfx1030", "host-x86_64-unknown-linux"]
+    entry = tmp_path / "gfx1030.co"
+    subprocess.run([bundler, "--unbundle", "--type=o", f"--input={fatbin}",
+                    "--targets=hipv4-amdgcn-amd-amdhsa--gfx1030", f"--output={entry}"], check=True)
+    alone = tmp_path / "alone.co"
+    p = run_kpatch("extract", part["uri"] + "&entry=hipv4-amdgcn-amd-amdhsa--gfx1030", "-o", str(alone))
+    assert p.returncode == 0, p.stderr
+    p = run_kpatch("apply", str(alone), "-o", str(alone) + ".patched", "--mode", "override")
+    assert p.returncode == 0, p.stderr
+    assert entry.read_bytes() == open(str(alone) + ".patched", "rb").read()
+    old, new = open(librocrand, "rb").read(), out.read_bytes()
+    off = int(re.search(r"offset=(\d+)", part["uri"])[1])
+    size = int(re.search(r"size=(\d+)", part["uri"])[1])
+    assert len(old) == len(new) and old[:off] == new[:off] and old[off + size + 1:] == new[off + size + 1:]

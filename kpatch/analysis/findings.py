@@ -160,7 +160,8 @@ CLASSES: tuple[FindingClass, ...] = (
        "Fold the offset into the 64-bit address: `v_mad_u64_u32 v[t:t+1], null, offset, 1, v[a:a+1]` "
        "into a VGPR pair no instruction of the kernel names, then the access on v[t:t+1] with offset "
        "0 (rule KI003).",
-       "Whether the address points at global, LDS or scratch memory.",
+       "Nothing beyond the rule itself: the folded address is the same whether it points at global, "
+       "LDS or scratch memory; the kernel is refused when no such VGPR pair can be had.",
        "gfx1010-isa", "fold the offset into the address"),
     _C("H012", "NegativeUnalignedScratchOffsetBug", "scratch access with a negative unaligned offset",
        "A scratch_* instruction with a VGPR address and a negative immediate offset that is not a "

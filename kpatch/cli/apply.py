@@ -212,10 +212,12 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
 
 
 def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: bool, as_json: bool,
-             patch_fn: Callable, is_patched: Callable, report: ReportPairs | None = None) -> int:
+             patch_fn: Callable, is_patched: Callable, report: ReportPairs | None = None,
+             drop_other_targets: bool = False) -> int:
     report = report or ReportPairs(None)
     result = apply_to_file(path, out, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
-                           is_patched=is_patched, dry_run=dry_run, on_change=report.on_change)
+                           is_patched=is_patched, dry_run=dry_run, on_change=report.on_change,
+                           drop_other_targets=drop_other_targets)
     counts = result.counts()
     errors = [{"uri": p.uri, "error": p.reason} for p in result.parts if p.status == "error"]
     if as_json:
@@ -252,13 +254,16 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
 @click.option("--allow-approx", "approx", multiple=True, metavar="NAME",
               help="Also use this approximation (a rule set that changes results slightly, e.g. "
                    "legacy-fma-as-mad, dot2-fma-mix; `kpatch rules NAME` explains it). Repeatable.")
+@click.option("--drop-other-targets", is_flag=True,
+              help="FILE is a host library: when a patched bundle no longer fits its place, keep only its "
+                   "host, gfx1030 and gfx1010 entries (the copy then runs on no other GPU).")
 @click.option("--report", type=click.Path(dir_okay=False),
               help="Also write an HTML diff report of every changed code object (written even with --dry-run).")
 @click.option("--dry-run", is_flag=True, help="Patch and report, but write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
 def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str | None, cu: int | None,
-              out_dir: str | None, rules: tuple[str, ...], approx: tuple[str, ...], report: str | None,
-              dry_run: bool, as_json: bool) -> None:
+              out_dir: str | None, rules: tuple[str, ...], approx: tuple[str, ...], drop_other_targets: bool,
+              report: str | None, dry_run: bool, as_json: bool) -> None:
     """Make gfx1030 kernels safe on gfx1010 and put them where MIOpen loads them.
 
     \b
@@ -268,8 +273,10 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         .kdb.bz2, or a user .ukdb, e.g. MIOpen's own run-time cache, which
         is then patched in place) into MIOpen's user kernel DB, which MIOpen
         consults before its system DB.
-    kpatch apply FILE -o OUT
-        the same for one code object, offload bundle or host library.
+    kpatch apply FILE -o OUT [--drop-other-targets]
+        the same for one code object, offload bundle or host library (whose
+        bundles are patched in place; one that grows past the next bundle is
+        refused unless --drop-other-targets makes room).
 
     \b
     Modes (default: HSA_OVERRIDE_GFX_VERSION=10.3.0 -> override; a gfx1010
@@ -306,13 +313,16 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         raise click.UsageError("FILE needs -o OUT")
     if file and (cu is not None or out_dir):
         raise click.UsageError("--cu and --out-dir are for --db")
+    if dbs and drop_other_targets:
+        raise click.UsageError("--drop-other-targets is for FILE (a host library), not --db")
     chosen = choose_mode(mode)
     rule_sets = choose_rule_sets(str(chosen.value), rules, approx)
     patch_fn = default_patch_fn(str(chosen.value))
     is_patched = default_provenance_fn()
     pairs = ReportPairs(report)
     if file:
-        code = run_file(file, out, chosen, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs)
+        code = run_file(file, out, chosen, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs,
+                        drop_other_targets)
     else:
         code = run_db([expand(d) for d in dbs], chosen, cu, out_dir, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs)
     sys.exit(code)

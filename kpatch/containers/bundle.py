@@ -273,6 +273,15 @@ def rewrite_bundle(original: Buffer, replacements: dict[str, bytes]) -> bytes:
     return write_bundle(items, align, pad_tail=pad_tail)
 
 
+def subset_bundle(original: Buffer, keep) -> tuple[bytes, list[str]]:
+    """The bundle ``original`` with only the entries ``keep(entry)`` accepts,
+    laid out with its alignment, and the ids of the entries left out."""
+    entries = parse_bundle(original)
+    align, pad_tail = infer_bundle_layout(original)
+    kept = [(e.id, bytes(e.data(original))) for e in entries if keep(e)]
+    return write_bundle(kept, align, pad_tail=pad_tail), [e.id for e in entries if not keep(e)]
+
+
 # ---------------------------------------------------------------------------
 # Compressed bundles (CCOB)
 # ---------------------------------------------------------------------------

@@ -9,7 +9,11 @@ offset.  Bundles start at 4 KiB boundaries, each followed by a NUL byte and
 zero padding, so a patched bundle may grow into the padding up to one byte
 before the start of the next bundle (or the end of the section); one that no
 longer fits is refused with the sizes, and the other bundles are still
-patched.  The library is copied to a
+patched - unless the user chose ``drop_other_targets``
+(``--drop-other-targets``): then such a bundle keeps only its host entries
+and its gfx1030/gfx1010 entries, which makes room (each entry for another
+GPU is typically megabytes) at the price of the library no longer running
+on those GPUs; it is refused if even that does not fit.  The library is copied to a
 temporary file next to OUT, patched there (one bundle in memory at a time)
 and renamed over OUT.
 
@@ -27,12 +31,13 @@ from dataclasses import dataclass, field
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from kpatch.containers.bundle import subset_bundle
 from kpatch.containers.discover import sniff
 from kpatch.containers.hostelf import FATBIN_SECTION, FatbinBundle, find_fatbin_bundles
 from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
 from kpatch.outputs.apply_db import ChangeFn
-from kpatch.outputs.blobpatch import patch_blob
+from kpatch.outputs.blobpatch import blob_kind, patch_blob
 from kpatch.outputs.files import write_atomic
 from kpatch.outputs.miopen_paths import check_output_dir
 from kpatch.outputs.patchfn import KernelOutcome, PatchFn, ProvenanceFn
@@ -88,8 +93,8 @@ def _read_head(path: str) -> bytes:
 
 
 def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
-                  is_patched: ProvenanceFn, dry_run: bool = False, on_change: ChangeFn | None = None
-                  ) -> FileApplyResult:
+                  is_patched: ProvenanceFn, dry_run: bool = False, on_change: ChangeFn | None = None,
+                  drop_other_targets: bool = False) -> FileApplyResult:
     """Patch ``path`` into ``out`` (see the module doc).  ``on_change`` is
     called with (label, original code object, patched code object) for each
     code object that changed."""
@@ -102,7 +107,7 @@ def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch
     kw = dict(mode=mode, rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
     result = FileApplyResult(os.path.abspath(path), os.path.abspath(out), kind, dry_run=dry_run)
     if kind == "hostelf":
-        _apply_host(path, out, result, dry_run, kw, on_change)
+        _apply_host(path, out, result, dry_run, kw, on_change, drop_other_targets)
         return result
     with open(path, "rb") as f:
         data = f.read()
@@ -149,8 +154,25 @@ def _report_pairs(on_change: ChangeFn | None, where: Uri, pairs) -> None:
             on_change(str(where.with_(entry=entry_id)) if entry_id else str(where), old, new)
 
 
+#: processors whose bundle entries --drop-other-targets keeps (the ones kpatch patches or labels)
+KEEP_PROCESSORS = ("gfx1030", "gfx1010")
+
+
+def _keep_entry(e) -> bool:
+    return e.is_host or e.target_id.split(":")[0] in KEEP_PROCESSORS
+
+
+def _make_room(data: bytes, room: int) -> tuple[bytes, list[str]] | None:
+    """``data`` (a patched plain bundle) without the entries for other GPUs,
+    if that fits in ``room`` bytes; None otherwise."""
+    if blob_kind(data) != "bundle":
+        return None
+    small, dropped = subset_bundle(data, _keep_entry)
+    return (small, dropped) if dropped and len(small) <= room else None
+
+
 def _apply_host(path: str, out: str, result: FileApplyResult, dry_run: bool, kw: dict,
-                on_change: ChangeFn | None) -> None:
+                on_change: ChangeFn | None, drop_other_targets: bool = False) -> None:
     bundles = find_fatbin_bundles(path)
     if not bundles:
         raise UsageError(f"host ELF file without a {FATBIN_SECTION} section: nothing to patch", path)
@@ -172,10 +194,15 @@ def _apply_host(path: str, out: str, result: FileApplyResult, dry_run: bool, kw:
                 continue
             # keep the NUL byte HIP puts after each bundle
             room = max(b.size, limits[b.offset] - b.offset - 1)
+            smaller = _make_room(r.data, room) if drop_other_targets and len(r.data) > room else None
+            if smaller is not None:
+                r.data, dropped = smaller
+                part.note = f"{part.note}; dropped entries for other GPUs: {', '.join(dropped)}".lstrip("; ")
             if len(r.data) > room:
                 part.status = "refused"
                 part.reason = (f"the patched bundle is {len(r.data)} bytes; only {room} fit before the next "
-                               f"bundle (was {b.size})")
+                               f"bundle (was {b.size})" + ("" if drop_other_targets else
+                                                           "; --drop-other-targets can make room"))
                 part.kernels = [KernelOutcome(k.name, "refused", part.reason, k.rules) if k.status == "patched"
                                 else k for k in part.kernels]
                 continue
