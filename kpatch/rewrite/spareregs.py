@@ -8,7 +8,8 @@ kernel does can read or clobber them:
 
 * the code is every instruction of the kernel's range, or of the whole
   ``.text`` when the kernel calls (``s_call_b64``, ``s_swappc_b64``,
-  ``s_setpc_b64``): a callee is then somewhere in ``.text``;
+  ``s_setpc_b64``: a callee is then somewhere in ``.text``) or its symbol
+  has no size;
 * ``first_free`` is one past the highest VGPR any of those instructions
   reads or writes, and at least the metadata's ``.vgpr_count`` (LLVM's own
   count, a cross-check of the decoder's register lists);
@@ -68,8 +69,10 @@ class KernelCode:
     def of(cls, co: CodeObject, kernel) -> "KernelCode":
         text = co.section(".text")
         lo = kernel.entry - text.addr
-        insts = decode(co.text[lo:lo + (kernel.code_size or 0)], SOURCE_ISA, kernel.entry)
-        calls = any(i.mnemonic in CALLS for i in insts if not i.is_unknown)
+        hi = lo + kernel.code_size if kernel.code_size else len(co.text)
+        insts = decode(co.text[lo:hi], SOURCE_ISA, kernel.entry)
+        # without a symbol size the kernel's extent is unknown: count all of .text
+        calls = not kernel.code_size or any(i.mnemonic in CALLS for i in insts if not i.is_unknown)
         return cls(kernel.name, insts, {i.address: k for k, i in enumerate(insts)}, calls)
 
     def at(self, address: int):

@@ -213,7 +213,10 @@ def test_drop_clause(tmp_path):
 
 # --- kernels built here, for what the fixtures do not have --------------------------
 
-def _build(tmp_path, body: str, vgprs: int = 32, metadata: bool = True) -> str:
+def _build(tmp_path, body: str, vgprs: int = 32, metadata: bool = True, after: str = "",
+           vgpr_count: int | None = None) -> str:
+    """A gfx1030 object with kernel ``k`` (``body``), ``vgprs`` allocated and
+    ``vgpr_count`` (default: ``vgprs``) in its metadata."""
     clang = need("clang-15")
     work = tmp_path / "build"
     work.mkdir(exist_ok=True)
@@ -223,9 +226,10 @@ def _build(tmp_path, body: str, vgprs: int = 32, metadata: bool = True) -> str:
             "amdhsa.kernels:\n  - .name: k\n    .symbol: k.kd\n    .kind: normal\n"
             "    .kernarg_segment_size: 0\n    .kernarg_segment_align: 4\n    .group_segment_fixed_size: 0\n"
             "    .private_segment_fixed_size: 0\n    .wavefront_size: 32\n    .sgpr_count: 32\n"
-            f"    .vgpr_count: {vgprs}\n    .max_flat_workgroup_size: 256\n    .args: []\n...\n"
+            f"    .vgpr_count: {vgpr_count or vgprs}\n    .max_flat_workgroup_size: 256\n    .args: []\n...\n"
             ".end_amdgpu_metadata\n") if metadata else ""
-    (work / "k.s").write_text('.include "kernel.inc"\nKERNEL k\n' + body + "\n    s_endpgm\nEND_KERNEL k\n" + meta)
+    (work / "k.s").write_text('.include "kernel.inc"\nKERNEL k\n' + body + "\n    s_endpgm\nEND_KERNEL k\n" + after
+                              + meta)
     subprocess.run([clang, "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1030",
                     "-mcode-object-version=4", "k.s", "-o", "k.hsaco"], cwd=work, check=True)
     return str(work / "k.hsaco")
@@ -349,3 +353,17 @@ def test_opcode_reuse_reencodes_by_mnemonic(tmp_path):
             [edit] = opcode_reuse(ctx, Finding("OpcodeReuse", inst.address, "test"), "KI002")
             assert edit.address == inst.address and len(edit.code) == inst.size
             assert llvm_text(edit.code, "gfx1010", tmp_path) == llvm_text(inst.raw, "gfx1030", tmp_path)
+
+
+def test_a_calling_kernel_counts_every_function(tmp_path):
+    """A kernel that calls may run any function of .text: its spare VGPRs start
+    above the VGPRs of the callee too (v40 here, named only in the callee)."""
+    callee = (".text\n.p2align 8\n.type callee,@function\ncallee:\n    v_mov_b32 v40, 0\n"
+              "    s_setpc_b64 s[30:31]\n.Lcallee_end:\n.size callee, .Lcallee_end - callee\n")
+    obj = _build(tmp_path, "    s_call_b64 s[30:31], callee\n    flat_load_dword v2, v[4:5] offset:8", vgprs=48,
+                 after=callee, vgpr_count=8)
+    out, res = patched(tmp_path, obj)
+    assert res.kernels[0].status == "patched", res.kernels[0].reason
+    new = kernels_text(out, "gfx1010")
+    mad = next(x for lines in new.values() for x in lines if x.startswith("v_mad_u64_u32"))
+    assert mad == "v_mad_u64_u32 v[41:42], null, 8, 1, v[4:5]"
