@@ -69,7 +69,11 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
         ds, bad = buf.lookup(flat, at)
         if bad is not None:
             return [None] * len(ranges)
-        insts = list(map(Instruction, (at * 4 + base_address).tolist(), ds))
+        if 0 <= base_address and base_address + len(code) < 2**63:
+            addrs = (at * 4 + base_address).tolist()
+        else:  # beyond int64 (a damaged header can put code anywhere)
+            addrs = [base_address + 4 * p for p in flat]
+        insts = list(map(Instruction, addrs, ds))
         out: list = []
         i = 0
         for (a, b), ok, st in zip(ranges, whole, starts):

@@ -257,14 +257,27 @@ class Facts:
     def copy_for(self, inst) -> "Facts":
         """These facts for another encoding with the same :func:`vgpr_blind_key`."""
         f = Facts.__new__(Facts)
-        for name in _SHARED_SLOTS:
-            setattr(f, name, getattr(self, name))
+        _copy_shared(self, f)
         f.inst = inst
         f.eid = -1
         return f
 
 
 _SHARED_SLOTS = tuple(s for s in Facts.__slots__ if s not in ("inst", "eid"))
+
+
+def _slot_copier(names: tuple[str, ...]):
+    """A function copying the slots ``names`` from one object to another
+    with one plain assignment each: most encodings are copies
+    (:meth:`Facts.copy_for`), and this is several times faster than a
+    getattr/setattr loop.  Generated, so that it follows ``__slots__``."""
+    src = "def copy(a, b):\n" + "".join(f"    b.{n} = a.{n}\n" for n in names)
+    ns: dict = {}
+    exec(src, ns)  # noqa: S102 - the names are Facts' own slots
+    return ns["copy"]
+
+
+_copy_shared = _slot_copier(_SHARED_SLOTS)
 
 #: Formats whose facts depend on the scalar operands only: VGPR numbers
 #: (operands with an 8-bit VGPR field, or a 9-bit source field >= 256)
@@ -344,9 +357,8 @@ class FactsCache:
 
     def __init__(self, limit: int = 1_000_000):
         self.maps: dict[str, dict[bytes, int]] = {}  # target -> bytes -> eid
-        # target -> (sorted dword hashes, their eids) and hashes added since it was sorted
+        # target -> (sorted dword hashes, their eids)
         self.hashes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.pending: dict[str, dict[int, int]] = {}
         self.all: list[Facts] = []  # by eid
         self.columns: dict[object, np.ndarray] = {}
         self.buffers: dict[object, np.ndarray] = {}  # what the columns are views of
@@ -356,7 +368,6 @@ class FactsCache:
     def clear(self) -> None:
         self.maps.clear()
         self.hashes.clear()
-        self.pending.clear()
         self.all = []
         self.columns.clear()
         self.buffers.clear()
@@ -390,34 +401,35 @@ class FactsCache:
     def lookup_hashes(self, target: str, h: np.ndarray, insts, table: dict[bytes, int]) -> np.ndarray:
         """The eids of the encodings with dword hashes ``h`` (one per
         instruction of ``insts``), unchecked: a sorted array holds the known
-        hashes; the few not in it go through a dictionary, and through the
-        instruction bytes when new."""
+        hashes.  The others go through the instruction bytes (and are new
+        encodings when those are new too), each distinct one once, in the
+        order of its first occurrence (the order new encodings get their
+        eids in); then they join the sorted array, so that the next code
+        object (which shares most of them) finds them there."""
         hs, es = self.hashes.get(target) or (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
         out = np.full(len(h), -1, dtype=np.int64)
         if len(hs):
-            j = np.minimum(np.searchsorted(hs, h), len(hs) - 1)
-            hit = hs[j] == h
-            out[hit] = es[j[hit]]
+            # searching in hash order walks the large array once (in
+            # instruction order every lookup is a cache miss)
+            o = np.argsort(h)
+            ho = h[o]
+            j = np.minimum(np.searchsorted(hs, ho), len(hs) - 1)
+            hit = hs[j] == ho
+            out[o[hit]] = es[j[hit]]
         miss = np.flatnonzero(out < 0)
         if miss.size:
-            pending = self.pending.setdefault(target, {})
-            hl = h[miss].tolist()
-            for k, hk in zip(miss.tolist(), hl):
-                e = pending.get(hk)
+            uh, first, inv = np.unique(h[miss], return_index=True, return_inverse=True)
+            ue = np.empty(len(uh), dtype=np.int64)
+            order = np.argsort(first)
+            for u, k in zip(order.tolist(), miss[first[order]].tolist()):
+                raw = insts[k].raw
+                e = table.get(raw)
                 if e is None:
-                    raw = insts[k].raw
-                    e = table.get(raw)
-                    if e is None:
-                        e = table[raw] = self.new(insts[k]).eid
-                    pending[hk] = e
-                out[k] = e
-            if len(pending) > max(256, len(hs) // 8):  # fold the new hashes into the sorted array
-                ph = np.fromiter(pending.keys(), dtype=np.uint64, count=len(pending))
-                pe = np.fromiter(pending.values(), dtype=np.int64, count=len(pending))
-                allh = np.concatenate([hs, ph])
-                order = np.argsort(allh, kind="stable")
-                self.hashes[target] = (allh[order], np.concatenate([es, pe])[order])
-                pending.clear()
+                    e = table[raw] = self.new(insts[k]).eid
+                ue[u] = e
+            out[miss] = ue[inv.reshape(-1)]
+            at = np.searchsorted(hs, uh)
+            self.hashes[target] = (np.insert(hs, at, uh), np.insert(es, at, ue))
         return out
 
     def columns_of(self, keys: list, get, dtype=np.uint64) -> list[np.ndarray]:

@@ -136,6 +136,14 @@ def _cstring(table: bytes, start: int, what: str) -> str:
     return table[start:end].decode("utf-8", "surrogateescape")
 
 
+#: Symbol tables read lately, by (section name, entries, string table):
+#: one code object is parsed many times while it is patched (and its
+#: symbol tables are the slow part); Symbols are immutable, so the same
+#: ones serve every parse of the same bytes.
+_SYMBOL_MEMO: dict[tuple[str, bytes, bytes], tuple[Symbol, ...]] = {}
+_SYMBOL_MEMO_SIZE = 8
+
+
 class ElfFile:
     """An ELF64 little-endian file held in memory; tables are read lazily."""
 
@@ -270,14 +278,21 @@ class ElfFile:
             raise FormatError(f"{where} size {section.size} is not a multiple of {SYM.size}")
         if section.link >= len(self.sections):
             raise FormatError(f"{where} links to string table {section.link}, which does not exist")
-        strings = self.section_bytes(self.sections[section.link])
-        body = self.section_bytes(section)
-        out = []
-        for i, s in enumerate(SYM.read_many(body, 0, section.size // SYM.size)):
-            name = _cstring(strings, s.st_name, f"{where} entry {i}") if s.st_name else ""
-            out.append(Symbol(name, s.st_value, s.st_size, s.st_info & 0xF, s.st_info >> 4,
-                              s.st_other & 0x3, s.st_shndx, section.name))
-        return out
+        strings = bytes(self.section_bytes(self.sections[section.link]))
+        body = bytes(self.section_bytes(section))
+        key = (section.name, body, strings)
+        got = _SYMBOL_MEMO.get(key)
+        if got is None:
+            got = []
+            for i, s in enumerate(SYM.read_many(body, 0, section.size // SYM.size)):
+                name = _cstring(strings, s.st_name, f"{where} entry {i}") if s.st_name else ""
+                got.append(Symbol(name, s.st_value, s.st_size, s.st_info & 0xF, s.st_info >> 4,
+                                  s.st_other & 0x3, s.st_shndx, section.name))
+            got = tuple(got)
+            if len(_SYMBOL_MEMO) >= _SYMBOL_MEMO_SIZE:
+                _SYMBOL_MEMO.pop(next(iter(_SYMBOL_MEMO)))
+            _SYMBOL_MEMO[key] = got
+        return list(got)
 
     @cached_property
     def symbol_tables(self) -> dict[str, list[Symbol]]:

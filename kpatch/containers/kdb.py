@@ -84,21 +84,24 @@ def md5_hex(code: bytes) -> str:
     return hashlib.md5(code).hexdigest()
 
 
-def encode_blob(code: bytes) -> tuple[bytes, str, int]:
+def encode_blob(code: bytes, md5: str | None = None) -> tuple[bytes, str, int]:
     """``(kernel_blob, kernel_hash, uncompressed_size)`` exactly as MIOpen
     stores ``code``: bzip2 level 9 (Python's bz2 and MIOpen's
     ``BZ2_bzBuffToBuffCompress(..., 9, 0, 30)`` call the same libbz2 and give
     the same bytes) if the result is no longer than ``code``, else the raw
     bytes with size 0.  (MIOpen itself cannot store an empty blob: libbz2
     returns an error for it; here it is stored raw.)  An :class:`EncodedCode`
-    gives the encoding it carries."""
+    gives the encoding it carries.  ``md5``: :func:`md5_hex` of ``code``
+    when the caller has it already."""
     if isinstance(code, EncodedCode):
         return code.encoded
     code = bytes(code)
+    if md5 is None:
+        md5 = md5_hex(code)
     packed = bz2.compress(code, 9)
     if len(packed) <= len(code):
-        return packed, md5_hex(code), len(code)
-    return code, md5_hex(code), 0
+        return packed, md5, len(code)
+    return code, md5, 0
 
 
 class EncodedCode(bytes):
@@ -110,9 +113,9 @@ class EncodedCode(bytes):
     encoded: tuple[bytes, str, int]
 
     @classmethod
-    def of(cls, code: bytes) -> "EncodedCode":
-        """``code`` with its encoding made now."""
-        return _encoded_code(bytes(code), encode_blob(code))
+    def of(cls, code: bytes, md5: str | None = None) -> "EncodedCode":
+        """``code`` with its encoding made now (``md5``: as for :func:`encode_blob`)."""
+        return _encoded_code(bytes(code), encode_blob(code, md5))
 
     def __reduce__(self):
         return _encoded_code, (bytes(self), self.encoded)

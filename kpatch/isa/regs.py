@@ -94,6 +94,40 @@ _VMEM = ("DS", "FLAT", "MUBUF", "MTBUF", "MIMG", "EXP")
 _TIED = re.compile(r"^v_(pk_)?fmac_|^v_mac_|_dot[24]c_|^v_writelane_")
 _STORE = re.compile(r"(^|_)store|^s_dcache|^s_atc|^s_scratch_store")
 _LOAD = re.compile(r"load|^s_memtime|^s_memrealtime|^s_get_waveid|^image_(sample|gather|get|msaa)")
+_SOPK_WRITES = re.compile(r"^s_(movk|cmovk|addk|mulk|getreg|call)")
+_SOPK_READS_DST = re.compile(r"^s_(addk|mulk)")
+
+
+class _Traits(NamedTuple):
+    """What :func:`registers` tells from the mnemonic alone."""
+
+    atomic: bool
+    sopk_writes: bool  # a SOPK whose sdst is written (else it is read)
+    sopk_reads_dst: bool  # ... and read as well
+    tied: bool  # vdst is also read
+    store: bool  # memory data is read
+    implicit_reads: tuple[Reg, ...]
+    implicit_writes: tuple[Reg, ...]
+
+
+_TRAITS: dict[str, _Traits] = {}
+
+
+def _traits(mn: str) -> _Traits:
+    """The mnemonic's :class:`_Traits`, matched once per mnemonic (the
+    patterns are many, and registers() runs for every new encoding)."""
+    t = _TRAITS.get(mn)
+    if t is None:
+        ir: list[Reg] = []
+        iw: list[Reg] = []
+        for pat, r_, w_ in IMPLICIT:
+            if pat.search(mn):
+                ir.extend(r_)
+                iw.extend(w_)
+        t = _TRAITS[mn] = _Traits("_atomic" in mn, _SOPK_WRITES.match(mn) is not None,
+                                  _SOPK_READS_DST.match(mn) is not None, _TIED.search(mn) is not None,
+                                  _STORE.search(mn) is not None, tuple(ir), tuple(iw))
+    return t
 
 
 def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
@@ -108,7 +142,8 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
     writes: list[Reg] = []
     form = info.form if d.kind is None else getattr(info, d.kind)
     seen_src = False
-    atomic = "_atomic" in mn
+    traits = _traits(mn)
+    atomic = traits.atomic
     glc = f.get("glc", 0)
     widths: dict[str, int] = {}
     nsa_addrs: list[int] = []
@@ -167,21 +202,21 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
                 seen_src = True
             continue
         if name in ("vdst", "sdst"):
-            if fmtname == "SOPK" and not re.match(r"^s_(movk|cmovk|addk|mulk|getreg|call)", mn):
+            if fmtname == "SOPK" and not traits.sopk_writes:
                 reads.append(r)
                 seen_src = True
                 continue
             writes.append(r)
-            if fmtname == "SOPK" and re.match(r"^s_(addk|mulk)", mn):
+            if fmtname == "SOPK" and traits.sopk_reads_dst:
                 reads.append(r)
-            if name == "vdst" and _TIED.search(mn):
+            if name == "vdst" and traits.tied:
                 reads.append(r)
         elif name in ("sdata", "vdata", "data") and fmtname in ("SMEM", "MUBUF", "MTBUF", "MIMG", "FLAT"):
             if atomic:
                 reads.append(r)
                 if glc and fmtname != "FLAT":
                     writes.append(r)
-            elif _STORE.search(mn):
+            elif traits.store:
                 reads.append(r)
             else:
                 writes.append(r)
@@ -211,8 +246,6 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
             reads.append(Reg("v", f["vaddr"], n))
     if fmtname in _VALU or fmtname in _VMEM:
         reads.append(EXEC_LO)
-    for pat, r_, w_ in IMPLICIT:
-        if pat.search(mn):
-            reads.extend(r_)
-            writes.extend(w_)
+    reads.extend(traits.implicit_reads)
+    writes.extend(traits.implicit_writes)
     return tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))

@@ -278,8 +278,10 @@ def _patch_in_worker(entry, stored_hash: str | None) -> Outcome:
     kw = dict(_WORKER_KW)
     keep = kw.pop("keep_pairs")
     out = _patch_entry(entry, kw, keep)
-    if out is not None and out[0] == "ok" and out[1].data is not None and md5_hex(out[1].data) != stored_hash:
-        out[1].data = EncodedCode.of(out[1].data)
+    if out is not None and out[0] == "ok" and out[1].data is not None:
+        digest = md5_hex(out[1].data)
+        if digest != stored_hash:
+            out[1].data = EncodedCode.of(out[1].data, digest)
     return out
 
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_
 
 from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
@@ -345,8 +346,24 @@ def _getpc_pattern(insts: list[Instruction], g: int, last: int):
 
 _SCALAR_CONTROL = frozenset({"SOPP", "SOPK", "SOP1"})  # the formats PC-relative instructions use
 _FORMAT = attrgetter("d.fmt")
+_NAME = attrgetter("name")
+#: the mnemonic of a base-form instruction (what the scalar formats have)
+_BASE_MNEMONIC = attrgetter("d.info.form.mnemonic")
 #: every branch's mnemonic starts so (a cheap test before Instruction.is_branch)
 _BRANCH_PREFIXES = ("s_branch", "s_cbranch_")
+
+
+class _PcMnemonics(dict):
+    """Mnemonic -> could the instruction be one :func:`_scan_unit` looks at
+    (worked out once per mnemonic: most scalar instructions are not)."""
+
+    def __missing__(self, m: str) -> bool:
+        v = self[m] = (m in ("s_setpc_b64", "s_swappc_b64", "s_call_b64", "s_getpc_b64")
+                       or m.startswith(_BRANCH_PREFIXES) or m in UNSUPPORTED_PCREL)
+        return v
+
+
+_PC_MNEMONIC = _PcMnemonics()
 
 
 def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
@@ -354,15 +371,18 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
     first, last = u.first, u.last
     if u.count == 0:
         return
+    # per-instruction passes in C (map/compress): they cover all of .text
     fmts = list(map(_FORMAT, insts[first:last + 1]))
-    bad = next((k for k, fmt in enumerate(fmts) if fmt is None), None)
-    if bad is not None:
-        ins = insts[first + bad]
+    unknown = list(map(is_, fmts, repeat(None)))
+    if True in unknown:
+        ins = insts[first + unknown.index(True)]
         _problem(scan, ui, ins.address, "A", "undecodable",
                  f"word {ins.raw.hex()} at {ins.address:#x} in {u.name} does not decode for "
                  f"{scan.target}")
         return
-    control = [i for i, fmt in enumerate(fmts, first) if fmt.name in _SCALAR_CONTROL]
+    control = list(compress(range(first, last + 1), map(_SCALAR_CONTROL.__contains__, map(_NAME, fmts))))
+    control = list(compress(control, map(_PC_MNEMONIC.__getitem__,
+                                         map(_BASE_MNEMONIC, map(insts.__getitem__, control)))))
     end = insts[last]
     if end.address + end.size != u.end:
         _problem(scan, ui, end.address, "A", "undecodable",

@@ -83,9 +83,17 @@ def set_metadata(data: bytes, updater: Callable[[Metadata], None]) -> bytes:
         raise UsageError("the code object has no NT_AMDGPU_METADATA note")
     md = decode_metadata(note.desc)
     updater(md)
+    return write_metadata(co, md)
+
+
+def write_metadata(co: CodeObject, md: Metadata) -> bytes:
+    """``co`` with its NT_AMDGPU_METADATA note re-encoded from ``md`` (its
+    decoded map, changed; see :func:`set_metadata`) - for a caller that has
+    decoded the map already (decoding is the slow part)."""
+    note = co.metadata_note
     desc = encode_metadata(md)
     if desc == note.desc:
-        return bytes(data)
+        return bytes(co.data)
     index, body = replace_note(co.data, note, desc)
     return replace_section(co.data, index, body)
 

@@ -250,19 +250,21 @@ def _clear_wgp_mode(data: bytes, kernels: list) -> bytes:
 
 
 def _cu_mode(data: bytes, kernels: list) -> bytes:
+    """``data`` with ``kernels`` in CU mode: WGP_MODE 0 in their descriptors
+    and ``.workgroup_processor_mode`` 0 in their metadata where it is given
+    (the metadata is decoded once: it changes this parse's copy, which is
+    then written)."""
     data = _clear_wgp_mode(data, kernels)
     co = CodeObject.from_bytes(data)
     md = co.metadata
     symbols = {k.symbol for k in kernels}
-    if md is not None and any(".workgroup_processor_mode" in (kmd or {}) for kmd in md.kernels
-                              if kmd.get(".symbol") in symbols):
-        def update(m):
-            for kmd in m.kernels:
-                if kmd.get(".symbol") in symbols and ".workgroup_processor_mode" in kmd:
-                    kmd[".workgroup_processor_mode"] = 0
-
-        data = headers.set_metadata(data, update)
-    return data
+    hit = [kmd for kmd in md.kernels if kmd.get(".symbol") in symbols and ".workgroup_processor_mode" in kmd] \
+        if md is not None else []
+    if not hit:
+        return data
+    for kmd in hit:
+        kmd[".workgroup_processor_mode"] = 0
+    return headers.write_metadata(co, md)
 
 
 def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:

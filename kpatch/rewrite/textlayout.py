@@ -26,6 +26,7 @@ from operator import attrgetter
 import numpy as np
 
 from kpatch.isa import build
+from kpatch.isa.formats import SOPP
 from kpatch.rewrite.codescan import TextScan
 from kpatch.rewrite.edits import Slot
 
@@ -40,9 +41,6 @@ class TextLayout:
     scan: TextScan
     slots: dict[int, Slot]  # instruction index -> its edits
     nops3f: dict[int, int]  # instruction index -> s_nop 0 words after it
-    landing: list[int] = field(default_factory=list)  # group start
-    new_addr: list[int] = field(default_factory=list)  # the instruction (or its replacement)
-    group_end: list[int] = field(default_factory=list)
     unit_start: list[int] = field(default_factory=list)
     unit_end: list[int] = field(default_factory=list)
     gap_start: list[int] = field(default_factory=list)
@@ -50,15 +48,35 @@ class TextLayout:
     end: int = 0  # new end address of .text
     new_simm: dict[int, int] = field(default_factory=dict)  # branch index -> new signed offset
     out_of_range: list[int] = field(default_factory=list)  # branch indices
-    # landing and new_addr as arrays, for the branch offsets
+    # per instruction: its group's start and where the instruction (or its
+    # replacement) goes; :attr:`landing` and :attr:`new_addr` as lists
     landing_array: np.ndarray | None = field(default=None, repr=False, compare=False)
     new_addr_array: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _lists: dict = field(default_factory=dict, repr=False, compare=False)
     _built: tuple | None = field(default=None, repr=False, compare=False)  # what build() made
     _amap: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
         return self.end - self.scan.start
+
+    @property
+    def landing(self) -> list[int]:
+        """Group start of every instruction (made on first use: the
+        Offset3fBug fixpoint places the code several times and only the last
+        layout is read)."""
+        return self._list("landing_array")
+
+    @property
+    def new_addr(self) -> list[int]:
+        """New address of every instruction (made on first use, as :attr:`landing`)."""
+        return self._list("new_addr_array")
+
+    def _list(self, name: str) -> list[int]:
+        got = self._lists.get(name)
+        if got is None:
+            got = self._lists[name] = getattr(self, name).tolist()
+        return got
 
     # -- mapping -----------------------------------------------------------------
     def map(self, addr: int, kind: str = "entry") -> int | None:
@@ -296,7 +314,6 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
     lay.gap_start.append(pos)
     lay.gap_len.append(len(tail.data))
     lay.end = pos + len(tail.data)
-    lay.landing, lay.new_addr, lay.group_end = landing.tolist(), new_addr.tolist(), group_end.tolist()
     lay.landing_array, lay.new_addr_array = landing, new_addr
     return lay
 
@@ -341,13 +358,17 @@ def _branch_table(scan: TextScan) -> tuple[np.ndarray, ...]:
     once per scan)."""
     t = scan.__dict__.get("_kp_branch_table")
     if t is None or len(t[0]) != len(scan.branches):
-        insts = scan.insts
-        at = list(scan.branches)
+        at = np.fromiter(scan.branches, dtype=np.int64, count=len(scan.branches))
+        # from each one's first dword: simm16 is its low half (SOPP and
+        # SOPK alike); the branches are the SOPP ones, s_call_b64 is SOPK
+        words = np.frombuffer(scan.data, dtype="<u4", count=len(scan.data) // 4)
+        first = words[(_address_array(scan)[at] - scan.start) >> 2].astype(np.int64)
         t = scan.__dict__["_kp_branch_table"] = (
-            np.array(at, dtype=np.int64),
-            np.array([scan.index_at[a] for a in scan.branches.values()], dtype=np.int64),
-            np.array([insts[i].field("simm16") for i in at], dtype=np.int64),
-            np.array([insts[i].is_branch for i in at], dtype=bool))
+            at,
+            np.fromiter(map(scan.index_at.__getitem__, scan.branches.values()), dtype=np.int64,
+                        count=len(scan.branches)),
+            first & 0xFFFF,
+            (first & SOPP.match_mask) == SOPP.match_value)
     return t
 
 
