@@ -250,7 +250,9 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
 @click.option("--mode", type=click.Choice(MODES), help="override, native or relabel (default: from the machine).")
 @click.option("--cu", type=int, help="The CU count MIOpen uses in DB names (CUs / 2 on RDNA; default: detected).")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Directory of the user kernel DB to write.")
-@click.option("--rules", multiple=True, metavar="SETS", help="Rule sets to apply (comma-separated, repeatable).")
+@click.option("--rules", multiple=True, metavar="SETS",
+              help="Rule sets to apply (comma-separated, repeatable; default: gfx1010-hazards, gfx1010-isa, "
+                   "cu-mode, vsharp-llc-noalloc, plus retarget-gfx1010 in native mode; `kpatch rules` lists all).")
 @click.option("--allow-approx", "approx", multiple=True, metavar="NAME",
               help="Also use this approximation (a rule set that changes results slightly, e.g. "
                    "legacy-fma-as-mad, dot2-fma-mix; `kpatch rules NAME` explains it). Repeatable.")
