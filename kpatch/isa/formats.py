@@ -169,15 +169,23 @@ EXP = Format("EXP", 8, 0xFC000000, 0xF8000000, (),
 def _with_reserved(fmt: Format) -> Format:
     """Add ``rsvdN`` fields for bits no field covers, so that field values
     always re-encode to the exact original bytes."""
-    covered = 0
+    covered = fmt.match_mask
     for lo, w in fmt.opcode_bits:
         covered |= ((1 << w) - 1) << lo
-    for f in fmt.fields:
+    extra = _reserved(fmt.fields, covered, fmt.size * 8)
+    if not extra:
+        return fmt
+    return Format(fmt.name, fmt.size, fmt.match_mask, fmt.match_value, fmt.opcode_bits,
+                  fmt.fields + extra)
+
+
+def _reserved(fields: tuple[Field, ...], covered: int, total: int) -> tuple[Field, ...]:
+    """``rsvdN`` fields for the bits of a ``total``-bit word that neither
+    ``fields`` nor the mask ``covered`` cover."""
+    for f in fields:
         covered |= f.mask << f.lo
-    covered |= fmt.match_mask
     extra = []
     bit = 0
-    total = fmt.size * 8
     while bit < total:
         if not covered >> bit & 1:
             start = bit
@@ -186,10 +194,7 @@ def _with_reserved(fmt: Format) -> Format:
             extra.append(Field(f"rsvd{start}", start, bit - start))
         else:
             bit += 1
-    if not extra:
-        return fmt
-    return Format(fmt.name, fmt.size, fmt.match_mask, fmt.match_value, fmt.opcode_bits,
-                  fmt.fields + tuple(extra))
+    return tuple(extra)
 
 
 SOP1, SOPC, SOPP, SOPK, SOP2, VOPC, VOP1, VOP2, VINTRP, VOP3P, VOP3, DS, FLAT, MUBUF, MTBUF, \
@@ -219,6 +224,8 @@ DPP16 = _f(("src0", 0, 8), ("dpp_ctrl", 8, 9), ("fi", 18, 1), ("bound_ctrl", 19,
            ("bank_mask", 24, 4), ("row_mask", 28, 4))
 DPP8 = _f(("src0", 0, 8), ("sel", 8, 24))
 NSA = _f(("addr1", 0, 8), ("addr2", 8, 8), ("addr3", 16, 8), ("addr4", 24, 8))
+
+SDWA, SDWA_VOPC, DPP16 = (f + _reserved(f, 0, 32) for f in (SDWA, SDWA_VOPC, DPP16))
 
 EXTRA_FORMATS: dict[str, tuple[Field, ...]] = {
     "SDWA": SDWA, "SDWA_VOPC": SDWA_VOPC, "DPP16": DPP16, "DPP8": DPP8, "NSA": NSA,
