@@ -27,7 +27,8 @@ Exact fixes (rule sets gfx1010-isa, gfx1010-hazards):
   same mnemonic; the only reused opcodes of gfx1030 (the fused legacy
   multiply-adds) have none, so it refuses them and names the approximation.
 
-Approximations (rule set ``approximations``, only with ``--allow-approx NAME``):
+Approximations (rule sets marked ``approximation = true``, used only with
+``--allow-approx NAME``):
 
 * ``keep-legacy-mad`` - leaves ``v_fmac_legacy_f32``/``v_fma_legacy_f32`` as
   they are: gfx1010 runs the same bytes as ``v_mac_legacy_f32``/
@@ -40,8 +41,9 @@ Approximations (rule set ``approximations``, only with ``--allow-approx NAME``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from kpatch.analysis.detectors.encoding import signed12
 from kpatch.codeobject import CodeObject
 from kpatch.isa import build, encode
 from kpatch.rewrite.edits import Edit
@@ -67,7 +69,6 @@ class FixContext:
     kernel: object
     _code: KernelCode | None = None
     _budget: VgprBudget | None = None
-    approximations: list[str] = field(default_factory=list)
 
     @property
     def code(self) -> KernelCode:
@@ -97,11 +98,8 @@ class FixContext:
 
 def _src(value: int) -> tuple[int, int | None]:
     """9-bit source and literal for the integer ``value``."""
-    if 0 <= value <= 64:
-        return 128 + value, None
-    if -16 <= value < 0:
-        return 192 - value, None
-    return SRC_LITERAL, value & 0xFFFFFFFF
+    inline = build.inline_int(value)
+    return (inline, None) if inline is not None else (SRC_LITERAL, value & 0xFFFFFFFF)
 
 
 def _unclause(ctx: FixContext, finding, rule: str) -> list[Edit]:
@@ -110,6 +108,12 @@ def _unclause(ctx: FixContext, finding, rule: str) -> list[Edit]:
     if c is None:
         return []
     return [Edit(c.address, "replace", build.s_nop(0, TARGET), rule, note="drop s_clause")]
+
+
+def _replace(ctx: FixContext, finding, inst, code: bytes, rule: str, note: str) -> list[Edit]:
+    """``inst`` becomes ``code`` (instructions that now run before it, then its
+    new form); a clause around it is dropped."""
+    return _unclause(ctx, finding, rule) + [Edit(inst.address, "replace", code, rule, note=note)]
 
 
 def flat_offset_fold(ctx: FixContext, finding, rule: str) -> list[Edit]:
@@ -125,9 +129,8 @@ def flat_offset_fold(ctx: FixContext, finding, rule: str) -> list[Edit]:
     src0, lit = _src(off)
     mad = build.instruction("v_mad_u64_u32", TARGET, vdst=t, sdst=NULL, src0=src0, src1=129,
                             src2=256 + f["addr"], literal=lit)
-    new = encode(i, addr=t, offset=0)
-    return _unclause(ctx, finding, rule) + [Edit(i.address, "replace", mad + new, rule,
-                                                 note=f"offset {off} folded into v[{t}:{t + 1}]")]
+    return _replace(ctx, finding, i, mad + encode(i, addr=t, offset=0), rule,
+                    f"offset {off} folded into v[{t}:{t + 1}]")
 
 
 def scratch_offset_fold(ctx: FixContext, finding, rule: str) -> list[Edit]:
@@ -135,13 +138,11 @@ def scratch_offset_fold(ctx: FixContext, finding, rule: str) -> list[Edit]:
     f = i.fields
     if i.format != "FLAT" or f.get("seg") != 1 or f.get("saddr") != NULL:
         raise CannotFix(f"{i.text()} at {i.address:#x} is not a scratch access with a VGPR address")
-    off = f["offset"] - 0x1000 if f["offset"] & 0x800 else f["offset"]
+    off = signed12(f["offset"])
     t = ctx.spare(1, f"folding the offset of {i.text()} at {i.address:#x}")
     src0, lit = _src(off)
     add = build.instruction("v_add_nc_u32_e32", TARGET, vdst=t, src0=src0, vsrc1=f["addr"], literal=lit)
-    new = encode(i, addr=t, offset=0)
-    return _unclause(ctx, finding, rule) + [Edit(i.address, "replace", add + new, rule,
-                                                 note=f"offset {off} folded into v{t}")]
+    return _replace(ctx, finding, i, add + encode(i, addr=t, offset=0), rule, f"offset {off} folded into v{t}")
 
 
 def nsa_to_contiguous(ctx: FixContext, finding, rule: str) -> list[Edit]:
@@ -168,8 +169,7 @@ def nsa_to_contiguous(ctx: FixContext, finding, rule: str) -> list[Edit]:
     if got is None or got[1] != (t, n) or check.size != len(new):
         raise CannotFix(f"{i.text()} at {i.address:#x}: the non-NSA form with v[{t}:{t + n - 1}] does not "
                         f"decode as that address tuple for gfx1010")
-    return _unclause(ctx, finding, rule) + [Edit(i.address, "replace", movs + new, rule,
-                                                 note=f"{n} addresses copied to v[{t}:{t + n - 1}]")]
+    return _replace(ctx, finding, i, movs + new, rule, f"{n} addresses copied to v[{t}:{t + n - 1}]")
 
 
 def drop_clause(ctx: FixContext, finding, rule: str) -> list[Edit]:

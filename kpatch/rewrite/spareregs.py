@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kpatch.analysis.detectors.mimg import clause_length
 from kpatch.codeobject import CodeObject
 from kpatch.isa import decode
 
@@ -86,7 +87,7 @@ class KernelCode:
             return None
         for j in range(k - 1, max(-1, k - 64), -1):
             i = self.insts[j]
-            if i.mnemonic == "s_clause" and k - j <= i.fields["simm16"] + 1:  # as the detector reads it
+            if i.mnemonic == "s_clause" and k - j <= clause_length(i.fields["simm16"]):
                 return i
         return None
 
@@ -148,8 +149,7 @@ class VgprBudget:
             raise NoSpareRegisters(f"{why} needs {n} spare VGPR(s), but {self.blocked}")
         want = self.first_free + n
         if want > self.allocated:
-            need = -(-want // self.granule) * self.granule
-            problem = self._cannot_grow(need)
+            problem = self._cannot_grow(self._whole_granules(want))
             if problem:
                 raise NoSpareRegisters(f"{why} needs {n} spare VGPR(s) from v{self.first_free} on, the "
                                        f"allocation is {self.allocated}, and {problem}")
@@ -174,7 +174,11 @@ class VgprBudget:
         """The grown allocation in VGPRs, None when the old one suffices."""
         if self.next <= self.allocated:
             return None
-        return -(-self.next // self.granule) * self.granule
+        return self._whole_granules(self.next)
+
+    def _whole_granules(self, n: int) -> int:
+        """``n`` VGPRs rounded up to what the hardware allocates."""
+        return -(-n // self.granule) * self.granule
 
     @property
     def used(self) -> bool:

@@ -17,6 +17,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 
 from conftest import run_kpatch
 from kpatch.analysis import analyse
@@ -90,6 +92,23 @@ def patched(tmp_path, src: str, **kw) -> tuple[str, object]:
     return str(out), res
 
 
+@pytest.fixture(scope="module")
+def hazard_case(tmp_path_factory):
+    """``get(object, cls)``: (source path, patched path, patch result, LLVM's
+    original and patched text per kernel, kernels with a ``cls`` case); each
+    hazard object is patched once for the module."""
+    done: dict = {}
+
+    def get(name: str, cls: str):
+        if name not in done:
+            src = os.path.join(HAZARDS, name)
+            out, res = patched(tmp_path_factory.mktemp("patched"), src)
+            done[name] = (src, out, res, kernels_text(src, "gfx1030"), kernels_text(out, "gfx1010"))
+        return (*done[name], {c["kernel"] for c in cases(cls)})
+
+    return get
+
+
 def cases(cls: str) -> list[dict]:
     return [c for c in json.load(open(CASES))["cases"] if c["class"] == cls and c["expect"]]
 
@@ -123,12 +142,9 @@ def _check_flat_folds(old: list[str], new: list[str], floor: int) -> int:
     return len(want)
 
 
-def test_flat_offset_fold_on_the_hazard_cases(tmp_path):
-    src = os.path.join(HAZARDS, "mem_offsets.gfx1030.hsaco")
-    out, res = patched(tmp_path, src)
-    old, new = kernels_text(src, "gfx1030"), kernels_text(out, "gfx1010")
+def test_flat_offset_fold_on_the_hazard_cases(hazard_case):
+    src, out, res, old, new, names = hazard_case("mem_offsets.gfx1030.hsaco", "FlatSegmentOffsetBug")
     counts = vgpr_counts(out)
-    names = {c["kernel"] for c in cases("FlatSegmentOffsetBug")}
     assert names and {k.name for k in res.kernels if k.status == "patched" and "KI003" in k.rules} == names
     for n in names:
         t_floor = max(vgpr_top(old[n]), vgpr_counts(src).get(n, 0))
@@ -154,11 +170,8 @@ def test_flat_offset_fold_on_rocprim(tmp_path):
     _no_findings_left(out, set(folded))
 
 
-def test_scratch_offset_fold(tmp_path):
-    src = os.path.join(HAZARDS, "mem_offsets.gfx1030.hsaco")
-    out, _ = patched(tmp_path, src)
-    old, new = kernels_text(src, "gfx1030"), kernels_text(out, "gfx1010")
-    names = {c["kernel"] for c in cases("NegativeUnalignedScratchOffsetBug")}
+def test_scratch_offset_fold(hazard_case):
+    src, out, _, old, new, names = hazard_case("mem_offsets.gfx1030.hsaco", "NegativeUnalignedScratchOffsetBug")
     assert len(names) == 3
     for n in names:
         [line] = [x for x in old[n] if x.startswith("scratch_") and " offset:-" in x]
@@ -176,12 +189,9 @@ def test_scratch_offset_fold(tmp_path):
     _no_findings_left(out, names)
 
 
-def test_nsa_to_contiguous(tmp_path):
-    src = os.path.join(HAZARDS, "nsa.gfx1030.hsaco")
-    out, res = patched(tmp_path, src)
-    old, new = kernels_text(src, "gfx1030"), kernels_text(out, "gfx1010")
+def test_nsa_to_contiguous(hazard_case):
+    src, out, res, old, new, names = hazard_case("nsa.gfx1030.hsaco", "NSAMaxSize")
     status = {k.name: k for k in res.kernels}
-    names = {c["kernel"] for c in cases("NSAMaxSize")}
     assert names and all("KI005" in status[n].rules for n in names)
     for n in names:
         [line] = [x for x in old[n] if x.startswith("image_") and "[" in x.split(", s[")[0]]
@@ -199,11 +209,8 @@ def test_nsa_to_contiguous(tmp_path):
     _no_findings_left(out, names)
 
 
-def test_drop_clause(tmp_path):
-    src = os.path.join(HAZARDS, "nsa.gfx1030.hsaco")
-    out, _ = patched(tmp_path, src)
-    old, new = kernels_text(src, "gfx1030"), kernels_text(out, "gfx1010")
-    names = {c["kernel"] for c in cases("NSAClauseBug")}
+def test_drop_clause(hazard_case):
+    _, out, _, old, new, names = hazard_case("nsa.gfx1030.hsaco", "NSAClauseBug")
     assert len(names) == 2
     for n in names:
         assert any(x.startswith("s_clause") for x in old[n])

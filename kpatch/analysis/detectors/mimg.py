@@ -19,6 +19,11 @@ NSA_VMEM_MIN_SIZE = 16  # bytes of an NSA MIMG that triggers NSAtoVMEMBug
 _BUFFER_FORMATS = ("MUBUF", "MTBUF")
 
 
+def clause_length(simm16: int | None) -> int:
+    """How many instructions after ``s_clause simm16`` form its clause (as kpatch reads it)."""
+    return (simm16 or 0) + 1
+
+
 def _long_nsa(f) -> bool:
     return f.nsa > 0 and f.size >= NSA_VMEM_MIN_SIZE
 
@@ -40,7 +45,7 @@ def detect(ctx: Context) -> list[Finding]:
     for k in ctx.marked(M_CLAUSE | M_BUFFER):
         f = facts[k]
         if f.mnemonic == "s_clause":
-            length = (f.simm16 or 0) + 1
+            length = clause_length(f.simm16)
             for j in range(k + 1, min(len(facts), k + 1 + length)):
                 if facts[j].nsa:
                     out.append(Finding("NSAClauseBug", insts[j].address,
