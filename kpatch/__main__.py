@@ -1,4 +1,4 @@
-from kpatch.cli.main import main
+from kpatch.cli import main
 
 if __name__ == "__main__":  # pragma: no cover
     main()

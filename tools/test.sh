@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Install everything the tests need, then run the whole test suite.
 #   - Debian packages: the LLVM 16 tools (test oracles), clang/hipcc/ROCm
-#     device libs and bundlers (fixture builders), all from Debian bookworm;
-#   - kpatch itself with its test extras (pytest, hypothesis);
+#     device libs and bundlers (fixture builders), all from Debian bookworm,
+#     and python3-venv (Debian's python3 needs it to create a venv);
+#   - a virtual environment of its own ($KPATCH_TEST_VENV, default .venv/):
+#     kpatch with its test extras (pytest, hypothesis, msgpack) is installed
+#     there, never into the system or global interpreter (PEP 668), so a
+#     package that happens to be installed globally cannot hide a missing
+#     dependency;
 #   - the real corpus (Debian's librocrand1) into kdb_cache/.
 # Extra arguments go to pytest (e.g. tools/test.sh -k kdb -x).
 set -euo pipefail
@@ -12,11 +17,21 @@ SUDO=""
 pkgs=(llvm-16 clang-15 lld-15 clang-19 hipcc libamdhip64-dev rocm-device-libs librocprim-dev sqlite3 chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+venv="${KPATCH_TEST_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ] && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  missing+=(python3-venv)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+if [ ! -x "$venv/bin/python" ]; then
+  echo "creating the test environment $venv"
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
 bash tools/fetch_corpus.sh >/dev/null
-exec python3 -m pytest -q -p no:cacheprovider "$@"
+# the venv's kpatch and python come first for tests that run the command
+export PATH="$(cd "$venv" && pwd)/bin:$PATH"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

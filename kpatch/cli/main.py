@@ -8,6 +8,7 @@ import traceback
 import click
 
 from kpatch import __version__
+from kpatch.cli import EXIT_INTERNAL, missing_module_line
 from kpatch.cli.apply import apply_cmd
 from kpatch.cli.common import EXIT_SOME_FAILED, EXIT_USAGE, debug, error_line
 from kpatch.cli.diff import diff_cmd
@@ -66,8 +67,13 @@ def main() -> None:
         sys.exit(EXIT_SOME_FAILED)
     except BrokenPipeError:
         sys.exit(EXIT_SOME_FAILED)
+    except ImportError as e:  # a module imported on first use is missing from the environment
+        if debug():
+            traceback.print_exc()
+        print(missing_module_line(e), file=sys.stderr)
+        sys.exit(EXIT_INTERNAL)
     except Exception as e:  # a bug in kpatch: one line, traceback only on request
         if debug():
             traceback.print_exc()
         error_line(None, f"internal error: {type(e).__name__}: {e} (set KPATCH_DEBUG=1 for a traceback)")
-        sys.exit(3)
+        sys.exit(EXIT_INTERNAL)
