@@ -55,18 +55,31 @@ def test_patched_fixtures_are_clean_and_keep_control_flow(path, mode, tmp_path):
         return
     new = CodeObject.from_bytes(res.data)
     patched = [n for n, s in statuses.items() if s == "patched"]
+    refused = [n for n, s in statuses.items() if s == "refused"]
     assert patched
-    # (a) LLVM decodes the patched kernels for gfx1010 with nothing unknown or gfx1030-only left
+    # native mode writes an object only when none of it was refused
+    if mode == "native":
+        assert refused == [] and all(f.status != "refused" for f in res.functions)
+    # (a) LLVM decodes every kernel that can run for gfx1010 with nothing unknown or gfx1030-only left
     text = objdump_kernels(res.data, tmp_path, "gfx1010")
-    for name in patched:
+    for name in statuses:
+        if name in refused:
+            continue
         bad = [t for t in text[name] if FORBIDDEN.search(t)]
         assert not bad, (name, bad[:5])
-    # (b) the analysis finds nothing left in them
+    # refused kernels (override mode only) keep their original instructions
+    old_text = objdump_kernels(data, tmp_path, "gfx1030")
+    new_text = objdump_kernels(res.data, tmp_path, "gfx1030")
+    for name in refused:
+        assert [t.split()[0] for t in new_text[name]] == [t.split()[0] for t in old_text[name]], name
+    # (b) the analysis finds nothing left in any kernel or device function that was not refused
     report = analyse(new, "gfx1010")
-    for kr in report.kernels:
-        if kr.name in patched:
-            left = [f.cls for f in kr.findings if not (mode == "override" and f.cls == "Xnack")]
-            assert left == [], (kr.name, left)
+    fn_status = {f.name: f.status for f in res.functions}
+    for kr in (*report.kernels, *report.functions):
+        if kr.name in refused or fn_status.get(kr.name) == "refused":
+            continue
+        left = [f.cls for f in kr.findings if not (mode == "override" and f.cls == "Xnack")]
+        assert left == [], (kr.name, left)
     # (c) an independent aligner: every branch reaches its old target or the mitigation in front of it
     problems = check_branches(CodeObject.from_bytes(data), new, old_target="gfx1030", new_target="gfx1030")
     assert problems == [], [p.message for p in problems]

@@ -5,8 +5,11 @@ kernels may call them): take its bytes from the symbol's offset and size
 (without the ``s_code_end`` padding that follows the last function) and
 decode them as the code object's own ISA (gfx1010 for gfx101x objects,
 gfx1030 for gfx103x).  All functions go into one control-flow graph (no
-edge crosses a function boundary), every detector runs once over it, and
-each finding goes to the function holding its address.  A kernel
+edge crosses a function boundary: a function with a branch that leaves it,
+or lands inside an instruction, is unpatchable, since the code it reaches
+that way is not analysed on its path), every detector runs once over it,
+and each finding goes to the function holding its address.  A code object
+without ``.text`` has no kernel that could be seen: each is unpatchable.  A kernel
 that calls or jumps through computed addresses also takes the verdicts of
 the code object's device functions (kpatch does not resolve call targets).
 Code objects for other processors cannot run on gfx1010 at all.
@@ -58,9 +61,9 @@ def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
     text = co.text
     t_off = co.text_offset
     t_addr = co.text_vaddr or 0
-    if t_off is None:
-        return []
     kernels = co.kernels
+    if t_off is None or not text:  # no code at all: every kernel is unseen, never "ok"
+        return [(k.name, "kernel", k, -1, -1) for k in kernels]
     kernel_names = {k.name for k in kernels}
     funcs = []
     starts = set()
@@ -88,7 +91,7 @@ def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
 
 
 def _not_analysable(name: str, kind: str, address, size: int, reason: str) -> FunctionReport:
-    return FunctionReport(name, kind, address, size, verdict=Verdict(UNPATCHABLE, (), (reason,)))
+    return FunctionReport(name, kind, address, size, verdict=Verdict(UNPATCHABLE, (), (reason,)), unseen=(reason,))
 
 
 def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
@@ -148,8 +151,9 @@ def _analyse(co, target: str) -> Report:
     ranges = function_ranges(co)
     ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0])
     _function_reports(report, ctx, run_detectors(ctx))
+    why = "kernel code not found in .text" if co.text else "the code object has no .text section (no code)"
     for name, kind, kernel, _, _ in (r for r in ranges if r[3] < 0):
-        report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, "kernel code not found in .text"))
+        report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, why))
     device = combine(f.verdict for f in report.functions) if report.functions else None
     for k in report.kernels:
         if k.calls and device is not None and device.status != "ok":
@@ -220,9 +224,13 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
         if hi > lo:
             rep.calls = [insts[k].address for k in calls[lo:hi]]
         lo, hi = bisect.bisect_left(bad, (span.start,)), bisect.bisect_left(bad, (span.end,))
-        for k, t in bad[lo:hi]:
-            rep.notes.append(f"branch at {insts[k].address:#x} leaves the function (target {t:#x})")
-        rep.verdict = verdict_of(findings)
+        # control flow kpatch does not follow is unseen, so the function is not analysable
+        unseen = tuple(f"branch at {insts[k].address:#x} leaves {span.name} (target {t:#x}): kpatch does not "
+                       f"follow control flow across functions or into the middle of an instruction"
+                       for k, t in bad[lo:hi])
+        rep.notes.extend(unseen)
+        rep.unseen = unseen
+        rep.verdict = verdict_of(findings, unseen)
         (report.kernels if span.kind == "kernel" else report.functions).append(rep)
 
 

@@ -24,6 +24,8 @@ class FunctionReport:
     loops: int = 0  # loop back edges
     calls: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # why some of its code could not be analysed (then it is never "ok", and never patched)
+    unseen: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         d = {"verdict": self.verdict.status, "rules": list(self.verdict.rules),

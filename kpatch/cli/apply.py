@@ -82,6 +82,8 @@ def print_item(uri: str, status: str, reason: str, note: str, kernels: list[Kern
         return
     if status in ("skipped", "refused") or not kernels:
         out_console.print(f"{status:<9} {uri}: {reason or note or 'no kernels'}", markup=False)
+    elif status == "changed" and "written with" in note:  # some kernels keep their original code
+        out_console.print(f"{'partial':<9} {uri}: {note[note.index('written with'):]}", markup=False)
     for k in kernels:
         out_console.print(kernel_line(uri, k), markup=False)
 

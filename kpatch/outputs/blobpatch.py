@@ -60,6 +60,12 @@ def blob_kind(data: bytes) -> str | None:
     return None
 
 
+#: Modes whose output replaces code the runtime would otherwise build or pick
+#: for gfx1010: a code object is written whole or not at all.  (Override mode
+#: may write an object with refused kernels, whose code is the original's.)
+ALL_OR_NOTHING = ("native", "relabel")
+
+
 def _processor(target_id: str) -> str:
     return target_id.split(":", 1)[0]
 
@@ -72,6 +78,8 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
     kpatch provenance record, is left untouched (every kernel ``untouched``
     with the reason).  The patched bytes must parse and carry the label of
     :data:`RESULT_PROCESSOR` for the mode; if not, every kernel is refused.
+    In the :data:`ALL_OR_NOTHING` modes a result with any refused kernel is
+    not written either (every kernel refused, with the reason).
     FormatError if ``code`` is not a code object."""
     co = CodeObject.from_bytes(code)
     names = co.legacy_kernel_names if co.is_legacy else [k.name for k in co.kernels]
@@ -89,6 +97,14 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
     result = adapt_result(patch_fn(code, mode=mode, rule_sets=list(rule_sets)), code)
     if result.data is None:
         return result
+    refused = [k for k in result.kernels if k.status == "refused"]
+    if refused and mode in ALL_OR_NOTHING:
+        # the object would replace what the runtime builds for the GPU itself:
+        # a refused kernel's unsafe code must not ride along in it
+        why = (f"not written: --mode {mode} writes a code object only when every kernel in it is safe, and "
+               f"{len(refused)} of {len(result.kernels)} were refused ({refused[0].name}: {refused[0].reason})")
+        return PatchResult(None, tuple(k if k.status == "refused" else KernelOutcome(k.name, "refused", why, k.rules)
+                                       for k in result.kernels))
     try:
         out = CodeObject.from_bytes(result.data)
         label = out.target.processor if out.target is not None else "unknown"
@@ -157,7 +173,26 @@ def patch_blob(data: bytes, *, mode: str, rule_sets: list[str], patch_fn: PatchF
                is_patched: ProvenanceFn) -> BlobResult:
     """Patch a code object, bundle or CCOB (see the module doc).  FormatError
     if ``data`` is none of these or is malformed."""
-    kw = dict(mode=mode, rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
+    r = _patch_blob(data, mode=mode, rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
+    if r.data is not None:
+        partial = written_with_unchanged(r.kernels)
+        if partial:
+            r.note = f"{r.note}; {partial}" if r.note else partial
+    return r
+
+
+def written_with_unchanged(kernels: list[KernelOutcome]) -> str:
+    """For a blob that is written: which of its kernels keep their original
+    code because they were refused ('' when none)."""
+    refused = [k for k in kernels if k.status == "refused"]
+    if not refused:
+        return ""
+    names = "; ".join(f"{k.name} ({k.reason})" for k in refused)
+    return (f"written with {len(refused)} of {len(kernels)} kernels unchanged (their original code, "
+            f"what MIOpen would run without kpatch): {names}")
+
+
+def _patch_blob(data: bytes, **kw) -> BlobResult:
     kind = blob_kind(data)
     if kind == "code-object":
         r = patch_code_object_checked(bytes(data), **kw)

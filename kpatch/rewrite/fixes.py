@@ -81,6 +81,9 @@ class FixContext:
         return self._budget
 
     def spare(self, n: int, why: str) -> int:
+        if getattr(self.kernel, "descriptor", None) is None:
+            raise CannotFix(f"{why} needs {n} spare VGPR(s), and {self.kernel.name} is a device function: "
+                            f"its registers are its callers' (calling convention), so kpatch takes none")
         if self._budget is None:
             self._budget = VgprBudget.of(self.co, self.kernel, self.code)
         try:

@@ -4,20 +4,34 @@
 
 1. an object that carries kpatch's provenance note is left alone (a second
    apply changes nothing);
-2. ``kpatch.analysis.analyse(co, "gfx1010")`` finds what is unsafe;
+2. ``kpatch.analysis.analyse(co, "gfx1010")`` finds what is unsafe, in every
+   kernel and every device function;
 3. every finding is matched to a rule of the chosen rule sets
    (``match.finding``); a finding no chosen rule fixes, or that no exact
-   fix exists for, refuses its kernel with the reason;
+   fix exists for, refuses its kernel or device function with the reason;
+   device functions are patched as units of their own (fixes that need
+   spare registers are refused there: a device function's registers are its
+   callers');
 4. instruction-pattern rules (``match.mnemonic``, e.g. cache-policy
    presets) add field edits;
-5. the rewriter applies the edits of the kernels that were not refused,
+5. a kernel that can reach (through calls, tail calls, branches or taken
+   addresses, :func:`reachable_units`) a refused device function, or code
+   no symbol names, is refused too;
+6. the rewriter applies the edits of the units that were not refused,
    relocating what moves, or refuses kernels it cannot relocate;
-6. header rules: CU mode for the kernels that need it, and in native mode
+7. header rules: CU mode for the kernels that need it, and in native mode
    the gfx1010 label;
-7. a provenance note records what was done;
-8. the result is analysed again: any finding the applied rules should have
-   removed makes the whole object refused (nothing is written) - kpatch
-   ships no patch it could not verify.
+8. a provenance note records what was done;
+9. the result is analysed again: any finding left in a kernel or device
+   function that was not refused makes the whole object refused (nothing is
+   written) - kpatch ships no patch it could not verify.
+
+All or nothing: in ``native`` mode the object is labelled gfx1010 and
+replaces the code MIOpen would otherwise compile for gfx1010, so one refused
+kernel or device function refuses the whole object (nothing is written for
+it).  In ``override`` mode an object may be written with refused kernels:
+their code is the original's (what the runtime would have used anyway), and
+the result says which (:attr:`PatchResult.unchanged`).
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ from kpatch.isa import decode, encode
 from kpatch.rewrite import headers
 from kpatch.rewrite.edits import Edit, Refusal
 from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext
+from kpatch.rewrite.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
 from kpatch.rewrite.rules import Rule, RuleSet, load_all
@@ -72,6 +87,28 @@ class PatchResult:
     relocations: dict[str, int] = field(default_factory=dict)
     provenance: dict | None = None
     note: str = ""
+    functions: list[KernelOutcome] = field(default_factory=list)  # device functions
+
+    @property
+    def unchanged(self) -> list[KernelOutcome]:
+        """Refused kernels of a written object (override mode): their code is the original's."""
+        return [k for k in self.kernels if k.status == "refused"] if self.data is not None else []
+
+
+@dataclass(frozen=True)
+class DeviceFunction:
+    """A device function as the unit its fixes work on.  It has no kernel
+    descriptor: its registers belong to its callers (the calling convention),
+    so fixes that need spare VGPRs are refused in it."""
+
+    name: str
+    entry: int
+    code_size: int
+    descriptor: None = None
+
+    @property
+    def symbol(self) -> str:
+        return self.name
 
 
 def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[RuleSet]:
@@ -96,6 +133,45 @@ class _KernelRefused(Exception):
 
 def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
     return {k.name: (k.entry, k.entry + (k.code_size or 0)) for k in co.kernels}
+
+
+def reachable_units(co: CodeObject) -> dict[str, set[str]]:
+    """For each kernel, the names of the other units of ``.text`` it can reach
+    (device functions, other kernels, and ``<code@ADDR>`` runs no symbol
+    names), following the rewriter's call edges (:mod:`kpatch.rewrite.codescan`:
+    calls, tail calls, branches into other units, addresses taken by getpc
+    patterns).  A kernel that reaches a computed jump kpatch cannot bound
+    reaches every unit."""
+    scan = scan_text(co, SOURCE_ISA)
+    if scan is None:
+        return {}
+    every = {u.name for u in scan.units}
+    unbounded = {p.ui for p in scan.problems if p.cls == "B"}
+    out: dict[str, set[str]] = {}
+    for ui, u in enumerate(scan.units):
+        if u.kind != "kernel":
+            continue
+        seen, todo = {ui}, [ui]
+        while todo:
+            for v in scan.edges.get(todo.pop(), ()):
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        out[u.name] = (every if seen & unbounded else {scan.units[v].name for v in seen}) - {u.name}
+    return out
+
+
+def _unreachable_refusal(name: str, reach: set[str], outcomes: dict, fn_outcomes: dict) -> str | None:
+    """Why kernel ``name`` must be refused for what it reaches, or None."""
+    for other in sorted(reach):
+        if other.startswith("<code@"):
+            return (f"reaches code at {other[6:-1]} that no symbol names: kpatch does not analyse it, "
+                    f"so it cannot say the kernel is safe")
+        o = fn_outcomes.get(other) or outcomes.get(other)
+        if o is not None and o.status == "refused":
+            what = "device function" if other in fn_outcomes else "kernel"
+            return f"calls {what} {other}, which kpatch cannot make safe: {o.reason}"
+    return None
 
 
 def _finding_rules(sets: list[RuleSet]) -> dict[str, Rule]:
@@ -298,15 +374,23 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     report = analyse(co, MADE_SAFE_FOR)
     ranges = _kernel_ranges(co)
     outcomes: dict[str, KernelOutcome] = {}
+    fn_outcomes: dict[str, KernelOutcome] = {}
     edits_by_kernel: dict[str, list[Edit]] = {}
     cu_kernels = []
-    for kr in report.kernels:
+    units = [(kr, kernel_objs.get(kr.name), outcomes) for kr in report.kernels]
+    for fr in report.functions:
+        fn = DeviceFunction(fr.name, fr.address, fr.size)
+        ranges[fr.name] = (fn.entry, fn.entry + fn.code_size)
+        units.append((fr, fn, fn_outcomes))
+    for kr, unit, into in units:
         used: list[str] = []
         edits: list[Edit] = []
-        ctx = contexts[kr.name] = FixContext(co, kernel_objs.get(kr.name))
+        ctx = FixContext(co, unit)
+        if into is outcomes:
+            contexts[kr.name] = ctx
         try:
-            if kr.verdict.status == "unpatchable" and not kr.findings:
-                raise _KernelRefused("; ".join(kr.verdict.reasons) or "not analysable")
+            if kr.unseen:  # its own code; what it calls is checked below (reachable_units)
+                raise _KernelRefused("; ".join(kr.unseen))
             for f in kr.findings:
                 if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
                     continue
@@ -318,6 +402,10 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                 if f.fix is None:
                     raise _KernelRefused(_no_exact_fix(f))
                 if f.cls == "LdsMisalignedBug":
+                    if into is fn_outcomes:
+                        raise _KernelRefused(f"LdsMisalignedBug at {f.address:#x} in a device function: CU mode "
+                                             f"is a property of the calling kernels, which kpatch does not set "
+                                             f"from a callee")
                     if "cu-mode" not in set_ids:
                         raise _KernelRefused("LdsMisalignedBug needs rule set cu-mode, which was not chosen")
                     used.append(next(r.id for s in sets if s.id == "cu-mode" for r in s.rules))
@@ -339,16 +427,36 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                 edits.extend(e for e in pe if e.address not in taken)
                 used.extend(e.rule for e in pe)
         except _KernelRefused as e:
-            outcomes[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
+            into[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
             continue
-        if any(f.cls == "LdsMisalignedBug" for f in kr.findings):
+        if into is outcomes and any(f.cls == "LdsMisalignedBug" for f in kr.findings):
             cu_kernels.append(kr.name)
         edits_by_kernel[kr.name] = edits
         rules = list(dict.fromkeys(used))
-        outcomes[kr.name] = KernelOutcome(kr.name, "patched" if rules else "untouched", "", rules)
+        into[kr.name] = KernelOutcome(kr.name, "patched" if rules else "untouched", "", rules)
+
+    # a kernel is only as safe as everything it can reach
+    reach = reachable_units(co) if report.functions or any(kr.calls for kr in report.kernels) else {}
+    changed = True
+    while changed:  # refusals spread through kernels that call kernels
+        changed = False
+        for name, o in list(outcomes.items()):
+            why = None if o.status == "refused" else _unreachable_refusal(name, reach.get(name, set()),
+                                                                           outcomes, fn_outcomes)
+            if why:
+                outcomes[name] = KernelOutcome(name, "refused", why)
+                edits_by_kernel.pop(name, None)
+                changed = True
+    if mode == "native":
+        refused = _all_or_nothing(outcomes, fn_outcomes)
+        if refused is not None:
+            return refused
+    for name, o in fn_outcomes.items():
+        if o.status == "refused":
+            edits_by_kernel.pop(name, None)
 
     all_edits = [e for es in edits_by_kernel.values() for e in es]
-    chosen = dict(outcomes)  # before the rewriter's refusals
+    chosen, fn_chosen = dict(outcomes), dict(fn_outcomes)  # before the rewriter's refusals
     done: dict = {}  # what the last call of finalize decided: record, relocations, note
 
     def finalize(result) -> tuple[bytes, dict] | None:
@@ -356,9 +464,11 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         where code went) and the provenance note for the rewriter's result,
         laid out in the same pass as the code; None when nothing changed."""
         outcomes.update(chosen)
+        fn_outcomes.update(fn_chosen)
         for r in result.refused:
-            if r.kernel in outcomes:
-                outcomes[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
+            for into in (outcomes, fn_outcomes):
+                if r.kernel in into:
+                    into[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
         done.clear()
         done["relocations"] = relocated = result.relocations or {}
         patched = [k for k in co.kernels if outcomes[k.name].status != "refused"]
@@ -377,7 +487,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         applied = sorted({r for o in outcomes.values() for r in o.rules})
         done["record"] = rec = provenance_record(
             data, rules=applied, made_safe_for=MADE_SAFE_FOR, mode=mode, rule_sets=[s.id for s in sets],
-            refused=[o.name for o in outcomes.values() if o.status == "refused"], relocations=relocated)
+            refused=[o.name for o in (*outcomes.values(), *fn_outcomes.values()) if o.status == "refused"],
+            relocations=relocated)
         try:
             return base, dict([provenance_section(base, rec)])
         except KpatchError as e:
@@ -391,27 +502,57 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False,
                            note=done.get("note", e.reason))
     relocated, rec = done["relocations"], done.get("record")
+    fns = [fn_outcomes[n] for n in fn_outcomes]
+    if mode == "native":
+        refused = _all_or_nothing(outcomes, fn_outcomes)
+        if refused is not None:
+            return refused
     if rec is None:
-        return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated)
+        return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated, functions=fns)
     new = result.data
-    problems = verify(new, outcomes, mode, {s.id for s in sets}, kept=[r for r in approx if r.fix in KEEPS])
+    problems = verify(new, {**fn_outcomes, **outcomes}, mode, {s.id for s in sets},
+                      kept=[r for r in approx if r.fix in KEEPS])
     if problems:
         reason = "verification after patching failed: " + "; ".join(problems[:3])
         return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False, note=reason)
-    return PatchResult(new, [outcomes[n] for n in names], True, relocations=relocated, provenance=rec)
+    return PatchResult(new, [outcomes[n] for n in names], True, relocations=relocated, provenance=rec,
+                       functions=fns)
+
+
+def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, KernelOutcome]) -> PatchResult | None:
+    """Native mode: the whole object refused when any kernel or device
+    function is (None when none is).  The refused ones keep their reasons;
+    the others say why they were not written."""
+    bad = [o for o in (*outcomes.values(), *fn_outcomes.values()) if o.status == "refused"]
+    if not bad:
+        return None
+    first = bad[0]
+    why = (f"not written: native mode writes a code object only when all of it is safe for gfx1010, and "
+           f"{len(bad)} of its kernels/functions were refused ({first.name}: {first.reason})")
+    kernels = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in outcomes.values()]
+    fns = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in fn_outcomes.values()]
+    return PatchResult(None, kernels, False, note=why, functions=fns)
 
 
 def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, set_ids: set[str],
            kept: list[Rule] = ()) -> list[str]:
-    """Findings left in patched kernels that the chosen rule sets should have
-    removed (``kept``: approximation rules that leave their instruction as it is)."""
+    """Findings left in the kernels and device functions that were not
+    refused, which the chosen rule sets should have removed (``kept``:
+    approximation rules that leave their instruction as it is).  A kernel or
+    function the patched object has that ``outcomes`` does not name is a
+    problem too: nothing unseen is called clean."""
     co = CodeObject.from_bytes(new)
     report = analyse(co, MADE_SAFE_FOR)
     problems = []
-    for kr in report.kernels:
+    for kr in (*report.kernels, *report.functions):
         o = outcomes.get(kr.name)
-        if o is None or o.status == "refused":
+        if o is None:
+            problems.append(f"{kr.name}: not analysed before patching")
             continue
+        if o.status == "refused":
+            continue
+        if kr.unseen:
+            problems.append(f"{kr.name}: {'; '.join(kr.unseen)}")
         for f in kr.findings:
             if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
                 continue

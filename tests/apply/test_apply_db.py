@@ -114,15 +114,39 @@ def test_override_writes_what_miopen_loads(tmp_path, cache):
 
 def test_only_changed_entries_are_written(cache):
     out = cache / "gfx1030_18.ukdb"
-    patcher = FakePatcher(skip=("asm_scale_loop", "asm_lds_swap"), refuse=("MIOpenSumSq",))
+    patcher = FakePatcher(skip=("asm_scale_loop", "asm_lds_swap"))
     r = apply([sample_db_path()], out, patch_fn=patcher)
     keys = {(n, a) for _, n, a, *_ in raw_rows(str(out))}
     want = {(n, a) for n, a, _ in sample_items() if n != "asm_kernels.s.o"}
     assert keys == want and r.written == len(want)
     statuses = {(e.kernel_name, e.kernel_args): e.status for e in r.entries}
     assert [s for (n, _), s in statuses.items() if n == "asm_kernels.s.o"] == ["unchanged", "unchanged"]
-    refused = [k for e in r.entries for k in e.kernels if k.status == "refused"]
-    assert refused and all(k.name == "MIOpenSumSq" and k.reason == "fake refusal" for k in refused)
+
+
+def test_override_writes_an_object_with_refused_kernels_and_says_so(cache):
+    # override mode: the refused kernel's code is the original's (what MIOpen runs anyway)
+    out = cache / "gfx1030_18.ukdb"
+    r = apply([sample_db_path()], out, patch_fn=FakePatcher(refuse=("MIOpenSumSq",)))
+    hit = [e for e in r.entries if any(k.name == "MIOpenSumSq" for k in e.kernels)]
+    assert hit and all(e.status == "changed" for e in hit)
+    for e in hit:
+        n = len(e.kernels)
+        assert f"written with 1 of {n} kernels unchanged" in e.note and "MIOpenSumSq (fake refusal)" in e.note
+    keys = {(n, a) for _, n, a, *_ in raw_rows(str(out))}
+    assert {(e.kernel_name, e.output_args) for e in hit} <= keys
+
+
+def test_native_never_writes_an_object_with_a_refused_kernel(cache):
+    out = cache / "gfx1010_18.ukdb"
+    r = apply([sample_db_path()], out, mode="native", patch_fn=FakePatcher(refuse=("MIOpenSumSq",)))
+    hit = [e for e in r.entries if any(k.name == "MIOpenSumSq" for k in e.kernels)]
+    assert hit and all(e.status == "unchanged" for e in hit)
+    assert all(k.status == "refused" for e in hit for k in e.kernels)
+    others = [k for e in hit for k in e.kernels if k.name != "MIOpenSumSq"]
+    assert others and all("MIOpenSumSq" in k.reason for k in others)
+    keys = {(n, a) for _, n, a, *_ in raw_rows(str(out))}
+    assert not {(e.kernel_name, e.output_args) for e in hit} & keys
+    assert keys  # the other entries were written
 
 
 def test_merge_keeps_unrelated_entries_byte_for_byte(cache):

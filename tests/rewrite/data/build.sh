@@ -12,3 +12,7 @@ HIP_PLATFORM=amd hipcc --offload-arch=gfx1030 --cuda-device-only -O3 -c calls.hi
 /usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input=calls.bundle \
     --targets=hipv4-amdgcn-amd-amdhsa--gfx1030 --output=calls.hip.gfx1030.hsaco
 rm -f calls.bundle
+HIP_PLATFORM=amd hipcc --offload-arch=gfx1030 --cuda-device-only -O3 -c calls_dot.hip -o calls_dot.bundle
+/usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input=calls_dot.bundle \
+    --targets=hipv4-amdgcn-amd-amdhsa--gfx1030 --output=calls_dot.hip.gfx1030.hsaco
+rm -f calls_dot.bundle
