@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import os
 import shutil
 import subprocess
@@ -39,3 +40,25 @@ def librocrand() -> str:
     if not os.path.exists(LIBROCRAND):
         pytest.skip("corpus not fetched (tools/fetch_corpus.sh)")
     return LIBROCRAND
+
+
+_OBJDUMP_LINE = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+):")
+
+
+def objdump_functions(data: bytes, tmp_path, mcpu: str = "gfx1030") -> dict[str, list[str]]:
+    """llvm-objdump-16's instruction text per function symbol of the code
+    object ``data`` (the independent decoder), as ``--mcpu`` reads it."""
+    need_tool("llvm-objdump-16")
+    p = tmp_path / f"objdump-{mcpu}.co"
+    p.write_bytes(data)
+    out = subprocess.run(["llvm-objdump-16", "-d", f"--mcpu={mcpu}", str(p)], capture_output=True, text=True,
+                         check=True).stdout
+    funcs: dict[str, list[str]] = {}
+    cur = None
+    for line in out.splitlines():
+        m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+        elif (m := _OBJDUMP_LINE.match(line)) and cur is not None:
+            cur.append(m.group(1))
+    return funcs

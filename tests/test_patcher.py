@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, need_tool
+from conftest import FIXTURES, need_tool, objdump_functions as objdump_kernels
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.outputs.branchcheck import check_branches
@@ -19,28 +19,6 @@ from kpatch.rewrite.provenance import read_provenance
 
 GFX1030 = sorted(glob.glob(os.path.join(FIXTURES, "*.gfx1030.*.hsaco")))
 FORBIDDEN = re.compile(r"<unknown>|s_inst_prefetch|v_dot|_legacy_f32")
-LINE = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+):")
-
-
-def objdump_kernels(data: bytes, tmp_path, mcpu: str) -> dict[str, list[str]]:
-    """llvm-objdump-16's text per kernel symbol (the independent decoder)."""
-    p = tmp_path / "x.hsaco"
-    p.write_bytes(data)
-    out = subprocess.run(["llvm-objdump-16", "-d", f"--mcpu={mcpu}", str(p)], capture_output=True, text=True,
-                         check=True).stdout
-    kernels: dict[str, list[str]] = {}
-    cur = None
-    for line in out.splitlines():
-        m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
-        if m:
-            cur = kernels.setdefault(m.group(1), [])
-            continue
-        m = LINE.match(line)
-        if m and cur is not None:
-            cur.append(m.group(1))
-    return kernels
-
-
 @pytest.mark.llvm
 @pytest.mark.parametrize("path", GFX1030, ids=os.path.basename)
 @pytest.mark.parametrize("mode", ["override", "native"])

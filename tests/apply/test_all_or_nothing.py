@@ -14,36 +14,16 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, need_tool
+from conftest import FIXTURES, need_tool, objdump_functions
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.containers.bundle import is_bundle, parse_bundle
 from kpatch.containers.kdb import KernelDB
-from kpatch.data import sample_db_path
 from kpatch.outputs.blobpatch import ALL_OR_NOTHING, patch_code_object_checked
 from kpatch.outputs.patchfn import KernelOutcome, PatchResult
 from kpatch.rewrite.patcher import patch_code_object
 from kpatch.rewrite.provenance import read_provenance
 from apply.conftest import python_cli
-
-LINE = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+):")
-
-
-def _objdump(data: bytes, tmp_path, mcpu: str) -> dict[str, list[str]]:
-    p = tmp_path / "x.co"
-    p.write_bytes(data)
-    out = subprocess.run(["llvm-objdump-16", "-d", f"--mcpu={mcpu}", str(p)], capture_output=True, text=True,
-                         check=True).stdout
-    funcs: dict[str, list[str]] = {}
-    cur = None
-    for line in out.splitlines():
-        m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
-        if m:
-            cur = funcs.setdefault(m.group(1), [])
-        elif (m := LINE.match(line)) and cur is not None:
-            cur.append(m.group(1))
-    return funcs
-
 
 def _label(data: bytes, tmp_path) -> str:
     p = tmp_path / "l.co"
@@ -84,7 +64,7 @@ def test_native_output_has_no_kernel_with_a_finding(tmp_path):
         report = analyse(CodeObject.from_bytes(code), "gfx1010")
         for fr in (*report.kernels, *report.functions):
             assert fr.findings == [] and fr.verdict.status == "ok", (name, fr.name, fr.findings)
-        for fn, text in _objdump(code, tmp_path, "gfx1010").items():
+        for fn, text in objdump_functions(code, tmp_path, "gfx1010").items():
             assert not [t for t in text if t.startswith(".long") or "s_inst_prefetch" in t], (name, fn)
     # and the refusals are reported per kernel, with the reason
     assert "half2_dot" in r.stdout and "fma_loop: not written: native mode" in r.stdout
@@ -108,7 +88,7 @@ def test_override_writes_the_object_and_says_which_kernels_are_unchanged(tmp_pat
     assert [k.name for k in res.unchanged] == ["half2_dot"]
     assert "half2_dot" in read_provenance(res.data)["refused"]
     # the refused kernel's code is the original's, instruction for instruction
-    before, after = _objdump(data, tmp_path, "gfx1030"), _objdump(res.data, tmp_path, "gfx1030")
+    before, after = objdump_functions(data, tmp_path, "gfx1030"), objdump_functions(res.data, tmp_path, "gfx1030")
     assert after["half2_dot"] == before["half2_dot"]
     # apply says so in one line
     src = tmp_path / "m.hsaco"

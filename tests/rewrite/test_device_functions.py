@@ -13,12 +13,10 @@ after), and the compiler's own sources (which function calls which)."""
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 
 import pytest
 
-from conftest import FIXTURES, need_tool, run_kpatch
+from conftest import FIXTURES, need_tool, objdump_functions, run_kpatch
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.rewrite.patcher import patch_code_object
@@ -27,24 +25,6 @@ from rewrite.test_fixes import _build
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CALLS = os.path.join(DATA, "calls.hip.gfx1030.hsaco")
 CALLS_DOT = os.path.join(DATA, "calls_dot.hip.gfx1030.hsaco")
-LINE = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+):")
-MITIGATIONS = ("s_waitcnt_depctr", "s_nop", "s_mov_b32 null", "v_mov_b32_e32 v0, v0", "s_waitcnt_vscnt null")
-
-
-def objdump(data: bytes, tmp_path, mcpu: str = "gfx1030") -> dict[str, list[str]]:
-    p = tmp_path / "o.co"
-    p.write_bytes(data)
-    out = subprocess.run(["llvm-objdump-16", "-d", f"--mcpu={mcpu}", str(p)], capture_output=True, text=True,
-                         check=True).stdout
-    funcs: dict[str, list[str]] = {}
-    cur = None
-    for line in out.splitlines():
-        m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
-        if m:
-            cur = funcs.setdefault(m.group(1), [])
-        elif (m := LINE.match(line)) and cur is not None:
-            cur.append(m.group(1))
-    return funcs
 
 
 def _mnemonics(lines: list[str]) -> list[str]:
@@ -71,7 +51,7 @@ def test_device_functions_are_patched_and_verified(mode, tmp_path):
         left = [f.cls for f in fr.findings if not (mode == "override" and f.cls == "Xnack")]
         assert left == [], (fr.name, left)
     # LLVM's view of helper2: the same instructions, with mitigations in front of the SGPR writes
-    old, new = objdump(data, tmp_path)["_Z7helper2f"], objdump(res.data, tmp_path)["_Z7helper2f"]
+    old, new = objdump_functions(data, tmp_path)["_Z7helper2f"], objdump_functions(res.data, tmp_path)["_Z7helper2f"]
     inserted = [t for t in new if t.startswith("s_waitcnt_depctr")]
     assert len(inserted) >= 1 and not [t for t in old if t.startswith("s_waitcnt_depctr")]
     assert _mnemonics([t for t in new if not t.startswith("s_waitcnt_depctr")]) == _mnemonics(old)
@@ -96,7 +76,7 @@ def test_a_kernel_reaching_an_unfixable_function_is_refused(tmp_path):
     assert by["k_plain"].status == "patched"
     assert {f.name: f.status for f in res.functions}[fn] == "refused"
     # what is written keeps k_dot and its callee exactly as they were
-    old, new = objdump(data, tmp_path), objdump(res.data, tmp_path)
+    old, new = objdump_functions(data, tmp_path), objdump_functions(res.data, tmp_path)
     assert new[fn] == old[fn] and _mnemonics(new["k_dot"]) == _mnemonics(old["k_dot"])
     # native mode writes nothing for this object
     nat = patch_code_object(data, mode="native")
