@@ -168,7 +168,9 @@ def _unreachable_refusal(name: str, reach: set[str], outcomes: dict, fn_outcomes
             return (f"reaches code at {other[6:-1]} that no symbol names: kpatch does not analyse it, "
                     f"so it cannot say the kernel is safe")
         o = fn_outcomes.get(other) or outcomes.get(other)
-        if o is not None and o.status == "refused":
+        if o is None:  # e.g. a function symbol without a size: the analysis did not see it
+            return f"reaches {other}, which kpatch did not analyse, so it cannot say the kernel is safe"
+        if o.status == "refused":
             what = "device function" if other in fn_outcomes else "kernel"
             return f"calls {what} {other}, which kpatch cannot make safe: {o.reason}"
     return None

@@ -138,3 +138,15 @@ def test_an_object_without_text_is_unpatchable_not_ok(tmp_path):
     r = run_kpatch("scan", "--target", "gfx1010", str(p))
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert f"kernels 0 ok, 0 patchable, {len(co.kernels)} unpatchable" in r.stdout
+
+
+@pytest.mark.llvm
+def test_a_kernel_calling_a_function_the_analysis_did_not_see_is_refused(tmp_path):
+    # a function symbol without a size: the analysis has no extent for it, so it is unseen
+    obj = _build(tmp_path, "    s_call_b64 s[30:31], fn\n    global_load_dword v1, v[2:3], off\n    s_mov_b32 s2, 0",
+                 after=".text\n.p2align 2\n.type fn,@function\nfn:\n    s_setpc_b64 s[30:31]\n")
+    data = open(obj, "rb").read()
+    report = analyse(CodeObject.from_bytes(data), "gfx1010")
+    assert "fn" not in {f.name for f in report.functions}
+    [o] = patch_code_object(data, mode="override").kernels
+    assert o.status == "refused" and "fn, which kpatch did not analyse" in o.reason
