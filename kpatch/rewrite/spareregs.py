@@ -26,11 +26,10 @@ Spare VGPRs are first taken from the slack of the hardware allocation
 (``(GRANULATED_WORKITEM_VGPR_COUNT + 1) * granule`` is usually above
 ``first_free``); if that is not enough the allocation grows by whole
 granules, which costs occupancy but not correctness - provided the largest
-workgroup still fits one CU: ``ceil(waves / 2)`` waves per SIMD (CU mode,
-the stricter case) times the allocation must stay within the SIMD's VGPR
-file (gfx10: 1024 registers per SIMD in wave32, 512 in wave64; LLVM's
-``getTotalNumVGPRs``) and within 256 VGPRs per wave.  Otherwise the kernel
-is refused with the count it lacked.
+workgroup still fits in the kernel's mode (:func:`kpatch.rewrite.residency.fits`,
+the one residency check; a kernel the patcher then puts in CU mode is
+checked again there with its final allocation).  Otherwise the kernel is
+refused with the count it lacked.
 """
 
 from __future__ import annotations
@@ -40,10 +39,8 @@ from dataclasses import dataclass, field
 from kpatch.analysis.detectors.mimg import clause_length
 from kpatch.codeobject import CodeObject
 from kpatch.isa import decode
+from kpatch.rewrite import residency
 
-ADDRESSABLE_VGPRS = 256
-TOTAL_VGPRS_PER_SIMD = {32: 1024, 64: 512}
-SIMDS_PER_CU = 2
 CALLS = ("s_call_b64", "s_swappc_b64", "s_setpc_b64")
 INDEXED = ("v_movrels_b32", "v_movreld_b32", "v_movrelsd_b32", "v_movrelsd_2_b32")
 SOURCE_ISA = "gfx1030"
@@ -112,11 +109,10 @@ class VgprBudget:
 
     kernel: str
     symbol: str
+    target: object  # the Kernel (descriptor, metadata) the registers are for
     first_free: int
     allocated: int
     granule: int
-    wave_size: int
-    workgroup: int | None  # .max_flat_workgroup_size, None when the metadata lacks it
     vgpr_count: int | None  # the metadata's .vgpr_count
     next: int = field(init=False)
     blocked: str = ""  # why no VGPR can be handed out
@@ -138,8 +134,7 @@ class VgprBudget:
             blocked = "it indexes VGPRs through M0 (v_movrel*), so no VGPR can be proved unused"
         count = md.get(".vgpr_count")
         first = max(top, count if isinstance(count, int) else 0)
-        return cls(kernel.name, kernel.symbol, first, kd.vgpr_blocks_count, kd.vgpr_granule,
-                   32 if kd.get("ENABLE_WAVEFRONT_SIZE32") else 64, md.get(".max_flat_workgroup_size"),
+        return cls(kernel.name, kernel.symbol, kernel, first, kd.vgpr_blocks_count, kd.vgpr_granule,
                    count if isinstance(count, int) else None, blocked=blocked)
 
     def take(self, n: int, why: str) -> int:
@@ -157,17 +152,7 @@ class VgprBudget:
         return self.first_free
 
     def _cannot_grow(self, alloc: int) -> str:
-        if alloc > ADDRESSABLE_VGPRS:
-            return f"{alloc} VGPRs exceed the {ADDRESSABLE_VGPRS} a wave can address"
-        if self.workgroup is None:
-            return "the metadata has no .max_flat_workgroup_size to check a larger allocation against"
-        waves = -(-self.workgroup // self.wave_size)
-        per_simd = -(-waves // SIMDS_PER_CU)
-        total = TOTAL_VGPRS_PER_SIMD[self.wave_size]
-        if per_simd * alloc > total:
-            return (f"a workgroup of {self.workgroup} would need {per_simd} waves x {alloc} VGPRs on one SIMD "
-                    f"(file: {total})")
-        return ""
+        return residency.fits(self.target, cu_mode=not self.target.descriptor.wgp_mode, vgprs=alloc) or ""
 
     @property
     def new_allocation(self) -> int | None:
