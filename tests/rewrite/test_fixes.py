@@ -483,3 +483,77 @@ def test_residency_refuses_more_lds_than_a_workgroup_may_have(tmp_path):
         [k] = CodeObject.from_bytes(open(obj, "rb").read()).kernels
         why = residency.fits(k, cu_mode=True)
         assert (why is None) == ok and (ok or "65540 bytes of LDS" in why)
+
+
+# --- spare VGPRs: M0-relative VGPR access and undecodable words refuse ---------------------
+
+def test_swaprel_refuses_the_fold(tmp_path):
+    """v_swaprel_b32 swaps VGPRs relative to M0 (LLVM: implicit use of M0), so
+    no VGPR can be proved unused: the fold that needs a spare pair is refused,
+    naming the instruction."""
+    obj = _build(tmp_path, "    s_mov_b32 m0, 2\n    v_swaprel_b32 v1, v0\n" + FLAT_FOLD)
+    assert "v_swaprel_b32 v1, v0" in kernels_text(obj, "gfx1030")["k"]  # what LLVM reads there
+    res = patch_code_object(open(obj, "rb").read(), mode="override")
+    [k] = res.kernels
+    assert k.status == "refused" and "spare VGPR" in k.reason and "v_swaprel_b32" in k.reason
+
+
+def test_swaprel_in_a_callee_refuses_the_fold(tmp_path):
+    """The scan of a calling kernel covers its callees: v_swaprel_b32 there refuses too."""
+    callee = (".text\n.p2align 8\n.type callee,@function\ncallee:\n    v_swaprel_b32 v1, v0\n"
+              "    s_setpc_b64 s[30:31]\n.Lcallee_end:\n.size callee, .Lcallee_end - callee\n")
+    obj = _build(tmp_path, "    s_call_b64 s[30:31], callee\n" + FLAT_FOLD, vgprs=48, after=callee, vgpr_count=8)
+    [k] = patch_code_object(open(obj, "rb").read(), mode="override").kernels
+    assert k.status == "refused" and "v_swaprel_b32" in k.reason
+
+
+def _symbol_value(path: str, name: str) -> int:
+    out = subprocess.run([need("llvm-readelf-16"), "-s", path], capture_output=True, text=True, check=True).stdout
+    return next(int(f[1], 16) for line in out.splitlines() if (f := line.split()) and f[-1] == name)
+
+
+@pytest.mark.parametrize("where", ["kernel", "callee"])
+def test_undecodable_word_refuses_the_fold(tmp_path, where):
+    """A word of the scanned code that does not decode (0xffffffff is no gfx1030
+    instruction for llvm-objdump-16) names registers nobody knows: a fix that
+    needs spare VGPRs is refused with the word's address, not skipped over -
+    in the kernel (after the fold) or in a function of .text it may call."""
+    word = "    s_branch .Lover\n    .long 0xffffffff\n.Lover:\n"
+    if where == "kernel":
+        obj = _build(tmp_path, FLAT_FOLD + "\n" + word)
+        at = _symbol_value(obj, "k") + 8 + 4  # after the 8-byte flat_load and the s_branch
+    else:
+        callee = (".text\n.p2align 8\n.type callee,@function\ncallee:\n" + word +
+                  "    s_setpc_b64 s[30:31]\n.Lcallee_end:\n.size callee, .Lcallee_end - callee\n")
+        obj = _build(tmp_path, "    s_call_b64 s[30:31], callee\n" + FLAT_FOLD, vgprs=48, after=callee, vgpr_count=8)
+        at = _symbol_value(obj, "callee") + 4
+    out = subprocess.run([need("llvm-objdump-16"), "-d", "--mcpu=gfx1030", obj], capture_output=True, text=True,
+                         check=True).stdout
+    assert re.search(rf"\.long 0xffffffff\s+// {at:012X}:", out)  # LLVM cannot decode it either
+    [k] = patch_code_object(open(obj, "rb").read(), mode="override").kernels
+    assert k.status == "refused" and "spare VGPR" in k.reason and f"{at:#x}" in k.reason, k.reason
+
+
+def test_implicit_table_matches_llvm(tmp_path):
+    """kpatch/isa/tables/implicit.json is what tools/gen_isa_tables.py --implicit
+    generates from libLLVM-16's instruction info now."""
+    import shutil
+    import sys
+
+    if not (shutil.which("c++") and shutil.which("llvm-config-16")
+            and os.path.exists("/usr/lib/llvm-16/include/llvm/MC/MCInstrDesc.h")):
+        pytest.skip("needs a C++ compiler and llvm-16-dev")
+    tools = os.path.join(os.path.dirname(HAZARDS), "..", "..", "..", "tools")
+    sys.path.insert(0, os.path.abspath(tools))
+    try:
+        import gen_isa_tables
+    finally:
+        sys.path.pop(0)
+    new = tmp_path / "implicit.json"
+    gen_isa_tables.write_implicit(list(gen_isa_tables.TARGETS), str(new))
+    assert json.load(open(new)) == json.load(open(gen_isa_tables.IMPLICIT_PATH))
+    # the M0-relative VGPR moves LLVM knows for GFX10 are among the M0 readers
+    m0 = {e["llvm"] for ops in json.load(open(new))["targets"]["gfx1030"].values() for e in ops.values()
+          if "m0" in e["uses"]}
+    assert {"V_SWAPREL_B32_gfx10", "V_MOVRELS_B32_e32_gfx10", "V_MOVRELD_B32_e64_gfx10",
+            "V_MOVRELSD_2_B32_e32_gfx10"} <= m0
