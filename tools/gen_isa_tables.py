@@ -25,7 +25,11 @@ LLVM's TableGen'd instruction info itself.  tools/llvm_implicit_regs.cpp,
 built against libLLVM-16 (package llvm-16-dev), prints every LLVM opcode's
 ``MCInstrDesc`` implicit uses/defs; ``llvm-mc-16 --disassemble --show-inst``
 names the LLVM opcode of one encoding of each table entry; the two are
-joined by that name.
+joined by that name.  Only the vector ALU formats are written: LLVM keeps
+implicit registers on its pseudo instructions, and the encodings
+(``..._gfx10`` "reals") copy them for VALU instructions but not for scalar
+or memory ones (``S_ADD_U32_gfx10`` has no SCC def, ``S_ADD_U32`` has), so
+for those formats the join would claim "nothing implicit" wrongly.
 """
 
 from __future__ import annotations
@@ -1093,6 +1097,8 @@ def finalize(target: str, r1: dict) -> dict:
 # implicit registers, from LLVM's instruction info
 
 IMPLICIT_PATH = os.path.join(OUT_DIR, "implicit.json")
+#: formats whose LLVM encodings carry the implicit registers (see the module docstring)
+IMPLICIT_FORMATS = ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VINTRP")
 LLVM_CONFIG = "llvm-config-16"
 _MC_ENCODING = re.compile(r"; encoding: \[([^\]]*)\]")
 _MC_INST = re.compile(r"<MCInst #\d+ (\w+)")
@@ -1181,7 +1187,7 @@ def write_implicit(targets, path: str = IMPLICIT_PATH) -> None:
     says the instruction uses and defines implicitly (lower case)."""
     regs = llvm_implicit_regs()
     out = {"generated_by": "tools/gen_isa_tables.py --implicit (libLLVM-16 MCInstrDesc, llvm-mc-16 --show-inst)",
-           "targets": {}}
+           "formats": list(IMPLICIT_FORMATS), "targets": {}}
     for t in targets:
         with open(os.path.join(OUT_DIR, f"{t}.json")) as fh:
             table = json.load(fh)
@@ -1189,14 +1195,18 @@ def write_implicit(targets, path: str = IMPLICIT_PATH) -> None:
         per: dict = {}
         missing = []
         for (fname, op), name in sorted(names.items()):
+            if fname not in IMPLICIT_FORMATS:
+                continue
             uses, defs = regs[name]
             per.setdefault(fname, {})[str(op)] = {"llvm": name, "uses": [r.lower() for r in uses],
                                                   "defs": [r.lower() for r in defs]}
         for fname, ops in table["formats"].items():
-            missing += [f"{fname} {op} {e.get('m')}" for op, e in ops.items() if str(op) not in per.get(fname, {})]
+            if fname in IMPLICIT_FORMATS:
+                missing += [f"{fname} {op} {e.get('m')}" for op, e in ops.items() if str(op) not in per[fname]]
         out["targets"][t] = per
-        print(f"{t}: {len(names)} opcodes with LLVM's implicit registers; "
-              f"{len(missing)} that no probe decodes as (kpatch then knows nothing implicit of them): {', '.join(missing[:20])}")
+        print(f"{t}: {sum(map(len, per.values()))} vector ALU opcodes with LLVM's implicit registers; "
+              f"{len(missing)} that no probe decodes as (kpatch then knows nothing implicit of them): "
+              f"{', '.join(missing[:20])}")
     with open(path, "w") as fh:
         json.dump(out, fh, indent=0, sort_keys=True, separators=(",", ":"))
         fh.write("\n")

@@ -244,8 +244,8 @@ def _build(tmp_path, body: str, vgprs: int = 32, metadata: bool = True, after: s
             f"    .wavefront_size: {wave}\n    .sgpr_count: 32\n    .vgpr_count: {vgpr_count or vgprs}\n"
             f"    .max_flat_workgroup_size: {workgroup}\n{extra_md}    .args: []\n...\n"
             ".end_amdgpu_metadata\n") if metadata else ""
-    (work / "k.s").write_text('.include "kernel.inc"\nKERNEL k\n' + body + f"\n    s_endpgm\nEND_KERNEL k, {wgp}, {lds}\n"
-                              + after + meta)
+    (work / "k.s").write_text('.include "kernel.inc"\nKERNEL k\n' + body
+                              + f"\n    s_endpgm\nEND_KERNEL k, {wgp}, {lds}\n" + after + meta)
     subprocess.run([clang, "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1030",
                     "-mcode-object-version=4", "k.s", "-o", "k.hsaco"], cwd=work, check=True)
     return str(work / "k.hsaco")
