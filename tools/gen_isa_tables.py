@@ -18,6 +18,18 @@ tools/isa_probe.py) and learns from the text:
 The output is plain data; kpatch reads it at run time and never needs LLVM.
 Run: python3 tools/gen_isa_tables.py [--target gfx1010|gfx1030] (takes a few
 minutes; both targets run in parallel).
+
+``--implicit`` (run after the tables exist) writes ``tables/implicit.json``:
+the registers each opcode of each table uses and defines *implicitly*, from
+LLVM's TableGen'd instruction info itself.  tools/llvm_implicit_regs.cpp,
+built against libLLVM-16 (package llvm-16-dev), prints every LLVM opcode's
+``MCInstrDesc`` implicit uses/defs; ``llvm-mc-16 --disassemble --show-inst``
+names the LLVM opcode of one encoding of each table entry; the two are
+joined by that name.  Only the vector ALU formats are written: LLVM keeps
+implicit registers on its pseudo instructions, and the encodings
+(``..._gfx10`` "reals") copy them for VALU instructions but not for scalar
+or memory ones (``S_ADD_U32_gfx10`` has no SCC def, ``S_ADD_U32`` has), so
+for those formats the join would claim "nothing implicit" wrongly.
 """
 
 from __future__ import annotations
@@ -26,7 +38,10 @@ import argparse
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -1078,11 +1093,135 @@ def finalize(target: str, r1: dict) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------
+# implicit registers, from LLVM's instruction info
+
+IMPLICIT_PATH = os.path.join(OUT_DIR, "implicit.json")
+#: formats whose LLVM encodings carry the implicit registers (see the module docstring)
+IMPLICIT_FORMATS = ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VINTRP")
+LLVM_CONFIG = "llvm-config-16"
+_MC_ENCODING = re.compile(r"; encoding: \[([^\]]*)\]")
+_MC_INST = re.compile(r"<MCInst #\d+ (\w+)")
+_MC_WARNING = re.compile(r"^<stdin>:(\d+):(\d+): (?:warning|error)", re.M)
+_SEPARATOR = bytes.fromhex("070080bf")  # s_nop 7
+_SEPARATOR_LINE = "0x07 0x00 0x80 0xbf"
+
+
+def llvm_implicit_regs() -> dict[str, tuple[list[str], list[str]]]:
+    """LLVM opcode name -> (implicit uses, implicit defs), from libLLVM-16's
+    MCInstrInfo (tools/llvm_implicit_regs.cpp, compiled here)."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++-15")
+    if cxx is None or shutil.which(LLVM_CONFIG) is None:
+        raise SystemExit("--implicit needs a C++ compiler and llvm-16-dev (llvm-config-16)")
+    cfg = lambda *a: subprocess.run([LLVM_CONFIG, *a], capture_output=True, text=True,  # noqa: E731
+                                    check=True).stdout.split()
+    with tempfile.TemporaryDirectory() as td:
+        exe = os.path.join(td, "implicit")
+        subprocess.run([cxx, "-std=c++17", os.path.join(HERE, "llvm_implicit_regs.cpp"), *cfg("--cxxflags"),
+                        "-o", exe, *cfg("--ldflags"), "-lLLVM-16"], check=True)
+        out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    regs = {}
+    for line in out.splitlines():
+        name, uses, defs = line.split("\t")
+        regs[name] = (uses.split()[1:], defs.split()[1:])
+    return regs
+
+
+def _entry_probes(fmt: F.Format, key: int, e: dict) -> list[bytes]:
+    """Encodings of table entry ``e`` (key = opcode, FLAT: opcode | seg << 7),
+    with its literal if it takes one: operand fields 0, the entry's base, the
+    base encodings round 1 probes with, EXEC_LO as a VOP3 destination."""
+    op, seg = (key & 0x7F, key >> 7) if fmt.name == "FLAT" else (key, None)
+    lit = b"\0\0\0\0" if any(o[0] == "lit" for o in e.get("o", [])) else b""
+    bases = [{}, e.get("base", {})] + list(base_candidates(fmt.name, seg))
+    if fmt.name == "VOP3":
+        bases.append({"vdst": 0x7E})  # v_cmpx_*_e64: LLVM wants EXEC_LO's code in vdst
+    return [enc(fmt, op, dict(b, **({"seg": seg} if seg is not None else {}))) + lit for b in bases]
+
+
+def llvm_opcode_names(target: str, table: dict) -> dict[tuple[str, int], str]:
+    """(format, opcode) -> the LLVM opcode ``llvm-mc-16 --show-inst`` decodes one
+    encoding of each table entry as.  Each probe is its own input line followed
+    by a separator line (``s_nop 7``), so the decoded stream splits back into
+    probes; a probe counts only when its first instruction is LLVM's reading of
+    its first bytes (no warning at its first column)."""
+    entries = [((fname, int(op)), _entry_probes(F.FORMATS[fname], int(op), e))
+               for fname, ops in table["formats"].items() for op, e in ops.items()]
+    names: dict[tuple[str, int], str] = {}
+    for attempt in range(max(len(c) for _, c in entries)):
+        todo = [(key, c[attempt]) for key, c in entries if key not in names and attempt < len(c)]
+        names.update(_mc_names(target, todo))
+    return names
+
+
+def _mc_names(target: str, todo: list) -> dict:
+    """The LLVM opcode of each (key, probe) llvm-mc-16 decodes from the probe's first bytes."""
+    keys = [k for k, _ in todo]
+    probes = [c for _, c in todo]
+    text = "".join(" ".join(f"0x{b:02x}" for b in code) + "\n" + _SEPARATOR_LINE + "\n" for code in probes)
+    p = subprocess.run(["llvm-mc-16", "--disassemble", "--show-inst", "--show-encoding",
+                        "-triple=amdgcn-amd-amdhsa", f"-mcpu={target}"], input=text,
+                       capture_output=True, text=True)
+    bad = {int(m.group(1)) for m in _MC_WARNING.finditer(p.stderr) if m.group(2) == "1"}
+    groups: list[list[tuple[bytes, str]]] = [[]]
+    for m, n in zip(_MC_ENCODING.finditer(p.stdout), _MC_INST.finditer(p.stdout)):
+        code = bytes(int(x, 16) for x in m.group(1).split(","))
+        if code == _SEPARATOR:
+            groups.append([])
+        else:
+            groups[-1].append((code, n.group(1)))
+    if len(groups) != len(probes) + 1:
+        raise SystemExit(f"{target}: {len(groups) - 1} separators decoded for {len(probes)} probes")
+    names = {}
+    for k, (key, code) in enumerate(zip(keys, probes)):
+        if 2 * k + 1 in bad or not groups[k]:
+            continue
+        first, name = groups[k][0]
+        if code.startswith(first):
+            names[key] = name
+    return names
+
+
+def write_implicit(targets, path: str = IMPLICIT_PATH) -> None:
+    """tables/implicit.json: per target, format and opcode, the registers LLVM
+    says the instruction uses and defines implicitly (lower case)."""
+    regs = llvm_implicit_regs()
+    out = {"generated_by": "tools/gen_isa_tables.py --implicit (libLLVM-16 MCInstrDesc, llvm-mc-16 --show-inst)",
+           "formats": list(IMPLICIT_FORMATS), "targets": {}}
+    for t in targets:
+        with open(os.path.join(OUT_DIR, f"{t}.json")) as fh:
+            table = json.load(fh)
+        names = llvm_opcode_names(t, table)
+        per: dict = {}
+        missing = []
+        for (fname, op), name in sorted(names.items()):
+            if fname not in IMPLICIT_FORMATS:
+                continue
+            uses, defs = regs[name]
+            per.setdefault(fname, {})[str(op)] = {"llvm": name, "uses": [r.lower() for r in uses],
+                                                  "defs": [r.lower() for r in defs]}
+        for fname, ops in table["formats"].items():
+            if fname in IMPLICIT_FORMATS:
+                missing += [f"{fname} {op} {e.get('m')}" for op, e in ops.items() if str(op) not in per[fname]]
+        out["targets"][t] = per
+        print(f"{t}: {sum(map(len, per.values()))} vector ALU opcodes with LLVM's implicit registers; "
+              f"{len(missing)} that no probe decodes as (kpatch then knows nothing implicit of them): "
+              f"{', '.join(missing[:20])}")
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=0, sort_keys=True, separators=(",", ":"))
+        fh.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", choices=TARGETS, action="append")
+    ap.add_argument("--implicit", action="store_true",
+                    help="only write tables/implicit.json (LLVM's implicit register uses/defs)")
     args = ap.parse_args()
     targets = args.target or list(TARGETS)
+    if args.implicit:
+        write_implicit(targets)
+        return
     with ProcessPoolExecutor(max_workers=2) as ex:
         results = dict(zip(targets, ex.map(probe_target, targets)))
     os.makedirs(OUT_DIR, exist_ok=True)

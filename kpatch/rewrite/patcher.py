@@ -46,7 +46,7 @@ from kpatch.codeobject import CodeObject, KernelDescriptor, TargetId, e_flags_fo
 from kpatch.codeobject.descriptor import KD_SIZE
 from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
-from kpatch.rewrite import headers
+from kpatch.rewrite import headers, residency
 from kpatch.rewrite.edits import Edit, Refusal
 from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext
 from kpatch.rewrite.codescan import scan_text
@@ -432,6 +432,14 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
             into[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
             continue
         if into is outcomes and any(f.cls == "LdsMisalignedBug" for f in kr.findings):
+            # CU mode halves the SIMDs a workgroup is spread over: it must still fit,
+            # with the allocation the kernel ends up with (grown by its fixes or not)
+            grown = ctx.budget.new_allocation if ctx.budget is not None else None
+            why = residency.fits(unit, cu_mode=True, vgprs=grown) if unit is not None \
+                else "the kernel has no descriptor"
+            if why:
+                outcomes[kr.name] = KernelOutcome(kr.name, "refused", f"LdsMisalignedBug needs CU mode, but {why}")
+                continue
             cu_kernels.append(kr.name)
         edits_by_kernel[kr.name] = edits
         rules = list(dict.fromkeys(used))

@@ -77,10 +77,14 @@ def vgpr_counts(path: str) -> dict[str, int]:
     return counts
 
 
-def next_free_vgpr(path: str, kernel: str) -> int:
-    """The VGPR allocation of ``kernel``'s descriptor, as llvm-objdump-16 -D prints it."""
-    out = subprocess.run([need("llvm-objdump-16"), "-D", "--mcpu=gfx1030", f"--disassemble-symbols={kernel}.kd",
-                          path], capture_output=True, text=True, check=True).stdout
+def next_free_vgpr(path: str, kernel: str, wave: int = 32) -> int:
+    """The VGPR allocation of ``kernel``'s descriptor, as llvm-objdump-16 -D prints it
+    (which reads the count with the granule of the wave size given by --mattr, not
+    by the descriptor: wave64 needs -wavefrontsize32,+wavefrontsize64)."""
+    mattr = [] if wave == 32 else ["--mattr=-wavefrontsize32,+wavefrontsize64"]
+    out = subprocess.run([need("llvm-objdump-16"), "-D", "--mcpu=gfx1030", *mattr,
+                          f"--disassemble-symbols={kernel}.kd", path], capture_output=True, text=True,
+                         check=True).stdout
     return int(re.search(r"\.amdhsa_next_free_vgpr (\d+)", out)[1])
 
 
@@ -221,22 +225,27 @@ def test_drop_clause(hazard_case):
 # --- kernels built here, for what the fixtures do not have --------------------------
 
 def _build(tmp_path, body: str, vgprs: int = 32, metadata: bool = True, after: str = "",
-           vgpr_count: int | None = None) -> str:
+           vgpr_count: int | None = None, workgroup: int = 256, wave: int = 32, wgp: int = 0,
+           lds: int = 0, extra_md: str = "") -> str:
     """A gfx1030 object with kernel ``k`` (``body``), ``vgprs`` allocated and
-    ``vgpr_count`` (default: ``vgprs``) in its metadata."""
+    ``vgpr_count`` (default: ``vgprs``) in its metadata, ``workgroup`` as its
+    .max_flat_workgroup_size, wave32 or wave64, WGP mode ``wgp`` and ``lds`` bytes of LDS."""
     clang = need("clang-15")
     work = tmp_path / "build"
     work.mkdir(exist_ok=True)
     inc = open(KERNEL_INC).read().replace(".amdhsa_next_free_vgpr 32", f".amdhsa_next_free_vgpr {vgprs}")
+    inc = inc.replace(".amdhsa_wavefront_size32 1", f".amdhsa_wavefront_size32 {int(wave == 32)}")
     (work / "kernel.inc").write_text(inc)
     meta = ("\n.amdgpu_metadata\n---\namdhsa.version: [ 1, 1 ]\namdhsa.target: amdgcn-amd-amdhsa--gfx1030\n"
             "amdhsa.kernels:\n  - .name: k\n    .symbol: k.kd\n    .kind: normal\n"
-            "    .kernarg_segment_size: 0\n    .kernarg_segment_align: 4\n    .group_segment_fixed_size: 0\n"
-            "    .private_segment_fixed_size: 0\n    .wavefront_size: 32\n    .sgpr_count: 32\n"
-            f"    .vgpr_count: {vgpr_count or vgprs}\n    .max_flat_workgroup_size: 256\n    .args: []\n...\n"
+            "    .kernarg_segment_size: 0\n    .kernarg_segment_align: 4\n"
+            f"    .group_segment_fixed_size: {lds}\n"
+            "    .private_segment_fixed_size: 0\n"
+            f"    .wavefront_size: {wave}\n    .sgpr_count: 32\n    .vgpr_count: {vgpr_count or vgprs}\n"
+            f"    .max_flat_workgroup_size: {workgroup}\n{extra_md}    .args: []\n...\n"
             ".end_amdgpu_metadata\n") if metadata else ""
-    (work / "k.s").write_text('.include "kernel.inc"\nKERNEL k\n' + body + "\n    s_endpgm\nEND_KERNEL k\n" + after
-                              + meta)
+    (work / "k.s").write_text('.include "kernel.inc"\nKERNEL k\n' + body
+                              + f"\n    s_endpgm\nEND_KERNEL k, {wgp}, {lds}\n" + after + meta)
     subprocess.run([clang, "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1030",
                     "-mcode-object-version=4", "k.s", "-o", "k.hsaco"], cwd=work, check=True)
     return str(work / "k.hsaco")
@@ -374,3 +383,177 @@ def test_a_calling_kernel_counts_every_function(tmp_path):
     new = kernels_text(out, "gfx1010")
     mad = next(x for lines in new.values() for x in lines if x.startswith("v_mad_u64_u32"))
     assert mad == "v_mad_u64_u32 v[41:42], null, 8, 1, v[4:5]"
+
+
+# --- residency: CU mode and VGPR growth must leave the largest workgroup resident ---------
+#
+# gfx1010 hardware, as LLVM's AMDGPUBaseInfo has it for GFX10.1: a CU has 2 SIMD32s and a WGP 4
+# (getEUsPerCU); a workgroup's waves are spread evenly over them (getWavesPerEUForWorkGroup); a
+# SIMD's VGPR file holds 1024 wave32 registers or 512 wave64 ones (getTotalNumVGPRs).
+SIMDS_CU, SIMDS_WGP = 2, 4
+VGPR_FILE = {32: 1024, 64: 512}
+LDS_B64 = "    ds_read_b64 v[2:3], v0\n    s_waitcnt lgkmcnt(0)"
+FLAT_FOLD = "    flat_load_dword v2, v[4:5] offset:8"
+
+
+def _resident(workgroup: int, wave: int, alloc: int, simds: int) -> bool:
+    waves = -(-workgroup // wave)
+    return -(-waves // simds) * alloc <= VGPR_FILE[wave]
+
+
+def _descriptor_text(path: str) -> str:
+    return subprocess.run([need("llvm-objdump-16"), "-D", "--mcpu=gfx1030", "--disassemble-symbols=k.kd", path],
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("wave,vgprs,workgroup", [(32, 128, 1024), (32, 64, 1024), (32, 128, 256),
+                                                  (64, 128, 1024), (64, 64, 1024)])
+def test_cu_mode_must_fit(tmp_path, wave, vgprs, workgroup):
+    """A WGP-mode kernel with LdsMisalignedBug goes to CU mode only if its
+    largest workgroup fits the 2 SIMDs of one CU; otherwise it is refused."""
+    obj = _build(tmp_path, LDS_B64, vgprs=vgprs, workgroup=workgroup, wave=wave, wgp=1, lds=256)
+    alloc = next_free_vgpr(obj, "k", wave)  # LLVM's reading of the descriptor
+    assert ".amdhsa_workgroup_processor_mode 1" in _descriptor_text(obj)
+    assert _resident(workgroup, wave, alloc, SIMDS_WGP)  # it fits as it is
+    res = patch_code_object(open(obj, "rb").read(), mode="override")
+    [k] = res.kernels
+    if _resident(workgroup, wave, alloc, SIMDS_CU):
+        assert k.status == "patched", k.reason
+        out = tmp_path / "out.hsaco"
+        out.write_bytes(res.data)
+        assert ".amdhsa_workgroup_processor_mode 0" in _descriptor_text(str(out))
+    else:
+        assert k.status == "refused" and res.data is None
+        assert "LdsMisalignedBug needs CU mode" in k.reason and f"SIMD's {VGPR_FILE[wave]}" in k.reason
+
+
+@pytest.mark.parametrize("wgp", [1, 0])
+def test_vgpr_growth_checks_the_kernels_mode(tmp_path, wgp):
+    """Growing the allocation is checked in the mode the kernel runs in: a
+    1024-wide wave32 workgroup with 72 VGPRs fits a WGP (8 waves per SIMD)
+    but not a CU (16 waves per SIMD)."""
+    obj = _build(tmp_path, FLAT_FOLD, vgprs=64, workgroup=1024, wgp=wgp)
+    res = patch_code_object(open(obj, "rb").read(), mode="override")
+    [k] = res.kernels
+    grown = next_free_vgpr(obj, "k") + 8  # the spare pair at v64 needs one more wave32 granule
+    if _resident(1024, 32, grown, SIMDS_WGP if wgp else SIMDS_CU):
+        assert k.status == "patched", k.reason
+        out = tmp_path / "out.hsaco"
+        out.write_bytes(res.data)
+        assert next_free_vgpr(str(out), "k") == grown
+    else:
+        assert k.status == "refused" and "spare VGPR" in k.reason and "CU mode" in k.reason
+
+
+@pytest.mark.parametrize("workgroup", [1024, 512])
+def test_cu_mode_is_checked_with_the_grown_allocation(tmp_path, workgroup):
+    """A WGP-mode kernel that needs both CU mode and a grown allocation must fit a
+    CU with the grown allocation."""
+    obj = _build(tmp_path, LDS_B64 + "\n" + FLAT_FOLD, vgprs=64, workgroup=workgroup, wgp=1, lds=256)
+    grown = next_free_vgpr(obj, "k") + 8
+    assert _resident(workgroup, 32, grown, SIMDS_WGP)
+    res = patch_code_object(open(obj, "rb").read(), mode="override")
+    [k] = res.kernels
+    if _resident(workgroup, 32, grown, SIMDS_CU):
+        assert k.status == "patched", k.reason
+        out = tmp_path / "out.hsaco"
+        out.write_bytes(res.data)
+        text = _descriptor_text(str(out))
+        assert ".amdhsa_workgroup_processor_mode 0" in text and next_free_vgpr(str(out), "k") == grown
+    else:
+        assert k.status == "refused" and "LdsMisalignedBug needs CU mode" in k.reason and str(grown) in k.reason
+
+
+def test_cu_mode_uses_the_required_workgroup_size(tmp_path):
+    """.reqd_workgroup_size bounds the workgroup below .max_flat_workgroup_size:
+    16 x 16 = 256 work-items of 128 VGPRs fit a CU (4 waves per SIMD)."""
+    obj = _build(tmp_path, LDS_B64, vgprs=128, workgroup=1024, wgp=1, lds=256,
+                 extra_md="    .reqd_workgroup_size: [ 16, 16, 1 ]\n")
+    assert not _resident(1024, 32, 128, SIMDS_CU) and _resident(256, 32, 128, SIMDS_CU)
+    res = patch_code_object(open(obj, "rb").read(), mode="override")
+    assert res.kernels[0].status == "patched", res.kernels[0].reason
+
+
+def test_residency_refuses_more_lds_than_a_workgroup_may_have(tmp_path):
+    """A workgroup may have 64 KiB of LDS (LLVM: getLocalMemorySize for GFX10)."""
+    from kpatch.rewrite import residency
+
+    for lds, ok in ((65536, True), (65540, False)):
+        obj = _build(tmp_path, LDS_B64, vgprs=32, workgroup=64, wgp=1, lds=lds)
+        [k] = CodeObject.from_bytes(open(obj, "rb").read()).kernels
+        why = residency.fits(k, cu_mode=True)
+        assert (why is None) == ok and (ok or "65540 bytes of LDS" in why)
+
+
+# --- spare VGPRs: M0-relative VGPR access and undecodable words refuse ---------------------
+
+def test_swaprel_refuses_the_fold(tmp_path):
+    """v_swaprel_b32 swaps VGPRs relative to M0 (LLVM: implicit use of M0), so
+    no VGPR can be proved unused: the fold that needs a spare pair is refused,
+    naming the instruction."""
+    obj = _build(tmp_path, "    s_mov_b32 m0, 2\n    v_swaprel_b32 v1, v0\n" + FLAT_FOLD)
+    assert "v_swaprel_b32 v1, v0" in kernels_text(obj, "gfx1030")["k"]  # what LLVM reads there
+    res = patch_code_object(open(obj, "rb").read(), mode="override")
+    [k] = res.kernels
+    assert k.status == "refused" and "spare VGPR" in k.reason and "v_swaprel_b32" in k.reason
+
+
+def test_swaprel_in_a_callee_refuses_the_fold(tmp_path):
+    """The scan of a calling kernel covers its callees: v_swaprel_b32 there refuses too."""
+    callee = (".text\n.p2align 8\n.type callee,@function\ncallee:\n    v_swaprel_b32 v1, v0\n"
+              "    s_setpc_b64 s[30:31]\n.Lcallee_end:\n.size callee, .Lcallee_end - callee\n")
+    obj = _build(tmp_path, "    s_call_b64 s[30:31], callee\n" + FLAT_FOLD, vgprs=48, after=callee, vgpr_count=8)
+    [k] = patch_code_object(open(obj, "rb").read(), mode="override").kernels
+    assert k.status == "refused" and "v_swaprel_b32" in k.reason
+
+
+def _symbol_value(path: str, name: str) -> int:
+    out = subprocess.run([need("llvm-readelf-16"), "-s", path], capture_output=True, text=True, check=True).stdout
+    return next(int(f[1], 16) for line in out.splitlines() if (f := line.split()) and f[-1] == name)
+
+
+@pytest.mark.parametrize("where", ["kernel", "callee"])
+def test_undecodable_word_refuses_the_fold(tmp_path, where):
+    """A word of the scanned code that does not decode (0xffffffff is no gfx1030
+    instruction for llvm-objdump-16) names registers nobody knows: a fix that
+    needs spare VGPRs is refused with the word's address, not skipped over -
+    in the kernel (after the fold) or in a function of .text it may call."""
+    word = "    s_branch .Lover\n    .long 0xffffffff\n.Lover:\n"
+    if where == "kernel":
+        obj = _build(tmp_path, FLAT_FOLD + "\n" + word)
+        at = _symbol_value(obj, "k") + 8 + 4  # after the 8-byte flat_load and the s_branch
+    else:
+        callee = (".text\n.p2align 8\n.type callee,@function\ncallee:\n" + word +
+                  "    s_setpc_b64 s[30:31]\n.Lcallee_end:\n.size callee, .Lcallee_end - callee\n")
+        obj = _build(tmp_path, "    s_call_b64 s[30:31], callee\n" + FLAT_FOLD, vgprs=48, after=callee, vgpr_count=8)
+        at = _symbol_value(obj, "callee") + 4
+    out = subprocess.run([need("llvm-objdump-16"), "-d", "--mcpu=gfx1030", obj], capture_output=True, text=True,
+                         check=True).stdout
+    assert re.search(rf"\.long 0xffffffff\s+// {at:012X}:", out)  # LLVM cannot decode it either
+    [k] = patch_code_object(open(obj, "rb").read(), mode="override").kernels
+    assert k.status == "refused" and "spare VGPR" in k.reason and f"{at:#x}" in k.reason, k.reason
+
+
+def test_implicit_table_matches_llvm(tmp_path):
+    """kpatch/isa/tables/implicit.json is what tools/gen_isa_tables.py --implicit
+    generates from libLLVM-16's instruction info now."""
+    import shutil
+    import sys
+
+    if not (shutil.which("c++") and shutil.which("llvm-config-16")
+            and os.path.exists("/usr/lib/llvm-16/include/llvm/MC/MCInstrDesc.h")):
+        pytest.skip("needs a C++ compiler and llvm-16-dev")
+    tools = os.path.join(os.path.dirname(HAZARDS), "..", "..", "..", "tools")
+    sys.path.insert(0, os.path.abspath(tools))
+    try:
+        import gen_isa_tables
+    finally:
+        sys.path.pop(0)
+    new = tmp_path / "implicit.json"
+    gen_isa_tables.write_implicit(list(gen_isa_tables.TARGETS), str(new))
+    assert json.load(open(new)) == json.load(open(gen_isa_tables.IMPLICIT_PATH))
+    # the M0-relative VGPR moves LLVM knows for GFX10 are among the M0 readers
+    m0 = {e["llvm"] for ops in json.load(open(new))["targets"]["gfx1030"].values() for e in ops.values()
+          if "m0" in e["uses"]}
+    assert {"V_SWAPREL_B32_gfx10", "V_MOVRELS_B32_e32_gfx10", "V_MOVRELD_B32_e64_gfx10",
+            "V_MOVRELSD_2_B32_e32_gfx10"} <= m0
