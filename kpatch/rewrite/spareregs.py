@@ -42,21 +42,17 @@ refused with the count it lacked.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from kpatch.analysis.detectors.mimg import clause_length
 from kpatch.codeobject import CodeObject
 from kpatch.isa import decode
+from kpatch.isa.tables import IMPLICIT_FORMATS, implicit_uses
 from kpatch.rewrite import residency
 
 CALLS = ("s_call_b64", "s_swappc_b64", "s_setpc_b64")
 #: formats of vector ALU instructions (the only ones that can address VGPRs through M0)
-VALU = frozenset({"VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VINTRP"})
-IMPLICIT_JSON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "isa", "tables",
-                             "implicit.json")
+VALU = IMPLICIT_FORMATS
 SOURCE_ISA = "gfx1030"
 
 
@@ -101,16 +97,6 @@ class KernelCode:
             if i.mnemonic == "s_clause" and k - j <= clause_length(i.fields["simm16"]):
                 return i
         return None
-
-
-@lru_cache(maxsize=4)
-def implicit_uses(target: str) -> dict[tuple[str, int], frozenset[str]]:
-    """(format, opcode) -> registers LLVM's instruction info says the
-    instruction reads implicitly (``m0``, ``exec``, ``vcc``, ``mode``...), for
-    the vector ALU formats (whose encodings in LLVM's MC tables carry them)."""
-    with open(IMPLICIT_JSON) as fh:
-        data = json.load(fh)["targets"][target]
-    return {(f, int(op)): frozenset(e["uses"]) for f, ops in data.items() if f in VALU for op, e in ops.items()}
 
 
 def _max_vgpr(insts) -> tuple[int, str]:
