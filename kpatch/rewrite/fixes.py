@@ -23,9 +23,18 @@ Exact fixes (rule sets gfx1010-isa, gfx1010-hazards):
 * ``drop-clause`` - the ``s_clause`` in front of an NSA image instruction
   becomes ``s_nop 0``: a clause only asks the hardware to keep memory
   instructions together, it changes no result.
+* ``vsharp-llc-noalloc`` - the ``s_mov_b32`` of a literal that defines word 3
+  of a buffer descriptor (the finding's first address) gets the literal with
+  bits 26-27 (LLC_NOALLOC) clear; any other definition is refused.
 * ``opcode-reuse`` - re-encodes an instruction with the gfx1010 opcode of the
   same mnemonic; the only reused opcodes of gfx1030 (the fused legacy
   multiply-adds) have none, so it refuses them and names the approximation.
+
+Every ``fix = "..."`` of a rule file names an entry of :data:`FIXES`, the one
+registry; those in :data:`NEEDS_FINDING` work from what the analysis found
+beyond the instruction (``finding.addresses``), so only ``match.finding``
+rules take them.  A ``match.mnemonic`` rule's fix gets an
+:class:`InstructionMatch` in place of a finding.
 
 Approximations (rule sets marked ``approximation = true``, used only with
 ``--allow-approx NAME``):
@@ -45,7 +54,7 @@ from dataclasses import dataclass
 
 from kpatch.analysis.detectors.encoding import signed12
 from kpatch.codeobject import CodeObject
-from kpatch.isa import build, encode
+from kpatch.isa import build, decode, encode
 from kpatch.rewrite.edits import Edit
 from kpatch.rewrite.spareregs import KernelCode, NoSpareRegisters, VgprBudget
 
@@ -53,12 +62,24 @@ TARGET = "gfx1010"
 NULL = 0x7D
 SRC_LITERAL = 0xFF
 FLAT_MAX_OFFSET = 0x7FF  # LLVM: "expected a 11-bit unsigned offset" for FLAT
+LLC_NOALLOC_MASK = 0x3 << 26
+SOURCE_ISA = "gfx1030"
 
 
 class CannotFix(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class InstructionMatch:
+    """What a ``match.mnemonic`` rule's fix works on, in place of a finding:
+    the matched instruction (``cls`` names the rule in messages)."""
+
+    cls: str
+    address: int
+    addresses: tuple = ()
 
 
 @dataclass
@@ -184,6 +205,22 @@ def drop_clause(ctx: FixContext, finding, rule: str) -> list[Edit]:
     return [Edit(c.address, "replace", build.s_nop(0, TARGET), rule, note="drop s_clause")]
 
 
+def vsharp_llc_noalloc(ctx: FixContext, finding, rule: str) -> list[Edit]:
+    """Clear LLC_NOALLOC in the literal of the s_mov_b32 that defines V# word 3."""
+    if not finding.addresses:
+        raise CannotFix(f"VsharpLlcNoalloc at {finding.address:#x}: no defining instruction")
+    co = ctx.co
+    at = finding.addresses[0]
+    text = co.section(".text")
+    off = at - text.addr
+    inst = decode(co.text[off : off + 12], SOURCE_ISA, at)[0]
+    if inst.mnemonic != "s_mov_b32" or inst.literal is None:
+        raise CannotFix(f"VsharpLlcNoalloc: word 3 is defined by {inst.text()} at {at:#x}, "
+                        f"not by an s_mov_b32 of a literal; kpatch only rewrites that form")
+    return [Edit(at, "replace", encode(inst, literal=inst.literal & ~LLC_NOALLOC_MASK), rule,
+                 note="clear LLC_NOALLOC")]
+
+
 def opcode_reuse(ctx: FixContext, finding, rule: str) -> list[Edit]:
     from kpatch.isa.tables import load
 
@@ -236,10 +273,13 @@ FIXES = {
     "scratch-offset-fold": scratch_offset_fold,
     "nsa-to-contiguous": nsa_to_contiguous,
     "drop-clause": drop_clause,
+    "vsharp-llc-noalloc": vsharp_llc_noalloc,
     "opcode-reuse": opcode_reuse,
     "keep-legacy-mad": keep_legacy_mad,
     "dot2-fma-mix": dot2_fma_mix,
 }
+#: fixes that need the analysis' finding (its ``addresses``), not just the instruction
+NEEDS_FINDING = frozenset({"drop-clause", "vsharp-llc-noalloc"})
 #: the approximation rule (by name) that handles a mnemonic kpatch cannot rewrite exactly
 APPROX_FOR = {
     "v_fmac_legacy_f32_e32": "legacy-fma-as-mad",

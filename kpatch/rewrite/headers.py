@@ -8,13 +8,25 @@ literals when code and data end up at new distances).
 
 :func:`note_bytes` / :func:`replace_note` build and splice ELF notes (name
 and descriptor padded to the note area's alignment).
+
+Header actions of rules (``header = {KEY = VALUE}`` in ``rules/*.toml``)
+are data: :data:`HEADER_ACTIONS` is the one table from a key to what it
+does, the loader (:mod:`kpatch.rewrite.rules`) accepts exactly its keys and
+values, and :func:`perform` executes them:
+
+* kernel actions (``wgp_mode``) change the descriptor and the metadata of
+  the kernels whose findings the rule handled;
+* object actions (``mach``, ``xnack``) change the code object's target id:
+  ``e_flags`` and ``amdhsa.target``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from kpatch.codeobject import CodeObject, KernelDescriptor, Metadata
+from kpatch.codeobject import CodeObject, KernelDescriptor, Metadata, TargetId, e_flags_for
+from kpatch.codeobject.target import mach_for_processor
 from kpatch.codeobject.descriptor import KD_SIZE
 from kpatch.codeobject.elf import EHDR, NHDR, SHT_NOTE, ElfFile, Note
 from kpatch.codeobject.metadata import decode_metadata, encode_metadata
@@ -112,3 +124,143 @@ def set_descriptor_field(data: bytes, kernel_symbol: str, field: str, value: int
     kd.set(field, value)
     at = k.descriptor_offset
     return bytes(co.data[:at]) + kd.to_bytes() + bytes(co.data[at + KD_SIZE:])
+
+
+# --- header actions of rules --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeaderAction:
+    """What one key of a rule's ``header`` table does.
+
+    ``scope``: ``kernel`` (the kernels whose findings the rule handled: the
+    rule needs ``match.finding``) or ``object`` (the code object itself: the
+    rule needs ``match.header = true``).  ``values``: the values kpatch
+    performs (any other is rejected when the rule is loaded, with ``why``).
+    Kernel actions change a descriptor (``descriptor(kd, value)``) and a
+    kernel's metadata map (``metadata(kmd, value)``, True when it changed
+    something); object actions change the target id (``target(tid, value)``).
+    """
+
+    key: str
+    scope: str
+    values: tuple
+    why: str
+    doc: str
+    descriptor: Callable | None = None
+    metadata: Callable | None = None
+    target: Callable | None = None
+
+
+def _wgp_descriptor(kd: KernelDescriptor, value: bool) -> None:
+    kd.set("WGP_MODE", int(value))
+
+
+def _wgp_metadata(kmd: dict, value: bool) -> bool:
+    if ".workgroup_processor_mode" not in kmd:
+        return False
+    kmd[".workgroup_processor_mode"] = int(value)
+    return True
+
+
+def _set_mach(t: TargetId, value: str) -> TargetId:
+    """The processor ``value``, keeping the features it supports."""
+    m = mach_for_processor(value)
+    return TargetId(value, xnack=t.xnack if m.xnack else None, sramecc=t.sramecc if m.sramecc else None)
+
+
+def _set_xnack(t: TargetId, value: str) -> TargetId:
+    return replace(t, xnack=value)
+
+
+#: Rule header key -> what it does (the only keys and values the loader accepts).
+HEADER_ACTIONS: dict[str, HeaderAction] = {a.key: a for a in (
+    HeaderAction("wgp_mode", "kernel", (False,),
+                 "kpatch only switches kernels to CU mode (WGP mode is what gfx1010's LdsMisalignedBug needs "
+                 "avoided)",
+                 "RSRC1.WGP_MODE in the descriptor and .workgroup_processor_mode in the metadata",
+                 descriptor=_wgp_descriptor, metadata=_wgp_metadata),
+    HeaderAction("mach", "object", ("gfx1010",),
+                 "kpatch makes code safe for gfx1010 only, so it labels objects gfx1010 only",
+                 "the processor in e_flags and amdhsa.target", target=_set_mach),
+    HeaderAction("xnack", "object", ("-",),
+                 "gfx1030 code was never made XNACK-replay safe, so kpatch never labels it xnack+ or any",
+                 "the xnack setting in e_flags and amdhsa.target", target=_set_xnack),
+)}
+
+
+def header_problem(key: str, value) -> str | None:
+    """Why kpatch cannot perform header action ``key = value`` (None: it can)."""
+    a = HEADER_ACTIONS.get(key)
+    if a is None:
+        return f"unknown header action (known: {', '.join(HEADER_ACTIONS)})"
+    if type(value) is not type(a.values[0]) or value not in a.values:
+        shown = ", ".join(repr(v).lower() if isinstance(v, bool) else repr(v) for v in a.values)
+        return f"kpatch performs only {key} = {shown}: {a.why}"
+    return None
+
+
+def perform(data: bytes, kernel_actions: list[tuple[tuple, list]], object_actions: tuple = ()) -> bytes:
+    """``data`` with rules' header actions done.
+
+    ``kernel_actions``: (``((KEY, VALUE), ...)``, kernels) pairs - each
+    kernel's descriptor and metadata changed (descriptors in one parse, the
+    metadata decoded once and written once, only when a kernel's map
+    changed); ``object_actions``: ``((KEY, VALUE), ...)`` for the target
+    id, then written to ``e_flags`` and ``amdhsa.target`` (when the metadata
+    has it).
+    """
+    kernel_actions = [(acts, ks) for acts, ks in kernel_actions if acts and ks]
+    if kernel_actions:
+        data = _perform_kernel(data, kernel_actions)
+    if object_actions:
+        data = _perform_object(data, object_actions)
+    return data
+
+
+def _perform_kernel(data: bytes, kernel_actions: list[tuple[tuple, list]]) -> bytes:
+    co = CodeObject.from_bytes(data)
+    by_symbol: dict[str, object] = {}
+    for k in co.kernels:  # first match wins, as in CodeObject.kernel
+        by_symbol.setdefault(k.name, k)
+        by_symbol.setdefault(k.symbol, k)
+    out = bytearray(co.data)
+    for acts, kernels in kernel_actions:
+        for want in kernels:
+            k = by_symbol.get(want.symbol)
+            if k is None:
+                raise UsageError(f"no kernel {want.symbol!r} in the code object")
+            at = k.descriptor_offset
+            kd = KernelDescriptor.from_bytes(bytes(out[at:at + KD_SIZE]), k.descriptor.layout)
+            for key, value in acts:
+                HEADER_ACTIONS[key].descriptor(kd, value)
+            out[at:at + KD_SIZE] = kd.to_bytes()
+    data = bytes(out)
+    co = CodeObject.from_bytes(data)
+    md = co.metadata
+    if md is None:
+        return data
+    changed = False
+    for acts, kernels in kernel_actions:
+        symbols = {k.symbol for k in kernels}
+        for kmd in md.kernels:
+            if kmd.get(".symbol") in symbols:
+                for key, value in acts:
+                    changed |= HEADER_ACTIONS[key].metadata(kmd, value)
+    return write_metadata(co, md) if changed else data
+
+
+def _perform_object(data: bytes, object_actions: tuple) -> bytes:
+    co = CodeObject.from_bytes(data)
+    t = co.target
+    if t is None:
+        raise UsageError("the code object has no target id to change")
+    for key, value in object_actions:
+        t = HEADER_ACTIONS[key].target(t, value)
+    data = set_e_flags(data, e_flags_for(t, co.code_object_version))
+    if co.metadata is not None and "amdhsa.target" in co.metadata:
+        def update(md):
+            md["amdhsa.target"] = t.hsa_target
+
+        data = set_metadata(data, update)
+    return data

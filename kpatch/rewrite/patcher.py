@@ -19,8 +19,10 @@
    no symbol names, is refused too;
 6. the rewriter applies the edits of the units that were not refused,
    relocating what moves, or refuses kernels it cannot relocate;
-7. header rules: CU mode for the kernels that need it, and in native mode
-   the gfx1010 label;
+7. header actions of the rules used (:data:`kpatch.rewrite.headers.HEADER_ACTIONS`):
+   a rule that handled a finding with a kernel action (cu-mode's
+   ``wgp_mode = false``) changes those kernels; a rule for the code object
+   (``match.header = true``, retarget-gfx1010's gfx1010 label) changes it;
 8. a provenance note records what was done;
 9. the result is analysed again: any finding left in a kernel or device
    function that was not refused makes the whole object refused (nothing is
@@ -42,13 +44,12 @@ from functools import lru_cache
 from kpatch.analysis import analyse
 from kpatch.analysis.decodememo import decode_memo
 from kpatch.analysis.engine import no_gc
-from kpatch.codeobject import CodeObject, KernelDescriptor, TargetId, e_flags_for
-from kpatch.codeobject.descriptor import KD_SIZE
+from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
 from kpatch.rewrite import headers, residency
 from kpatch.rewrite.edits import Edit, Refusal
-from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext
+from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext, InstructionMatch
 from kpatch.rewrite.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
@@ -62,7 +63,6 @@ DEFAULT_RULE_SETS = {
     "override": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
     "native": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc", "retarget-gfx1010"),
 }
-LLC_NOALLOC_MASK = 0x3 << 26
 # in override mode the object keeps its gfx1030 label, which the loader reads
 # as "no XNACK"; the hardware's XNACK mode is the driver's (amdgpu.noretry)
 OVERRIDE_ACCEPTS = ("Xnack",)
@@ -120,10 +120,15 @@ def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[Rul
     unknown = [n for n in names if n not in sets]
     if unknown:
         raise UsageError(f"unknown rule set(s) {', '.join(unknown)} (known: {', '.join(sets)})")
-    if mode == "override" and "retarget-gfx1010" in names:
-        raise UsageError("retarget-gfx1010 labels code gfx1010, which the override mode's loader rejects; "
+    chosen = [sets[n] for n in names]
+    labels = [s.id for s in chosen if any(dict(r.header).get("mach") for r in s.rules if r.on_object)]
+    if mode == "override" and labels:
+        raise UsageError(f"{labels[0]} labels code {MADE_SAFE_FOR}, which the override mode's loader rejects; "
                          "use --mode native")
-    return [sets[n] for n in names]
+    if mode == "native" and not labels:
+        raise UsageError(f"native mode writes code labelled {MADE_SAFE_FOR}: the rule sets need one that "
+                         f"labels it (mach = \"{MADE_SAFE_FOR}\", e.g. retarget-gfx1010)")
+    return chosen
 
 
 class _KernelRefused(Exception):
@@ -197,41 +202,44 @@ def _no_exact_fix(f) -> str:
     return reason + (f" (approximation: --allow-approx {hint})" if hint else "")
 
 
-def _vsharp_edit(co: CodeObject, rule: Rule, finding) -> Edit:
-    """Clear LLC_NOALLOC in the literal of the s_mov_b32 that defines V# word 3."""
-    if not finding.addresses:
-        raise _KernelRefused(f"VsharpLlcNoalloc at {finding.address:#x}: no defining instruction")
-    at = finding.addresses[0]
-    text = co.section(".text")
-    off = at - text.addr
-    inst = decode(co.text[off : off + 12], SOURCE_ISA, at)[0]
-    if inst.mnemonic != "s_mov_b32" or inst.literal is None:
-        raise _KernelRefused(f"VsharpLlcNoalloc: word 3 is defined by {inst.text()} at {at:#x}, "
-                             f"not by an s_mov_b32 of a literal; kpatch only rewrites that form")
-    return Edit(at, "replace", encode(inst, literal=inst.literal & ~LLC_NOALLOC_MASK), rule.id,
-                note="clear LLC_NOALLOC")
-
-
 def _edits_for_finding(ctx: FixContext, rule: Rule, finding) -> list[Edit]:
     """The edits ``rule`` asks for at ``finding``; _KernelRefused when it cannot be done exactly."""
-    co = ctx.co
-    if rule.fix == "vsharp-llc-noalloc":
-        return [_vsharp_edit(co, rule, finding)]
-    if rule.fix in FIXES:
+    if rule.fix is not None:  # the loader accepts only fixes of the registry
         try:
             return FIXES[rule.fix](ctx, finding, rule.id)
         except CannotFix as e:
             raise _KernelRefused(e.reason) from None
-    if rule.fix is not None:
-        raise _KernelRefused(f"{finding.cls} at {finding.address:#x} needs the '{rule.fix}' transformation, "
-                             f"which kpatch does not perform yet (it refuses rather than guesses)")
+    if not (rule.set_fields or rule.replace is not None or rule.insert_before or rule.insert_after):
+        return []  # header actions only
+    if finding.address is None:
+        raise _KernelRefused(f"{finding.cls}: rule {rule.id} changes the instruction of the finding, and this "
+                             f"finding is about the whole kernel or object (no instruction)")
+    return _instruction_edits(ctx, rule, finding.address, None)
+
+
+def _instruction_edits(ctx: FixContext, rule: Rule, address: int, inst) -> list[Edit]:
+    """The edits of ``rule``'s instruction actions (set, replace, insert_before,
+    insert_after) at the instruction at ``address`` (``inst``: it decoded,
+    or None: looked up when ``set`` needs it)."""
     edits = []
+    if rule.set_fields:
+        if inst is None:
+            inst = ctx.code.at(address)
+            if inst is None or inst.is_unknown:
+                raise _KernelRefused(f"rule {rule.id} sets fields of the instruction at {address:#x}, "
+                                     f"where no instruction of {ctx.kernel.name} kpatch decodes starts")
+        changes = {k: v for k, v in rule.set_fields if inst.fields.get(k) != v}
+        if changes:
+            try:
+                edits.append(Edit(address, "replace", encode(inst, **changes), rule.id))
+            except KpatchError as e:
+                raise _KernelRefused(f"rule {rule.id} at {address:#x}: {inst.text()}: {e.reason}") from None
     if rule.replace is not None:
-        edits.append(Edit(finding.address, "replace", _built(rule.replace), rule.id))
+        edits.append(Edit(address, "replace", _built(rule.replace), rule.id))
     if rule.insert_before:
-        edits.append(Edit(finding.address, "insert_before", _built(rule.insert_before), rule.id))
+        edits.append(Edit(address, "insert_before", _built(rule.insert_before), rule.id))
     if rule.insert_after:
-        edits.append(Edit(finding.address, "insert_after", _built(rule.insert_after), rule.id))
+        edits.append(Edit(address, "insert_after", _built(rule.insert_after), rule.id))
     return edits
 
 
@@ -271,20 +279,31 @@ def _built(specs) -> bytes:
     return b"".join(s.build(MADE_SAFE_FOR) for s in specs)
 
 
-def _pattern_edits(co: CodeObject, rules: list[Rule], start: int, end: int) -> list[Edit]:
-    """Field-setting edits of instruction-pattern rules inside [start, end)."""
+def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> list[Edit]:
+    """The edits of instruction-pattern rules (``match.mnemonic``) inside
+    [start, end): at each instruction, those of the first rule that matches
+    and changes something (set, replace, insert_before, insert_after or its
+    fix); _KernelRefused when a fix cannot be done exactly."""
     if not rules:
         return []
+    co = ctx.co
     text = co.section(".text")
     code = co.text[start - text.addr : end - text.addr]
     out = []
     for inst in decode(code, SOURCE_ISA, start):
         for r in rules:
-            if r.matches_instruction(inst) and r.set_fields:
-                changes = {k: v for k, v in r.set_fields if inst.fields.get(k) != v}
-                if changes:
-                    out.append(Edit(inst.address, "replace", encode(inst, **changes), r.id))
-                    break
+            if not r.matches_instruction(inst):
+                continue
+            if r.fix is not None:
+                try:
+                    edits = FIXES[r.fix](ctx, InstructionMatch(f"rule {r.id}", inst.address), r.id)
+                except CannotFix as e:
+                    raise _KernelRefused(e.reason) from None
+            else:
+                edits = _instruction_edits(ctx, r, inst.address, inst)
+            if edits:
+                out.extend(edits)
+                break
     return out
 
 
@@ -294,55 +313,6 @@ def _check_source(co: CodeObject) -> None:
     if co.target is None or co.target.processor != SOURCE_ISA:
         raise Refusal(f"cannot patch: kpatch makes gfx1030 code safe for gfx1010; this object is "
                       f"{co.target_id or 'of an unknown target'}", kind="unsupported")
-
-
-def _retarget(data: bytes, co: CodeObject) -> bytes:
-    target = TargetId(MADE_SAFE_FOR, xnack="-")
-    data = headers.set_e_flags(data, e_flags_for(target, co.code_object_version))
-    if co.metadata is not None and "amdhsa.target" in co.metadata:
-        def update(md):
-            md["amdhsa.target"] = f"amdgcn-amd-amdhsa--{target}"
-
-        data = headers.set_metadata(data, update)
-    return data
-
-
-def _clear_wgp_mode(data: bytes, kernels: list) -> bytes:
-    """``data`` with WGP_MODE 0 in the descriptors of ``kernels`` (what
-    :func:`headers.set_descriptor_field` does per kernel, with one parse)."""
-    co = CodeObject.from_bytes(data)
-    by_symbol: dict[str, object] = {}
-    for k in co.kernels:  # first match wins, as in CodeObject.kernel
-        by_symbol.setdefault(k.name, k)
-        by_symbol.setdefault(k.symbol, k)
-    out = bytearray(co.data)
-    for want in kernels:
-        k = by_symbol.get(want.symbol)
-        if k is None:
-            raise UsageError(f"no kernel {want.symbol!r} in the code object")
-        at = k.descriptor_offset
-        kd = KernelDescriptor.from_bytes(bytes(out[at:at + KD_SIZE]), k.descriptor.layout)
-        kd.set("WGP_MODE", 0)
-        out[at:at + KD_SIZE] = kd.to_bytes()
-    return bytes(out)
-
-
-def _cu_mode(data: bytes, kernels: list) -> bytes:
-    """``data`` with ``kernels`` in CU mode: WGP_MODE 0 in their descriptors
-    and ``.workgroup_processor_mode`` 0 in their metadata where it is given
-    (the metadata is decoded once: it changes this parse's copy, which is
-    then written)."""
-    data = _clear_wgp_mode(data, kernels)
-    co = CodeObject.from_bytes(data)
-    md = co.metadata
-    symbols = {k.symbol for k in kernels}
-    hit = [kmd for kmd in md.kernels if kmd.get(".symbol") in symbols and ".workgroup_processor_mode" in kmd] \
-        if md is not None else []
-    if not hit:
-        return data
-    for kmd in hit:
-        kmd[".workgroup_processor_mode"] = 0
-    return headers.write_metadata(co, md)
 
 
 def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
@@ -371,14 +341,14 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     approx = _approx_rules(sets)
     kernel_objs = {k.name: k for k in co.kernels}
     contexts: dict[str, FixContext] = {}
-    set_ids = {s.id for s in sets}
     pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
     report = analyse(co, MADE_SAFE_FOR)
     ranges = _kernel_ranges(co)
     outcomes: dict[str, KernelOutcome] = {}
     fn_outcomes: dict[str, KernelOutcome] = {}
     edits_by_kernel: dict[str, list[Edit]] = {}
-    cu_kernels = []
+    header_kernels: dict[str, tuple[Rule, list[str]]] = {}  # rule id -> (rule, kernels it changes)
+    object_headers = tuple(a for s in sets for r in s.rules if r.on_object for a in r.header_actions("object"))
     units = [(kr, kernel_objs.get(kr.name), outcomes) for kr in report.kernels]
     for fr in report.functions:
         fn = DeviceFunction(fr.name, fr.address, fr.size)
@@ -387,6 +357,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     for kr, unit, into in units:
         used: list[str] = []
         edits: list[Edit] = []
+        kernel_headers: dict[str, tuple[Rule, str]] = {}  # rule id -> (rule, the finding class it handles)
         ctx = FixContext(co, unit)
         if into is outcomes:
             contexts[kr.name] = ctx
@@ -403,44 +374,40 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                     continue
                 if f.fix is None:
                     raise _KernelRefused(_no_exact_fix(f))
-                if f.cls == "LdsMisalignedBug":
-                    if into is fn_outcomes:
-                        raise _KernelRefused(f"LdsMisalignedBug at {f.address:#x} in a device function: CU mode "
-                                             f"is a property of the calling kernels, which kpatch does not set "
-                                             f"from a callee")
-                    if "cu-mode" not in set_ids:
-                        raise _KernelRefused("LdsMisalignedBug needs rule set cu-mode, which was not chosen")
-                    used.append(next(r.id for s in sets if s.id == "cu-mode" for r in s.rules))
-                    continue
-                if f.cls == "Xnack":
-                    if "retarget-gfx1010" not in set_ids:
-                        raise _KernelRefused("Xnack needs rule set retarget-gfx1010 (native mode)")
-                    used.append(next(r.id for s in sets if s.id == "retarget-gfx1010" for r in s.rules))
-                    continue
                 rule = by_finding.get(f.cls)
+                where = f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
                 if rule is None:
-                    raise _KernelRefused(f"{f.cls} at {f.address:#x} needs rule set {f.fix}, which was not chosen")
+                    raise _KernelRefused(f"{where} needs rule set {f.fix}, which was not chosen")
+                acts = rule.header_actions("kernel")
+                if acts:
+                    if into is fn_outcomes:
+                        raise _KernelRefused(f"{where} in a device function: rule {rule.id} sets "
+                                             f"{', '.join(k for k, _ in acts)} of the kernel, a property of the "
+                                             f"calling kernels, which kpatch does not set from a callee")
+                    kernel_headers.setdefault(rule.id, (rule, f.cls))
                 edits.extend(_edits_for_finding(ctx, rule, f))
                 used.append(rule.id)
             edits = list(dict.fromkeys(edits))  # e.g. one s_clause dropped for several findings
             if kr.name in ranges:
-                pe = _pattern_edits(co, pattern_rules, *ranges[kr.name])
+                pe = _pattern_edits(ctx, pattern_rules, *ranges[kr.name])
                 taken = {e.address for e in edits if e.action == "replace"}
                 edits.extend(e for e in pe if e.address not in taken)
                 used.extend(e.rule for e in pe)
         except _KernelRefused as e:
             into[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
             continue
-        if into is outcomes and any(f.cls == "LdsMisalignedBug" for f in kr.findings):
+        cu = [cls for r, cls in kernel_headers.values() if ("wgp_mode", False) in r.header]
+        if into is outcomes and cu:
             # CU mode halves the SIMDs a workgroup is spread over: it must still fit,
             # with the allocation the kernel ends up with (grown by its fixes or not)
             grown = ctx.budget.new_allocation if ctx.budget is not None else None
             why = residency.fits(unit, cu_mode=True, vgprs=grown) if unit is not None \
                 else "the kernel has no descriptor"
             if why:
-                outcomes[kr.name] = KernelOutcome(kr.name, "refused", f"LdsMisalignedBug needs CU mode, but {why}")
+                outcomes[kr.name] = KernelOutcome(kr.name, "refused", f"{cu[0]} needs CU mode, but {why}")
                 continue
-            cu_kernels.append(kr.name)
+        for rid, (r, _) in kernel_headers.items():
+            header_kernels.setdefault(rid, (r, []))[1].append(kr.name)
         edits_by_kernel[kr.name] = edits
         rules = list(dict.fromkeys(used))
         into[kr.name] = KernelOutcome(kr.name, "patched" if rules else "untouched", "", rules)
@@ -482,13 +449,11 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         done.clear()
         done["relocations"] = relocated = result.relocations or {}
         patched = [k for k in co.kernels if outcomes[k.name].status != "refused"]
-        cu = [k for k in patched if k.name in cu_kernels]
+        kernel_actions = [(r.header_actions("kernel"), [k for k in patched if k.name in ks])
+                          for r, ks in header_kernels.values()]
         try:
             base = _vgpr_growth(data, contexts, outcomes)
-            if cu:
-                base = _cu_mode(base, cu)
-            if mode == "native":
-                base = _retarget(base, co)
+            base = headers.perform(base, kernel_actions, object_headers)
         except KpatchError as e:
             done["note"] = e.reason
             raise _KernelRefused(f"header rewrite failed: {e.reason}") from None
@@ -520,8 +485,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     if rec is None:
         return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated, functions=fns)
     new = result.data
-    problems = verify(new, {**fn_outcomes, **outcomes}, mode, {s.id for s in sets},
-                      kept=[r for r in approx if r.fix in KEEPS])
+    problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=[r for r in approx if r.fix in KEEPS])
     if problems:
         reason = "verification after patching failed: " + "; ".join(problems[:3])
         return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False, note=reason)
@@ -544,8 +508,7 @@ def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, K
     return PatchResult(None, kernels, False, note=why, functions=fns)
 
 
-def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, set_ids: set[str],
-           kept: list[Rule] = ()) -> list[str]:
+def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list[Rule] = ()) -> list[str]:
     """Findings left in the kernels and device functions that were not
     refused, which the chosen rule sets should have removed (``kept``:
     approximation rules that leave their instruction as it is).  A kernel or
@@ -565,8 +528,6 @@ def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, set_ids: s
             problems.append(f"{kr.name}: {'; '.join(kr.unseen)}")
         for f in kr.findings:
             if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
-                continue
-            if f.cls == "LdsMisalignedBug" and "cu-mode" not in set_ids:
                 continue
             if kept and _kept(co, kept, f):
                 continue

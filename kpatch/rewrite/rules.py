@@ -15,7 +15,7 @@ A rule file holds one rule set::
     summary = "..."                   # one line
     explain = "..."                   # what it does to the hardware, and what
                                       # kpatch cannot verify without the GPU
-    # what it matches: exactly one of
+    # what it matches: one of
     match.finding = "VMEMtoScalarWriteHazard"        # a class from `kpatch scan --target gfx1010`
                                                      #   (may add match.mnemonic: only findings at
                                                      #   instructions whose mnemonic matches)
@@ -23,14 +23,36 @@ A rule file holds one rule set::
     match.format = ["FLAT", "MUBUF"]                 #   optional: formats
     match.fields = { glc = 0 }                       #   optional: field values that must hold
     match.exclude = "atomic"                         #   optional: regex on the mnemonic to skip
-    match.header = true                              # or the code object itself (header rules)
-    # actions (any combination that fits the match)
+    match.header = true                              # or the code object itself (header rules;
+                                                     #   may add match.finding: the findings the
+                                                     #   object-wide action fixes)
+    # actions (what the engine performs for the match)
     set = { glc = 1, dlc = 1 }                       # set fields of the matched instruction
     replace = [{ op = "s_nop", simm16 = 0 }]         # replace it by a sequence
     insert_before = [{ op = "s_waitcnt_depctr", simm16 = 0xffe3 }]
     insert_after = [{ op = "s_nop", simm16 = 0 }]
     fix = "opcode-reuse"                             # a named built-in transformation
-    header = { mach = "gfx1010", xnack = "-", wgp_mode = false }   # header actions
+                                                     #   (kpatch.rewrite.fixes.FIXES), alone
+    header = { wgp_mode = false }                    # kernel header actions (match.finding: the
+                                                     #   kernels with that finding)
+    header = { mach = "gfx1010", xnack = "-" }       # object header actions (match.header = true)
+
+What the engine performs, by match (anything else is rejected when the
+file is loaded, naming the file, the rule and the key):
+
+* ``match.finding``: ``set``/``replace``/``insert_before``/``insert_after``
+  at the finding's instruction, or ``fix``; kernel header actions
+  (:data:`kpatch.rewrite.headers.HEADER_ACTIONS`, scope ``kernel``) for the
+  kernels with the finding - a device function with it is refused;
+* ``match.mnemonic``: the same instruction actions at every instruction
+  that matches (the first such rule that changes an instruction wins), and
+  ``fix`` for the fixes that need nothing but the instruction;
+* ``match.header = true``: object header actions (scope ``object``),
+  performed on every object the rule set is applied to.
+
+``set`` and ``replace`` both rewrite the instruction and exclude each other;
+``fix`` is the whole transformation and takes no other instruction action.
+Header keys and values are those of ``HEADER_ACTIONS``.
 
 Instructions in sequences are ``{op = MNEMONIC, FIELD = VALUE, ...}`` with
 mnemonics as llvm-objdump prints them; they are built with
@@ -53,13 +75,8 @@ from kpatch.errors import FormatError, UsageError
 
 MATCH_KINDS = ("finding", "mnemonic", "header")
 SEQ_ACTIONS = ("replace", "insert_before", "insert_after")
-HEADER_KEYS = {
-    "mach": str,  # processor name for e_flags and amdhsa.target
-    "xnack": str,  # "-", "+", "any"
-    "wgp_mode": bool,  # RSRC1.WGP_MODE and .workgroup_processor_mode
-}
-NAMED_FIXES = ("flat-offset-fold", "scratch-offset-fold", "nsa-to-contiguous", "opcode-reuse",
-               "vsharp-llc-noalloc", "drop-clause", "keep-legacy-mad", "dot2-fma-mix")
+INSTRUCTION_ACTIONS = ("set", *SEQ_ACTIONS)
+MATCH_OPTIONS = ("format", "fields", "exclude")  # refinements of match.mnemonic
 
 _ID = re.compile(r"^K[A-Z]\d{3}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -97,6 +114,13 @@ class Rule:
     insert_after: tuple[InstSpec, ...] = ()
     fix: str | None = None
     header: tuple[tuple[str, object], ...] = ()
+    on_object: bool = False  # match.header = true: the rule's object header actions apply to every object
+
+    def header_actions(self, scope: str) -> tuple[tuple[str, object], ...]:
+        """The rule's header actions of ``scope`` (``kernel`` or ``object``)."""
+        from kpatch.rewrite.headers import HEADER_ACTIONS
+
+        return tuple((k, v) for k, v in self.header if HEADER_ACTIONS[k].scope == scope)
 
     def matches_finding(self, finding, inst) -> bool:
         """True when a finding rule applies to ``finding`` at instruction ``inst`` (None: unknown)."""
@@ -189,20 +213,38 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
     match = raw.get("match")
     if not isinstance(match, dict):
         raise _err(path, f"{where}.match", "is required (a table)")
-    kinds = [k for k in MATCH_KINDS if k in match and not (k == "mnemonic" and "finding" in match)]
-    if len(kinds) != 1:
-        raise _err(path, f"{where}.match", f"needs exactly one of {', '.join(MATCH_KINDS)}")
     for k in match:
-        if k not in (*MATCH_KINDS, "format", "fields", "exclude"):
+        if k not in (*MATCH_KINDS, *MATCH_OPTIONS):
             raise _err(path, f"{where}.match.{k}", "unknown key")
-    kind = kinds[0]
+    if "header" in match and match["header"] is not True:
+        raise _err(path, f"{where}.match.header", "must be true")
+    if "finding" in match:
+        kind = "finding"
+    elif "mnemonic" in match:
+        kind = "mnemonic"
+    elif "header" in match:
+        kind = "header"
+    else:
+        raise _err(path, f"{where}.match", f"needs exactly one of {', '.join(MATCH_KINDS)}")
+    if kind == "mnemonic" and "header" in match:
+        raise _err(path, f"{where}.match", f"needs exactly one of {', '.join(MATCH_KINDS)} "
+                   f"(match.header goes with match.finding only)")
+    if kind != "mnemonic":
+        for k in MATCH_OPTIONS:
+            if k in match:
+                raise _err(path, f"{where}.match.{k}", "only refines match.mnemonic rules "
+                           "(a finding rule with match.mnemonic matches by mnemonic only)")
     kw: dict = {"id": raw["id"], "name": raw["name"], "summary": raw["summary"].strip(),
-                "explain": raw["explain"].strip(), "set_id": set_id, "match_kind": kind}
+                "explain": raw["explain"].strip(), "set_id": set_id, "match_kind": kind,
+                "on_object": match.get("header") is True}
     if kind == "finding":
         if not isinstance(match["finding"], str):
             raise _err(path, f"{where}.match.finding", "must be a finding class name")
         kw["finding"] = match["finding"]
         if "mnemonic" in match:
+            if kw["on_object"]:
+                raise _err(path, f"{where}.match.mnemonic", "a rule for the code object "
+                           "(match.header = true) matches no instruction")
             kw["mnemonic"] = _regex(path, f"{where}.match.mnemonic", match["mnemonic"])
     elif kind == "mnemonic":
         kw["mnemonic"] = _regex(path, f"{where}.match.mnemonic", match["mnemonic"])
@@ -216,35 +258,64 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
             kw["fields"] = _int_table(path, f"{where}.match.fields", match["fields"])
         if "exclude" in match:
             kw["exclude"] = _regex(path, f"{where}.match.exclude", match["exclude"])
-    elif match["header"] is not True:
-        raise _err(path, f"{where}.match.header", "must be true")
     actions = [k for k in ("set", "fix", "header", *SEQ_ACTIONS) if k in raw]
     if not actions:
         raise _err(path, where, "has no action (set, replace, insert_before, insert_after, fix, header)")
-    if kind == "header" and any(a != "header" for a in actions):
-        raise _err(path, where, "a header rule can only have a header action")
-    if kind != "header" and "header" in raw:
-        raise _err(path, f"{where}.header", "only header rules (match.header = true) take header actions")
+    _check_performable(path, where, kind, kw["on_object"], raw)
     if "set" in raw:
         kw["set_fields"] = _int_table(path, f"{where}.set", raw["set"])
     for a in SEQ_ACTIONS:
         if a in raw:
             kw[a] = _seq(path, f"{where}.{a}", raw[a])
     if "fix" in raw:
-        if raw["fix"] not in NAMED_FIXES:
-            raise _err(path, f"{where}.fix", f"unknown fix (known: {', '.join(NAMED_FIXES)})")
         kw["fix"] = raw["fix"]
     if "header" in raw:
-        h = raw["header"]
-        if not isinstance(h, dict) or not h:
-            raise _err(path, f"{where}.header", "must be a non-empty table")
-        for k, v in h.items():
-            if k not in HEADER_KEYS:
-                raise _err(path, f"{where}.header.{k}", f"unknown key (known: {', '.join(HEADER_KEYS)})")
-            if not isinstance(v, HEADER_KEYS[k]):
-                raise _err(path, f"{where}.header.{k}", f"must be a {HEADER_KEYS[k].__name__}")
-        kw["header"] = tuple(h.items())
+        kw["header"] = tuple(raw["header"].items())
     return Rule(**kw)
+
+
+def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: dict) -> None:
+    """Reject every action the engine does not perform for this match (see the module docstring)."""
+    from kpatch.rewrite.fixes import FIXES, NEEDS_FINDING
+    from kpatch.rewrite.headers import HEADER_ACTIONS, header_problem
+
+    inst = [a for a in INSTRUCTION_ACTIONS if a in raw]
+    if on_object or kind == "header":
+        for a in (*inst, "fix"):
+            if a in raw:
+                raise _err(path, f"{where}.{a}", "a rule for the code object (match.header = true) "
+                           "only takes header actions")
+    if "set" in raw and "replace" in raw:
+        raise _err(path, f"{where}.set", "set and replace both rewrite the matched instruction: use one")
+    if "fix" in raw:
+        if inst:
+            raise _err(path, f"{where}.{inst[0]}", "a fix is the whole transformation of the instruction: "
+                       "it takes no set, replace, insert_before or insert_after")
+        fix = raw["fix"]
+        if fix not in FIXES:
+            raise _err(path, f"{where}.fix", f"unknown fix {fix!r} (known: {', '.join(FIXES)})")
+        if kind == "mnemonic" and fix in NEEDS_FINDING:
+            raise _err(path, f"{where}.fix", f"{fix} works from what the analysis found (a finding), "
+                       f"so it needs match.finding, not match.mnemonic")
+    if "header" not in raw:
+        return
+    h = raw["header"]
+    if not isinstance(h, dict) or not h:
+        raise _err(path, f"{where}.header", "must be a non-empty table")
+    if kind == "mnemonic":
+        raise _err(path, f"{where}.header", "header actions go with match.finding (kernel actions) or "
+                   "match.header = true (object actions), not match.mnemonic")
+    for k, v in h.items():
+        why = header_problem(k, v)
+        if why:
+            raise _err(path, f"{where}.header.{k}", why)
+        scope = HEADER_ACTIONS[k].scope
+        if scope == "object" and not on_object:
+            raise _err(path, f"{where}.header.{k}", f"{k} changes the whole code object: the rule needs "
+                       "match.header = true")
+        if scope == "kernel" and (on_object or kind != "finding"):
+            raise _err(path, f"{where}.header.{k}", f"{k} is done for the kernels with the rule's finding: "
+                       "the rule needs match.finding (without match.header)")
 
 
 def load_file(path: str) -> RuleSet:
