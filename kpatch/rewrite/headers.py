@@ -170,6 +170,9 @@ def _set_mach(t: TargetId, value: str) -> TargetId:
 
 
 def _set_xnack(t: TargetId, value: str) -> TargetId:
+    """The xnack setting ``value`` (UsageError when the processor has no xnack feature)."""
+    if not t.mach.xnack:
+        raise UsageError(f"{t.processor} has no xnack setting to change")
     return replace(t, xnack=value)
 
 
@@ -255,7 +258,8 @@ def _perform_object(data: bytes, object_actions: tuple) -> bytes:
     t = co.target
     if t is None:
         raise UsageError("the code object has no target id to change")
-    for key, value in object_actions:
+    order = list(HEADER_ACTIONS)  # the processor first: the features are the new processor's
+    for key, value in sorted(object_actions, key=lambda kv: order.index(kv[0])):
         t = HEADER_ACTIONS[key].target(t, value)
     data = set_e_flags(data, e_flags_for(t, co.code_object_version))
     if co.metadata is not None and "amdhsa.target" in co.metadata:
