@@ -11,9 +11,24 @@ from kpatch.cli.common import out_console
 from kpatch.rewrite.rules import load_all
 
 
+def _actions(r) -> list[str]:
+    """What the rule does, one string per action key, as the rule file says it."""
+    out = [f"set {', '.join(f'{k}={v}' for k, v in r.set_fields)}"] if r.set_fields else []
+    for a in ("replace", "insert_before", "insert_after"):
+        seq = getattr(r, a)
+        if seq:
+            out.append(f"{a} " + "; ".join(" ".join([s.op, *(f"{k}={v:#x}" for k, v in s.fields)]) for s in seq))
+    if r.fix:
+        out.append(f"fix {r.fix}")
+    if r.header:
+        out.append("header " + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in r.header))
+    return out
+
+
 def _rule_record(r) -> dict:
     return {"id": r.id, "name": r.name, "set": r.set_id, "summary": r.summary, "explain": r.explain,
-            "matches": r.finding or (r.mnemonic.pattern if r.mnemonic else "code object header")}
+            "matches": ("code object header" + (f" (fixes {r.finding})" if r.finding else "")) if r.on_object
+            else r.finding or r.mnemonic.pattern, "actions": _actions(r)}
 
 
 @click.command("rules")
@@ -61,6 +76,7 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
                     return
                 out_console.print(f"[bold]{r.id} {r.name}[/bold] (set {s.id})", highlight=False)
                 out_console.print(f"matches: {_rule_record(r)['matches']}", markup=False)
+                out_console.print(f"does: {'; '.join(_actions(r))}", markup=False)
                 out_console.print(f"\n{r.summary}\n\n{r.explain}", markup=False)
                 return
     raise click.UsageError(f"no rule or rule set {rule!r} (see `kpatch rules`)")

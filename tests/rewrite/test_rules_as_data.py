@@ -173,13 +173,25 @@ def test_pattern_rule_fix(tmp_path):
 
 
 def test_finding_rule_set_action(tmp_path):
-    """set = {...} of a match.finding rule sets the fields of the finding's instruction."""
+    """set = {...} of a match.finding rule re-encodes the finding's instruction with
+    those fields (as llvm-mc-16 assembles it), next to the rule's other actions."""
+    from kpatch.analysis import analyse
+    from kpatch.codeobject import CodeObject
+    from kpatch.rewrite.fixes import FixContext
+    from kpatch.rewrite.patcher import MADE_SAFE_FOR, _edits_for_finding
+    from kpatch.rewrite.rules import load_file
+    from test_rules import llvm_mc
+
     obj = _build(tmp_path, "    s_inst_prefetch 0x1\n    v_mov_b32 v1, v0")
-    rules = rule_file(tmp_path, 'match.finding = "InstFwdPrefetchBug"\nset = { simm16 = 3 }\n'
-                                'insert_before = [{ op = "s_nop", simm16 = 0 }]\n')
-    res = patch_code_object(open(obj, "rb").read(), mode="override", rule_sets=["mine"], extra_rule_files=[rules])
-    # s_inst_prefetch stays an InstFwdPrefetchBug with any operand: verification must refuse the object
-    assert res.data is None and "verification after patching failed" in res.note
+    [rule] = load_file(rule_file(tmp_path, 'match.finding = "InstFwdPrefetchBug"\nset = { simm16 = 3 }\n'
+                                           'insert_before = [{ op = "s_nop", simm16 = 0 }]\n')).rules
+    co = CodeObject.from_bytes(open(obj, "rb").read())
+    [kr] = analyse(co, MADE_SAFE_FOR).kernels
+    [f] = [f for f in kr.findings if f.cls == "InstFwdPrefetchBug"]
+    edits = _edits_for_finding(FixContext(co, co.kernels[0]), rule, f)
+    assert [(e.address, e.action, e.code) for e in edits] == [
+        (f.address, "replace", llvm_mc("s_inst_prefetch 0x3", "gfx1030")),
+        (f.address, "insert_before", llvm_mc("s_nop 0", "gfx1010"))]
 
 
 # --- the loader rejects what the engine does not perform -----------------------------
@@ -246,6 +258,7 @@ def test_cli_rules_file_loads_and_rejects(tmp_path):
     good = rule_file(tmp_path, 'match.mnemonic = "v_mov_b32_e32"\ninsert_before = [{ op = "s_nop", simm16 = 5 }]\n')
     r = run_kpatch("rules", "--rules", good, "KZ001")
     assert r.returncode == 0 and "KZ001 mine" in r.stdout
+    assert "matches: v_mov_b32_e32" in r.stdout and "does: insert_before s_nop simm16=0x5" in r.stdout
     bad = rule_file(tmp_path, 'match.finding = "LdsMisalignedBug"\nheader = { wgp_mode = true }\n', sid="bad")
     r = run_kpatch("rules", "--rules", bad)
     assert r.returncode != 0 and "bad.toml: rule KZ001.header.wgp_mode" in r.stderr and "Traceback" not in r.stderr
