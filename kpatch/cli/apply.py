@@ -60,7 +60,12 @@ def choose_rule_sets(mode: str, rules: tuple[str, ...], approx: tuple[str, ...] 
         if n not in sets or not sets[n].approximation:
             known = ", ".join(s.id for s in sets.values() if s.approximation)
             raise UsageError(f"--allow-approx {n}: no such approximation (known: {known})")
-    return list(dict.fromkeys((names or list(DEFAULT_RULE_SETS[mode])) + allowed))
+    chosen = list(dict.fromkeys((names or list(DEFAULT_RULE_SETS[mode])) + allowed))
+    if mode != "relabel":  # the engine's own check (labels per mode), once, before any input is read
+        from kpatch.rewrite.patcher import select_rule_sets
+
+        select_rule_sets(mode, chosen)
+    return chosen
 
 
 # --- printing -----------------------------------------------------------------------

@@ -262,3 +262,15 @@ def test_cli_rules_file_loads_and_rejects(tmp_path):
     bad = rule_file(tmp_path, 'match.finding = "LdsMisalignedBug"\nheader = { wgp_mode = true }\n', sid="bad")
     r = run_kpatch("rules", "--rules", bad)
     assert r.returncode != 0 and "bad.toml: rule KZ001.header.wgp_mode" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_native_without_a_labelling_rule_set_is_one_usage_error_before_any_work(tmp_path):
+    from conftest import run_kpatch
+
+    r = run_kpatch("apply", "--db", "@sample", "--mode", "native", "--rules", "gfx1010-hazards", "--cu", "18",
+                   "--out-dir", str(tmp_path / "out"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        'error: native mode writes code labelled gfx1010: the rule sets need one that labels it '
+        '(mach = "gfx1010", e.g. retarget-gfx1010)']
+    assert not (tmp_path / "out").exists()
