@@ -45,7 +45,8 @@ VMEM_TO_SCALAR = MaskRule(
     "VMEMtoScalarWriteHazard", SGPR_FIELD,
     check=lambda f: f.sdefs if f.cls & (SALU | SMEM) else 0,
     kill=lambda f: f.kill_vm,
-    gen=lambda f: f.sreads if f.cls & _VMEM_LIKE else 0)
+    gen=lambda f: f.sreads if f.cls & _VMEM_LIKE else 0,
+    lean=True)
 
 SMEM_TO_VECTOR = MaskRule(
     "SMEMtoVectorWriteHazard", SGPR_FIELD,
