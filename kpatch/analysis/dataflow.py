@@ -21,9 +21,19 @@ rule it takes the indices of the instructions that check, gen and kill
 in this block" is a binary search; only candidate pairs, blocks whose state
 leaves them, and the blocks that state reaches are handled in Python.
 
-Hits report the unmitigated program: every instruction that needs a
-mitigation on some path.  One inserted mitigation may cover several of them
-(LLVM inserts as it goes), so counts can exceed what LLVM would insert.
+Hits are mitigation sites.  For a rule whose mitigation is inserted right
+before the hit and expires the hazard (``lean``), a hit also kills, after
+its check: the state after it is that of the mitigated program, as in
+LLVM's GCNHazardRecognizer, which inserts the mitigation and goes on with
+the hazard gone (one ``s_waitcnt_depctr`` before the first of four SGPR
+writes covers all four).  Whether an instruction is a hit then depends on
+the hits before it, across branches and loops: with ``F(S)`` = the hits
+when the instructions ``S`` also kill, the engine iterates
+``S0 = {}``, ``S(n+1) = F(S(n))``.  ``F`` is antitone, so the even terms grow
+and the odd terms shrink until they settle; the result is the settled odd
+term ``U``, with ``F(U)`` a subset of ``U``: mitigating ``U`` leaves no hit
+unmitigated.  Usually ``F(U) = U`` (always in loop-free code, where it is
+exactly what LLVM inserts); in loops a few sites may be redundant.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ class MaskRule:
     """One hazard as gen/kill/check on a ``width``-bit state.
 
     ``check``/``gen`` return masks of state bits; ``kill`` says whether the
-    instruction expires the hazard.  ``on_branch`` maps the state at the end
+    instruction expires the hazard (see ``lean`` for the hits themselves).  ``on_branch`` maps the state at the end
     of a block ending in a branch; ``before_branch`` maps state bits after
     such a branch to the bits that could have produced them (used to walk
     back to a hit's sources)."""
@@ -54,6 +64,9 @@ class MaskRule:
     gen: Callable[[Facts], int]
     on_branch: Callable[[int], int] | None = None
     before_branch: Callable[[int], int] | None = None
+    #: the mitigation is inserted right before a hit and kills (expires the
+    #: whole state): each hit is then a kill for what follows it
+    lean: bool = False
 
 
 class RuleHits:
@@ -65,8 +78,10 @@ class RuleHits:
     rarely all read."""
 
     def __init__(self, engine: "HazardEngine", cfg: CFG, i: int, ks: list[int],
-                 windows: dict[int, tuple[int, int]], blocks: dict[int, int], G: np.ndarray, inn):
+                 windows: dict[int, tuple[int, int]], blocks: dict[int, int], G: np.ndarray, inn,
+                 sites: frozenset[int] = frozenset()):
         self.engine = engine
+        self.sites = sites  # instructions whose (inserted) mitigation also kills
         self.cfg = cfg
         self.i = i
         self.rule = engine.rules[i]
@@ -111,7 +126,7 @@ class RuleHits:
         local = [g for g, _ in self._local(k)]
         if local:
             return local
-        return self.engine.sources(self.cfg, self.i, k, self.mask(k), limit)
+        return self.engine.sources(self.cfg, self.i, k, self.mask(k), limit, self.sites)
 
 
 def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -204,6 +219,9 @@ class HazardEngine:
         eids = cfg.eids[idx]
         return [self._column("mask", i, part, ch)[eids] for ch in _chunks(self.rules[i].width)]
 
+    #: iterations of a lean rule before settling for the last odd term (sound, maybe not lean)
+    LEAN_ROUNDS = 64
+
     def _run_rule(self, cfg: CFG, roles: np.ndarray, i: int, rule: MaskRule) -> RuleHits | None:
         C = np.flatnonzero(roles & (1 << (3 * i)))
         if not C.size:
@@ -212,6 +230,28 @@ class HazardEngine:
         if not G.size:
             return None
         K = np.flatnonzero(roles & (4 << (3 * i)))
+        first = self._hits(cfg, C, G, K, i, rule, frozenset())
+        if not rule.lean or first is None:
+            return first
+        # S(n+1) = F(S(n)) from S0 = {} (see the module docstring); runs[n] has
+        # kills at seq[n] and hits seq[n + 1]
+        seq: list[frozenset[int]] = [frozenset(), frozenset(first.ks)]
+        runs = [first]
+        while len(runs) < self.LEAN_ROUNDS:
+            if seq[-1] == seq[-2]:  # fixpoint
+                return runs[-1]
+            if len(seq) >= 3 and seq[-1] == seq[-3]:  # settled on two sets: the larger is sound
+                return runs[-1] if len(seq[-1]) >= len(seq[-2]) else runs[-2]
+            S = seq[-1]
+            r = self._hits(cfg, C, G, np.union1d(K, np.fromiter(S, dtype=np.int64, count=len(S))), i, rule, S)
+            runs.append(r)
+            seq.append(frozenset(r.ks) if r is not None else frozenset())
+        return runs[-1] if len(seq) % 2 == 0 else runs[-2]  # the last odd term
+
+    def _hits(self, cfg: CFG, C: np.ndarray, G: np.ndarray, K: np.ndarray, i: int, rule: MaskRule,
+              sites: frozenset[int]) -> RuleHits | None:
+        """The hits of rule ``i`` with checks ``C``, gens ``G`` and kills ``K``
+        (``sites``: the kills that are other hits' mitigations)."""
         bstart, bend, block_of = cfg.block_start, cfg.block_end, cfg.block_of
         windows: dict[int, tuple[int, int]] = {}
         blocks: dict[int, int] = {}
@@ -265,7 +305,7 @@ class HazardEngine:
         if not windows and not blocks:
             return None
         ks = sorted(set(windows) | set(blocks)) if blocks and windows else sorted(windows or blocks)
-        return RuleHits(self, cfg, i, ks, windows, blocks, G, inn)
+        return RuleHits(self, cfg, i, ks, windows, blocks, G, inn, sites)
 
     @staticmethod
     def _propagate(cfg: CFG, rule: MaskRule, local: list[np.ndarray], through: np.ndarray):
@@ -359,10 +399,12 @@ class HazardEngine:
             inn[ch][:] = np.array([(v >> (64 * ch)) & _M64 for v in i_], dtype=np.uint64)
 
     # -- explanation -------------------------------------------------------------------
-    def sources(self, cfg: CFG, i: int, k: int, mask: int, limit: int = 256) -> list[int]:
+    def sources(self, cfg: CFG, i: int, k: int, mask: int, limit: int = 256,
+                sites: frozenset[int] = frozenset()) -> list[int]:
         """Instruction indices of the sources of rule ``i``'s state bits ``mask``
         that reach instruction ``k``, walking back along every path until the
-        rule's expiry (at most ``limit`` instructions), in address order."""
+        rule's expiry or a mitigated hit in ``sites`` (at most ``limit``
+        instructions), in address order."""
         rule = self.rules[i]
         facts = cfg.facts
         found: set[int] = set()
@@ -381,7 +423,7 @@ class HazardEngine:
                 if g:
                     found.add(k)
                     mask &= ~g
-                if (roles >> (3 * i)) & 4:
+                if (roles >> (3 * i)) & 4 or k in sites:
                     mask = 0
                 k -= 1
             if not mask:

@@ -24,6 +24,16 @@ fixLdsBranchVmemWARHazard); see gfx1010-hazards.md.
   global/scratch FLAT (not flat-segment FLAT), and the rule applies only to
   functions that have both kinds.
 
+Every rule is ``lean`` (:class:`kpatch.analysis.dataflow.MaskRule`): each
+mitigation (rules/gfx1010-hazards.toml, KH001-KH005) is inserted right
+before the flagged instruction and is one of the rule's kills, so a finding
+expires the hazard for what follows, as in LLVM, and findings are the
+mitigation sites (one per hazard).  It changes the counts of
+VMEMtoScalarWriteHazard and SMEMtoVectorWriteHazard; for the other three
+the flagged instruction already expires its own hazard (a permlane is a
+VALU, a v_cmpx writes an SGPR, LDS and VMEM kill LdsBranchVmemWARHazard).
+NSAtoVMEMBug (mimg.py) needs no such care: it looks one instruction back.
+
 A finding's detail and source addresses are worked out when first read.
 """
 
@@ -45,25 +55,29 @@ VMEM_TO_SCALAR = MaskRule(
     "VMEMtoScalarWriteHazard", SGPR_FIELD,
     check=lambda f: f.sdefs if f.cls & (SALU | SMEM) else 0,
     kill=lambda f: f.kill_vm,
-    gen=lambda f: f.sreads if f.cls & _VMEM_LIKE else 0)
+    gen=lambda f: f.sreads if f.cls & _VMEM_LIKE else 0,
+    lean=True)
 
 SMEM_TO_VECTOR = MaskRule(
     "SMEMtoVectorWriteHazard", SGPR_FIELD,
     check=lambda f: f.valu_sdst,
     kill=lambda f: f.kill_smem,
-    gen=lambda f: f.sreads if f.cls & SMEM else 0)
+    gen=lambda f: f.sreads if f.cls & SMEM else 0,
+    lean=True)
 
 VCMPX_PERMLANE = MaskRule(
     "VcmpxPermlaneHazard", 1,
     check=lambda f: 1 if f.is_permlane else 0,
     kill=lambda f: bool(f.cls & VALU) and not f.is_v_nop,
-    gen=lambda f: 1 if f.vcmp_exec else 0)
+    gen=lambda f: 1 if f.vcmp_exec else 0,
+    lean=True)
 
 VCMPX_EXEC_WAR = MaskRule(
     "VcmpxExecWARHazard", 1,
     check=lambda f: 1 if f.writes_exec else 0,
     kill=lambda f: f.kill_vcmpx_war,
-    gen=lambda f: 1 if f.reads_exec and not f.cls & VALU else 0)
+    gen=lambda f: 1 if f.reads_exec and not f.cls & VALU else 0,
+    lean=True)
 
 DS_F, DS_T, VM_F, VM_T = 1, 2, 4, 8
 _NO_BRANCH, _BRANCH_SINCE = DS_F | VM_F, DS_T | VM_T
@@ -84,7 +98,8 @@ LDS_BRANCH_VMEM = MaskRule(
     kill=lambda f: bool(f.cls & (DS | _LDS_VMEM)) or f.vscnt0,
     gen=lambda f: DS_F if f.cls & DS else VM_F if f.cls & _LDS_VMEM else 0,
     on_branch=lambda v: ((v & _NO_BRANCH) << 1) | (v & _BRANCH_SINCE),
-    before_branch=lambda m: m | ((m & _BRANCH_SINCE) >> 1))
+    before_branch=lambda m: m | ((m & _BRANCH_SINCE) >> 1),
+    lean=True)
 
 RULES = [VMEM_TO_SCALAR, SMEM_TO_VECTOR, VCMPX_PERMLANE, VCMPX_EXEC_WAR, LDS_BRANCH_VMEM]
 ENGINE = HazardEngine(RULES)
