@@ -231,8 +231,8 @@ class HazardEngine:
             return None
         K = np.flatnonzero(roles & (4 << (3 * i)))
         first = self._hits(cfg, C, G, K, i, rule, frozenset())
-        if not rule.lean or first is None:
-            return first
+        if not rule.lean or first is None or np.isin(first.ks, K).all():
+            return first  # (hits that already kill change nothing when counted as kills: a fixpoint)
         # S(n+1) = F(S(n)) from S0 = {} (see the module docstring); runs[n] has
         # kills at seq[n] and hits seq[n + 1]
         seq: list[frozenset[int]] = [frozenset(), frozenset(first.ks)]
