@@ -14,15 +14,14 @@ page can be checked mechanically.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from html import escape
 
 from kpatch import __version__
 from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, lcs_pairs, fmt_value
 from kpatch.outputs.diff import (
     IDENTICAL, ObjectDiff, Report, Row, UnitDiff, flat_items, relocation_items, with_context)
+from kpatch.outputs.files import write_atomic
 
 CSS = """
 :root { --ins: #dafbe1; --del: #ffebe9; --chg: #fff8c5; --rel: #ddf4ff; --line: #d0d7de;
@@ -284,24 +283,9 @@ def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = 
 
 
 def write_html(rep: Report, path: str, **kw) -> None:
-    """Write :func:`render_html` to ``path`` atomically (a temporary file in
-    the same directory, then a rename)."""
-    text = render_html(rep, **kw)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kpatch-diff-", suffix=".html", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write :func:`render_html` to ``path`` atomically, with the mode a new
+    file gets (:func:`kpatch.outputs.files.write_atomic`)."""
+    write_atomic(path, render_html(rep, **kw).encode("utf-8"))
 
 
 __all__ = ["render_html", "write_html", "CSS"]
