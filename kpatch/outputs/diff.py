@@ -18,6 +18,7 @@ writes is shown when it can be read.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import EHDR
 from kpatch.containers.discover import Found, Problem, discover
+from kpatch.containers.uri import Uri
+from kpatch.data import expand
 from kpatch.errors import FormatError, KpatchError
 from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, OP_KINDS, REMOVED, FieldChange, Op, align, fmt_value
 from kpatch.outputs.branchcheck import BranchProblem, check_aligned
@@ -488,6 +491,26 @@ def collect(path: str) -> tuple[list[Found], list[Problem]]:
     return found, problems
 
 
+def collect_side(path: str) -> tuple[list[Found], list[Problem]]:
+    """:func:`collect` for one side of a comparison, which must hold at least
+    one code object: KpatchError naming ``path`` (as given) when it does not
+    exist, when nothing in it could be read, or when it holds no gfx code
+    object -- comparing against nothing would list everything on the other
+    side as added or removed."""
+    target = expand(path)
+    if "://" not in target and not os.path.lexists(target):
+        raise KpatchError("no such file", path)
+    found, problems = collect(path)
+    if found:
+        return found, problems
+    if len(problems) == 1 and problems[0].uri in (path, target, str(Uri("file", os.path.abspath(target)))):
+        raise KpatchError(problems[0].error, path)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise KpatchError(f"no readable code object: {problems[0].uri}: {problems[0].error}{more}", path)
+    raise KpatchError("no gfx code object in it", path)
+
+
 def pair_items(a: Sequence[Found], b: Sequence[Found]) -> tuple[list[tuple[Found, Found]], list[Found], list[Found]]:
     """Pair the code objects of two inputs: one each -> each other; else by
     exact key (kernel name, args, bundle entry), then by the key without
@@ -527,9 +550,12 @@ def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target
                 on_pair=None) -> Report:
     """Compare every code object of ``old`` with its counterpart in ``new``
     (files, directories or URIs: code objects, bundles, kernel DBs, host
-    libraries).  ``on_pair(label)`` is called before each pair (progress)."""
-    fa, pa = collect(old)
-    fb, pb = collect(new)
+    libraries).  ``on_pair(label)`` is called before each pair (progress).
+    KpatchError when either input is missing or holds no readable code
+    object (:func:`collect_side`); items that cannot be read beside readable
+    ones are listed in ``problems``."""
+    fa, pa = collect_side(old)
+    fb, pb = collect_side(new)
     rep = Report(old, new, problems=[f"{p.uri}: {p.error}" for p in pa + pb])
     pairs, only_a, only_b = pair_items(fa, fb)
     rep.only_old = [_label(f) for f in only_a]
