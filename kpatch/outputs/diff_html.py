@@ -265,12 +265,16 @@ _STATE_TEXT = {"written": "written, with this kernel left as it was",
                "not written": "not written: MIOpen keeps using its own entry"}
 
 
-def _apply_head(a: ApplyInfo) -> str:
-    """Source and output of `kpatch apply`, then every refusal with its
-    reason (the first thing in the report), then errors."""
+def _apply_files(a: ApplyInfo) -> str:
+    """Source(s) and output of `kpatch apply` (in the header)."""
     where = [("source", s) for s in a.sources] + [
         ("output", a.output + (" (dry run: nothing written)" if a.dry_run else ""))]
-    parts = [_kv_table(where, "files")]
+    return _kv_table(where, "files")
+
+
+def _apply_head(a: ApplyInfo) -> str:
+    """Every refusal with its reason (the first section of the report), then errors."""
+    parts = []
     kernels = [r for r in a.refusals if r.kernel is not None]
     parts.append(f'<section id="refusals" data-count="{len(a.refusals)}"><h2>Refused ({len(kernels)} kernels'
                  + (f", {len(a.refusals) - len(kernels)} items" if len(kernels) != len(a.refusals) else "")
@@ -344,7 +348,7 @@ def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = 
             lis = "".join(f'<li class="mono">{_e(x)}</li>' for x in items)
             extra.append(f"<h3>{_e(what)} ({len(items)})</h3><ul>{lis}</ul>")
     if a is not None:
-        head = _apply_head(a)
+        files, first = _apply_files(a), _apply_head(a)
         summary_items = _apply_counts(a) + [(k, v) for k, v in summary_items
                                             if k not in ("only in old", "only in new")]
         if not rep.objects:
@@ -352,13 +356,14 @@ def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = 
                        f"{a.output}.")
             extra.insert(0, f'<p class="nothing-changed">{_e(nothing)}</p>')
     else:
-        head = (f'<p class="files mono"><span class="old">--- {_e(rep.old_name)}</span><br>'
-                f'<span class="new">+++ {_e(rep.new_name)}</span></p>')
+        first = ""
+        files = (f'<p class="files mono"><span class="old">--- {_e(rep.old_name)}</span><br>'
+                 f'<span class="new">+++ {_e(rep.new_name)}</span></p>')
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{_e(title)}</h1>{head}</header>"
+        f"<header><h1>{_e(title)}</h1>{files}</header>{first}"
         '<section id="summary"><h2>Summary</h2>' + _kv_table(summary_items, "summary")
         + ('<table class="index"><thead><tr><th>code object</th><th>status</th><th>changes</th></tr></thead>'
            f"<tbody>{''.join(index_rows)}</tbody></table>" if index_rows else "")
