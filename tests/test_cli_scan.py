@@ -229,9 +229,9 @@ def test_scan_wheel_reads_members_in_place(tmp_path):
 
 def test_extract_errors_are_one_line(tmp_path):
     p = run_kpatch("extract", "kdb:///nonexistent.kdb?name=a&args=b", "-o", str(tmp_path / "o"))
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     p = run_kpatch("extract", f"kdb://{sample_db_path()}?name=nope&args=x", "-o", str(tmp_path / "o"))
-    assert p.returncode == 2 and "no entry" in p.stderr
+    assert p.returncode == 1 and "no entry" in p.stderr
     assert not (tmp_path / "o").exists()
 
 

@@ -390,9 +390,14 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     \b
     Output: per kernel `patched`, `refused` (with the reason) or `untouched`,
     then a summary; with --json one document {"entries"|"parts", "errors",
-    "summary", ...}.  Exit status: 0 when every input was read, 1 when some
-    could not be (each named on stderr; the rest is still done), 2 for usage
-    errors.
+    "summary", ...}.
+
+    \b
+    Exit status: 0 when every input was read (refused kernels are results,
+    not failures); 1 when some input could not be read (each named on
+    stderr; the rest is still done); 2 for usage errors (also: mode or CU
+    count that cannot be detected, output in a system directory, user DB
+    in use; nothing is written); 3 on an internal error.
     """
     if file and dbs:
         raise click.UsageError("give either FILE -o OUT or --db SRC, not both")
@@ -404,6 +409,8 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         raise click.UsageError("--cu and --out-dir are for --db")
     if dbs and drop_other_targets:
         raise click.UsageError("--drop-other-targets is for FILE (a host library), not --db")
+    if file and not os.path.lexists(file):
+        raise KpatchError("no such file", file)  # an input that cannot be read: exit 1, as for --db
     chosen = choose_mode(mode)
     rule_sets = choose_rule_sets(str(chosen.value), rules, approx)
     patch_fn = default_patch_fn(str(chosen.value))
