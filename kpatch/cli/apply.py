@@ -384,7 +384,7 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     appended from MIOpen 3.5 on), else ~/.cache/miopen/<version> of the newest
     MIOpen found, else give --out-dir.  Only entries that changed are written;
     other entries of an existing user DB stay as they are.  The DB is replaced
-    atomically after a backup (`kpatch revert` restores it); a second run
+    atomically after a backup (each `kpatch revert` steps back one apply); a second run
     changes nothing.  kpatch never writes into system directories.
 
     \b

@@ -116,6 +116,10 @@ def test_report_refusals_first_and_counts_agree_with_diff(tmp_path, chromium):
     files = kv(dom.find_all("table", cls="files")[0])
     assert files == {"source": sample_db_path(), "output": out}
     assert "original" not in dom.find_all("h1")[0].text()
+    for sec in dom.find_all("section", cls="object"):
+        ident = kv(sec.find_all("table", cls="identity")[0])
+        assert ident["source"] == sec.attrs["data-label"] and ident["source"].startswith(f"kdb://{sample_db_path()}?")
+        assert ident["output"].startswith(f"kdb://{out}?") and "old" not in ident and "new" not in ident
 
     # the refusals come first, right after the header: every kernel holding an instruction kpatch refuses
     sections = [n for n in body.children if not isinstance(n, str) and n.tag == "section"]
