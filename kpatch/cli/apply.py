@@ -384,8 +384,8 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     appended from MIOpen 3.5 on), else ~/.cache/miopen/<version> of the newest
     MIOpen found, else give --out-dir.  Only entries that changed are written;
     other entries of an existing user DB stay as they are.  The DB is replaced
-    atomically after a backup (each `kpatch revert` steps back one apply); a second run
-    changes nothing.  kpatch never writes into system directories.
+    atomically after a backup (each `kpatch revert` steps back one apply); a
+    second run changes nothing.  kpatch never writes into system directories.
 
     \b
     Output: per kernel `patched`, `refused` (with the reason) or `untouched`,
