@@ -229,7 +229,25 @@ def test_scan_wheel_reads_members_in_place(tmp_path):
 
 def test_extract_errors_are_one_line(tmp_path):
     p = run_kpatch("extract", "kdb:///nonexistent.kdb?name=a&args=b", "-o", str(tmp_path / "o"))
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     p = run_kpatch("extract", f"kdb://{sample_db_path()}?name=nope&args=x", "-o", str(tmp_path / "o"))
-    assert p.returncode == 2 and "no entry" in p.stderr
+    assert p.returncode == 1 and "no entry" in p.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.llvm
+def test_scan_target_text_names_each_unpatchable_kernel_and_why():
+    # mathops (built with -DUSE_DOT2=1): half2_dot uses v_dot2c_f32_f16, which gfx1010 lacks;
+    # fma_loop needs only hazard fixes.  Where the instruction is comes from llvm-objdump-16.
+    path = os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco")
+    listing = subprocess.run(["llvm-objdump-16", "-d", "--mcpu=gfx1030", path], capture_output=True, text=True,
+                             check=True).stdout
+    (addr,) = [int(m.group(1), 16) for m in re.finditer(r"v_dot2c_f32_f16\S*.*// ([0-9A-F]+):", listing)]
+    p = run_kpatch("scan", "--target", "gfx1010", path)
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("unpatchable ")]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"unpatchable file://{path} half2_dot: UnsupportedInstruction at {addr:#x}: "
+                               "v_dot2c_f32_f16")
+    assert "gfx1010" in lines[0] and "fma_loop" not in p.stdout.split("not patchable for gfx1010")[1]
+    assert "not patchable for gfx1010 (1):" in p.stdout

@@ -12,6 +12,7 @@ import click
 
 from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, err_console, error_line, out_console, show_progress
 from kpatch.containers.kdb import KernelDB
+from kpatch.containers.uri import Uri, parse_uri
 from kpatch.data import expand
 from kpatch.errors import KpatchError, UsageError
 from kpatch.outputs.apply_db import EntryReport, apply_to_db
@@ -132,9 +133,37 @@ def _count_entries(paths: list[str]) -> int | None:
 # --- the two forms -------------------------------------------------------------------
 
 
+#: Kernel reasons that mean "an earlier run already patched this" (kpatch.outputs.apply_db, blobpatch).
+ALREADY_PATCHED = "already patched"
+
+
+def _already_patched(item) -> bool:
+    return any(k.reason.startswith(ALREADY_PATCHED) for k in item.kernels)
+
+
+def _renamed_entry(entry: str | None, old: bytes, new: bytes) -> str | None:
+    """The bundle entry id the patched code object sits under: the id with
+    its target id replaced when the label changed (as blobpatch renames it)."""
+    if not entry:
+        return entry
+    from kpatch.codeobject import CodeObject
+
+    try:
+        a, b = CodeObject.from_bytes(old).target_id, CodeObject.from_bytes(new).target_id
+    except KpatchError:
+        return entry
+    return entry[: len(entry) - len(a)] + b if a and b and a != b and entry.endswith(a) else entry
+
+
 class ReportPairs:
-    """Collects (label, original, patched) code objects for ``--report`` and
-    writes the HTML diff report (kpatch.outputs.diff / diff_html)."""
+    """``--report``: collects the (label, original, patched) code objects
+    apply changed, then writes the HTML report (kpatch.outputs.diff /
+    diff_html) from what apply decided: source and output, every refused
+    kernel with its reason first (also in code objects not written), then
+    the changed objects, compared exactly as `kpatch diff SOURCE OUTPUT`
+    compares them.  A run that changed nothing leaves an existing report as
+    it is (it describes the output, which this run did not change); with no
+    report yet, it writes one that says nothing changed."""
 
     def __init__(self, path: str | None):
         self.path = path
@@ -149,20 +178,59 @@ class ReportPairs:
     def add(self, label: str, old: bytes, new: bytes) -> None:
         self.pairs.append((label, old, new))
 
-    def write(self, as_json: bool) -> None:
+    def build(self, items: list, *, sources: list[str], output: str, unit: str, dry_run: bool,
+              errors: list[tuple[str, str]], counts: dict[str, int], new_uri: Callable):
+        """The :class:`~kpatch.outputs.diff.Report`: ``items`` are apply's
+        EntryReports / PartReports, ``new_uri(item, label, old, new)`` names
+        where a patched object went."""
+        from kpatch.outputs.diff import ApplyInfo, ChangedPair, Refusal, build_report
+
+        by_uri = {it.uri: it for it in items}
+        info = ApplyInfo(sources, output, unit, dry_run, errors=errors, counts=counts,
+                         already_patched=sum(1 for it in items if it.status == "unchanged" and _already_patched(it)))
+        for it in items:
+            if it.status == "changed":
+                state = "would be written" if dry_run else "written"
+            else:
+                state = "already in output" if _already_patched(it) else "not written"
+            refused = [k for k in it.kernels if k.status == "refused"]
+            info.refusals += [Refusal(it.uri, k.name, k.reason or it.reason, state) for k in refused]
+            if it.status == "refused" and not refused:
+                info.refusals.append(Refusal(it.uri, None, it.reason, state))
+        changed = []
+        for label, old, new in self.pairs:
+            owner = by_uri.get(label) or by_uri.get(label.split("#", 1)[0]) or by_uri.get(label.rsplit("&entry=", 1)[0])
+            outcomes = {k.name: (k.status, k.reason) for k in owner.kernels} if owner is not None else {}
+            changed.append(ChangedPair(label, old, new, new_uri(owner, label, old, new) if owner else "", outcomes))
+        return build_report(changed, old_name="source", new_name="output", apply=info)
+
+    def write(self, items: list, *, as_json: bool, **kw) -> dict | None:
+        """Write the report (see the class doc); returns its JSON record
+        ``{"path", "written", "note"}`` (None without --report) and prints
+        one line unless ``as_json``."""
         if not self.path:
-            return
-        from kpatch.outputs.diff import build_report
+            return None
         from kpatch.outputs.diff_html import write_html
 
-        # the patched code is meant for gfx1010 whatever its label says: decode it so
-        report = build_report(self.pairs, old_name="original", new_name="patched", new_target="gfx1010")
-        try:
-            write_html(report, self.path)
-        except OSError as e:
-            raise KpatchError(f"cannot write the HTML report: {e.strerror or e}", self.path) from None
+        report = self.build(items, **kw)
+        info = report.apply
+        if not self.pairs and os.path.exists(self.path):
+            note = (f"left as it was: nothing changed in this run ({info.already_patched} {info.unit} already "
+                    f"patched in the output)")
+            written = False
+        else:
+            try:
+                write_html(report, self.path)
+            except OSError as e:
+                raise KpatchError(f"cannot write the HTML report: {e.strerror or e}", self.path) from None
+            kernels = sum(1 for r in info.refusals if r.kernel is not None)
+            note = (f"{len(self.pairs)} changed code objects, {kernels} kernels refused" if self.pairs else
+                    f"nothing changed; {info.already_patched} {info.unit} already patched, {kernels} kernels refused")
+            written = True
         if not as_json:
-            out_console.print(f"report {self.path} ({len(self.pairs)} changed code objects)", markup=False)
+            out_console.print(f"report {self.path} {note}" if not written else f"report {self.path} ({note})",
+                              markup=False)
+        return {"path": os.path.abspath(self.path), "written": written, "note": note}
 
 
 def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, rule_sets: list[str],
@@ -194,12 +262,21 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
     counts = result.counts()
     for src, why in result.source_errors:
         error_line(src, why)
+
+    def new_uri(entry: EntryReport, label: str, old: bytes, new: bytes) -> str:
+        where = Uri("kdb", output).with_(name=entry.kernel_name, args=entry.output_args)
+        frag = parse_uri(label).entry
+        return str(where.with_(entry=_renamed_entry(frag, old, new)) if frag else where)
+
+    report_kw = dict(sources=[os.path.abspath(d) for d in dbs], output=output, unit="entries", dry_run=dry_run,
+                     errors=[(e["uri"], e["error"]) for e in errors], counts=counts, new_uri=new_uri)
     if as_json:
         doc: dict[str, Any] = {
             "mode": mode.value, "mode_reason": mode.why, "cu": cu_choice.value, "cu_reason": cu_choice.why,
             "output": output, "output_reason": out_choice.why, "rule_sets": rule_sets, "dry_run": dry_run,
             "written": result.written, "created": result.created, "backup": result.backup,
-            "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts}
+            "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts,
+            "report": report.write(result.entries, as_json=True, **report_kw)}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -214,7 +291,7 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
                 out_console.print(f"backup {result.backup} (`kpatch revert {output}` restores it)", markup=False)
         else:
             out_console.print(f"nothing to write: {output} left as it was", markup=False)
-    report.write(as_json)
+        report.write(result.entries, as_json=False, **report_kw)
     return EXIT_SOME_FAILED if errors else EXIT_OK
 
 
@@ -227,17 +304,25 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
                            drop_other_targets=drop_other_targets)
     counts = result.counts()
     errors = [{"uri": p.uri, "error": p.reason} for p in result.parts if p.status == "error"]
+    unit = "bundles" if result.kind == "hostelf" else "files"
+
+    def new_uri(part, label: str, old: bytes, new: bytes) -> str:
+        where = parse_uri(label)
+        return str(where.with_(path=result.output, entry=_renamed_entry(where.entry, old, new)))
+
+    report_kw = dict(sources=[result.source], output=result.output, unit=unit, dry_run=dry_run,
+                     errors=[(e["uri"], e["error"]) for e in errors], counts=counts, new_uri=new_uri)
     if as_json:
         doc = {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
                "kind": result.kind, "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
-               "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts}
+               "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts,
+               "report": report.write(result.parts, as_json=True, **report_kw)}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         out_console.print(f"mode {mode.value} ({mode.why})", markup=False)
         for p in result.parts:
             print_item(p.uri, p.status, p.reason, p.note, p.kernels)
-        unit = "bundles" if result.kind == "hostelf" else "files"
         out_console.print(summary_text(counts, unit), markup=False)
         if dry_run:
             out_console.print(f"dry run: nothing written to {result.output}", markup=False)
@@ -245,7 +330,7 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
             out_console.print(f"wrote {result.output}", markup=False)
         else:
             out_console.print(f"nothing changed: {result.output} not written", markup=False)
-    report.write(as_json)
+        report.write(result.parts, as_json=False, **report_kw)
     return EXIT_SOME_FAILED if errors else EXIT_OK
 
 
@@ -267,7 +352,9 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
               help="FILE is a host library: when a patched bundle no longer fits its place, keep only its "
                    "host, gfx1030 and gfx1010 entries (the copy then runs on no other GPU).")
 @click.option("--report", type=click.Path(dir_okay=False),
-              help="Also write an HTML diff report of every changed code object (written even with --dry-run).")
+              help="Also write an HTML report: source and output, every refused kernel with its reason first, "
+                   "then a diff of every changed code object (its counts are `kpatch diff SRC OUT`'s).  Written "
+                   "even with --dry-run; a run that changes nothing leaves an existing report as it is.")
 @click.option("--dry-run", is_flag=True, help="Patch and report, but write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
 def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str | None, cu: int | None,
@@ -304,15 +391,20 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     appended from MIOpen 3.5 on), else ~/.cache/miopen/<version> of the newest
     MIOpen found, else give --out-dir.  Only entries that changed are written;
     other entries of an existing user DB stay as they are.  The DB is replaced
-    atomically after a backup (`kpatch revert` restores it); a second run
-    changes nothing.  kpatch never writes into system directories.
+    atomically after a backup (each `kpatch revert` steps back one apply); a
+    second run changes nothing.  kpatch never writes into system directories.
 
     \b
     Output: per kernel `patched`, `refused` (with the reason) or `untouched`,
     then a summary; with --json one document {"entries"|"parts", "errors",
-    "summary", ...}.  Exit status: 0 when every input was read, 1 when some
-    could not be (each named on stderr; the rest is still done), 2 for usage
-    errors.
+    "summary", ...}.
+
+    \b
+    Exit status: 0 when every input was read (refused kernels are results,
+    not failures); 1 when some input could not be read (each named on
+    stderr; the rest is still done); 2 for usage errors (also: mode or CU
+    count that cannot be detected, output in a system directory, user DB
+    in use; nothing is written); 3 on an internal error.
     """
     if file and dbs:
         raise click.UsageError("give either FILE -o OUT or --db SRC, not both")
@@ -324,6 +416,8 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         raise click.UsageError("--cu and --out-dir are for --db")
     if dbs and drop_other_targets:
         raise click.UsageError("--drop-other-targets is for FILE (a host library), not --db")
+    if file and not os.path.lexists(file):
+        raise KpatchError("no such file", file)  # an input that cannot be read: exit 1, as for --db
     chosen = choose_mode(mode)
     rule_sets = choose_rule_sets(str(chosen.value), rules, approx)
     patch_fn = default_patch_fn(str(chosen.value))

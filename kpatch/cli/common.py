@@ -8,9 +8,28 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
+#: Exit statuses of every command (README "Exit status and errors", `kpatch --help`).
 EXIT_OK = 0
-EXIT_SOME_FAILED = 1
-EXIT_USAGE = 2
+EXIT_SOME_FAILED = 1  # an input could not be read (or a check failed); the rest was done
+EXIT_USAGE = 2  # the command line is wrong, or asks for what kpatch will not do as asked
+EXIT_INTERNAL = 3  # a bug in kpatch
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+
+EXIT_STATUS_HELP = """\b
+Exit status (every command):
+  0    done; every input was read (refused kernels, unpatchable findings
+       and differences are results, not failures)
+  1    some input could not be read: missing, unreadable or malformed
+       (each gets one `error: ITEM: REASON` line on stderr and an entry
+       under "errors" with --json; the rest is still done); also `diff`
+       found a control-flow problem or, with --exit-code, a difference
+  2    usage: a wrong command line, or a request kpatch will not carry
+       out as asked (input of the wrong kind, output in a system
+       directory or already there, user DB in use, no backup left to
+       revert, mode or CU count that cannot be detected); nothing changed
+  3    internal error (a bug in kpatch; KPATCH_DEBUG=1 shows the traceback)
+  130  interrupted (Ctrl-C); nothing half-written is left behind
+"""
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 # when piped, never wrap: a URI must stay one copy-pasteable token

@@ -10,7 +10,7 @@ import click
 
 from kpatch.cli.common import (
     EXIT_OK, EXIT_SOME_FAILED, err_console, error_line, flush_stdout, out_console, progress)
-from kpatch.errors import KpatchError, UsageError
+from kpatch.errors import KpatchError
 from kpatch.isa import TARGETS
 from kpatch.outputs.diff import diff_inputs, report_json
 from kpatch.outputs.diff_html import write_html
@@ -50,15 +50,18 @@ def diff_cmd(old: str, new: str, html_path: str | None, as_json: bool, context: 
       + inserted   - removed   > branch relocated (same target)
       ! where the control-flow check found a problem
 
-    Exit status: 0 when the comparison was made, 1 when an input could not
-    be read, a control-flow problem was found, or (with --exit-code) the
-    inputs differ; 2 on usage errors.
+    OLD or NEW that does not exist, or holds no readable code object, is an
+    error (one line, `error: OLD: no such file`, nothing compared).
+
+    \b
+    Exit status: 0 when the comparison was made; 1 when OLD or NEW is
+    missing or unreadable, some code object in them could not be read,
+    a control-flow problem was found, or (with --exit-code) the inputs
+    differ; 2 on usage errors; 3 on an internal error.
     """
     with progress("comparing") as update:
         report = diff_inputs(old, new, old_target=mcpu_old, new_target=mcpu_new,
                              on_pair=lambda label: update(f"comparing {label}", advance=1))
-    if not report.objects and not report.only_old and not report.only_new and not report.problems:
-        raise UsageError("no gfx code object found in either input")
     ctx = None if full else context
     if html_path:
         try:

@@ -97,6 +97,13 @@ def disasm_cmd(inputs: tuple[str, ...], mcpu: str | None, kernel: str | None, fm
     `llvm-objdump-16 -d --mcpu=TARGET` prints it, without the trailing
     `// address: encoding` comment.  Encodings kpatch (like LLVM) cannot
     decode print as `<unknown>`.
+
+    \b
+    Exit status: 0 when every input was read and something was
+    disassembled; 1 when some input could not be read (each named on
+    stderr; the rest is still printed) or nothing matched (no gfx1010/
+    gfx1030 code object, no kernel --kernel); 2 for usage errors; 3 on
+    an internal error.
     """
     errors = 0
     records = []

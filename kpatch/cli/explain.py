@@ -18,6 +18,8 @@ def explain_cmd(name: str | None) -> None:
     set that fixes it.  The text says what the class means, why it breaks
     gfx1010 hardware, how it is fixed, and what kpatch cannot verify without
     the GPU.
+
+    Exit status: 0; 2 for an unknown CLASS; 3 on an internal error.
     """
     if name is None:
         width = max(len(c.name) for c in CLASSES)

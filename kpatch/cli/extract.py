@@ -10,6 +10,7 @@ import click
 from kpatch.cli.common import EXIT_OK, err_console
 from kpatch.containers.discover import resolve
 from kpatch.containers.uri import parse_uri
+from kpatch.errors import KpatchError, UsageError
 from kpatch.outputs.files import write_atomic
 
 
@@ -28,8 +29,18 @@ def extract_cmd(uri: str, output: str, force: bool) -> None:
       kdb:///abs/db.kdb?name=NAME&args=ARGS     a kernel DB entry (decompressed)
       zip:///abs/x.whl?member=PATH[#...]        a member of a wheel/zip
     A plain path is taken as file:///abs/path.
+
+    \b
+    Exit status: 0 when OUTPUT was written; 1 when what URI names cannot
+    be read (no such file or entry, malformed container); 2 for a
+    malformed URI or an existing OUTPUT without --force; 3 on an internal
+    error.
     """
-    data = resolve(parse_uri(uri))
+    where = parse_uri(uri)  # a malformed URI is a usage error
+    try:
+        data = resolve(where)
+    except UsageError as e:  # the input named is not there: it could not be read
+        raise KpatchError(e.reason, e.item or uri) from None
     if os.path.exists(output) and not force:
         raise click.UsageError(f"{output} exists (use --force to overwrite)")
     write_atomic(output, data)

@@ -10,7 +10,8 @@ import click
 from kpatch import __version__
 from kpatch.cli import EXIT_INTERNAL, missing_module_line
 from kpatch.cli.apply import apply_cmd
-from kpatch.cli.common import EXIT_SOME_FAILED, EXIT_USAGE, debug, error_line
+from kpatch.cli.common import (
+    EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SOME_FAILED, EXIT_STATUS_HELP, EXIT_USAGE, debug, error_line)
 from kpatch.cli.diff import diff_cmd
 from kpatch.cli.disasm import disasm_cmd
 from kpatch.cli.explain import explain_cmd
@@ -21,7 +22,7 @@ from kpatch.cli.scan import scan_cmd
 from kpatch.errors import KpatchError, UsageError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUS_HELP)
 @click.version_option(__version__, prog_name="kpatch")
 def cli() -> None:
     """kpatch: make gfx1030 (RDNA2) GPU kernels safe on gfx1010 (RX 5600 XT / 5700 XT).
@@ -55,10 +56,10 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except click.exceptions.Abort:
         error_line(None, "interrupted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         error_line(None, "interrupted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except UsageError as e:
         error_line(e.item, e.reason)
         sys.exit(EXIT_USAGE)

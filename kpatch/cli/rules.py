@@ -42,6 +42,10 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
     RULE_OR_SET is a rule id (KH001), a rule name (vmem-to-scalar-write) or
     a rule set id (gfx1010-hazards).  Rule files are TOML; the schema is in
     the docstring of kpatch/rewrite/rules.py and in rules/README.md.
+
+    Exit status: 0; 1 for a --rules file that is not a valid rule file; 2
+    for an unknown RULE_OR_SET or a --rules file that does not exist; 3 on
+    an internal error.
     """
     sets = load_all(list(extra))
     if rule is None:

@@ -38,6 +38,49 @@ def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> t
     return records, errors
 
 
+#: Blocking findings named per reason on an `unpatchable` line before "and N more".
+MAX_BLOCKERS = 3
+
+
+def _blocker_text(reason: str, findings: list[dict]) -> str:
+    """One reason, with the findings that carry it (class, address, what)."""
+    hits = [f for f in findings if f.get("blocker") == reason]
+    if not hits:
+        return reason
+    parts = []
+    for f in hits[:MAX_BLOCKERS]:
+        where = f" at {f['address']:#x}" if isinstance(f.get("address"), int) else ""
+        parts.append(f"{f['class']}{where}: {f['detail']}")
+    more = f" (and {len(hits) - MAX_BLOCKERS} more)" if len(hits) > MAX_BLOCKERS else ""
+    why = reason.split(": ", 1)[1] if reason.startswith(f"{hits[0]['class']}: ") else reason
+    if why.startswith(hits[0]["detail"]):  # the reason repeats what the finding says
+        why = why[len(hits[0]["detail"]):].strip()
+    return f"{'; '.join(parts)}{more}" + (f" ({why})" if why else "")
+
+
+def unpatchable_lines(records: list[dict], target: str) -> list[str]:
+    """One line per kernel (or code object) the analysis found unpatchable
+    for ``target``: ``unpatchable URI KERNEL: REASON[; REASON...]``, each
+    reason with the findings that block it."""
+    out = []
+    for r in records:
+        named = False
+        for k in r.get("kernels", ()):
+            if k.get("verdict") != "unpatchable":
+                continue
+            named = True
+            reasons = list(k.get("reasons") or []) or ["no reason recorded"]
+            text = "; ".join(_blocker_text(x, k.get("findings") or []) for x in reasons)
+            out.append(f"unpatchable {r['uri']} {k['name']}: {text}")
+        a = r.get("analysis") or {}
+        if a.get("verdict") == "unpatchable" and not named:
+            out.append(f"unpatchable {r['uri']}: {'; '.join(a.get('reasons') or ['no reason recorded'])}")
+    if out:
+        out.insert(0, f"not patchable for {target} ({len(out)}): ")
+        out[0] = out[0].rstrip(": ") + ":"
+    return out
+
+
 @click.command("scan")
 @click.argument("paths", nargs=-1, metavar="PATH_OR_URI...")
 @click.option("--sample", is_flag=True, help="Also scan the sample kernel DB shipped inside kpatch.")
@@ -68,13 +111,16 @@ def scan_cmd(paths: tuple[str, ...], sample: bool, as_json: bool, target: str | 
       "findings": [{"class", "code", "address", "detail", "mitigation"}];
     each code object an "analysis" summary (verdict, counts per verdict and
     per finding class) and the document a "summary" over everything.  The
-    table then shows verdicts and counts per finding class.  Addresses are
+    table then shows verdicts and counts per finding class, followed by one
+    line per unpatchable kernel: `unpatchable URI KERNEL: CLASS at ADDRESS:
+    WHAT (WHY)`.  Addresses are
     virtual addresses as llvm-objdump prints them (null: the code object).
 
     \b
-    Exit status: 0 when every input was read, 1 when some could not be
-    (each is listed under errors and on stderr; the rest is still
-    reported), 2 for usage errors.
+    Exit status: 0 when every input was read (unpatchable kernels are a
+    finding, not an error), 1 when some could not be (each is listed under
+    errors and on stderr; the rest is still reported), 2 for usage errors,
+    3 on an internal error.
     """
     paths = tuple(paths) + ((sample_db_path(),) if sample else ())
     if not paths:
@@ -95,4 +141,7 @@ def scan_cmd(paths: tuple[str, ...], sample: bool, as_json: bool, target: str | 
         sys.stdout.write("\n")
     else:
         render_table(out_console, records, errors, target)
+        if target:
+            for line in unpatchable_lines(records, target):
+                out_console.print(line, markup=False, highlight=False, crop=False)
     sys.exit(EXIT_SOME_FAILED if errors else EXIT_OK)

@@ -38,7 +38,7 @@ from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
 from kpatch.outputs.apply_db import ChangeFn
 from kpatch.outputs.blobpatch import blob_kind, patch_blob
-from kpatch.outputs.files import write_atomic
+from kpatch.outputs.files import new_file_mode, write_atomic
 from kpatch.outputs.miopen_paths import check_output_dir
 from kpatch.outputs.patchfn import KernelOutcome, PatchFn, ProvenanceFn
 
@@ -222,7 +222,8 @@ def _write_patched_copy(path: str, out: str, writes: list[tuple[int, bytes, int]
     os.close(fd)
     try:
         shutil.copyfile(path, tmp)
-        shutil.copymode(path, tmp)
+        # a new file's mode (0644 under umask 022; 0755 if the source is executable): not mkstemp's 0600
+        os.chmod(tmp, new_file_mode(executable=bool(os.stat(path).st_mode & 0o111)))
         with open(tmp, "rb+") as f:
             for offset, data, old_size in writes:
                 f.seek(offset)

@@ -18,6 +18,7 @@ writes is shown when it can be read.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import EHDR
 from kpatch.containers.discover import Found, Problem, discover
+from kpatch.containers.uri import Uri
+from kpatch.data import expand
 from kpatch.errors import FormatError, KpatchError
 from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, OP_KINDS, REMOVED, FieldChange, Op, align, fmt_value
 from kpatch.outputs.branchcheck import BranchProblem, check_aligned
@@ -65,6 +68,9 @@ class UnitDiff:
     descriptor: list[FieldChange] = field(default_factory=list)
     metadata: list[FieldChange] = field(default_factory=list)
     equal_dropped: int = 0  # equal rows not kept (unchanged functions)
+    #: what `kpatch apply` decided for this kernel, when the report comes from it:
+    #: (patched | refused | untouched, reason)
+    outcome: tuple[str, str] | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -122,6 +128,7 @@ class Report:
     only_old: list[str] = field(default_factory=list)
     only_new: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # unreadable inputs, one line each
+    apply: "ApplyInfo | None" = None  # set when the report is `kpatch apply --report`'s
 
     @property
     def summary(self) -> dict[str, int]:
@@ -140,6 +147,50 @@ class Report:
             "branches_relocated": sum(u.counts["relocated"] for o in objs for u in o.units),
             "control_flow_problems": sum(len(o.problems) for o in objs),
         }
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A kernel `kpatch apply` refused (``kernel`` None: a whole item it
+    could not patch), the reason, and what became of its code object:
+    ``written`` (with this kernel left as it was), ``already in output``
+    (an earlier run wrote it) or ``not written`` (MIOpen keeps using its own
+    entry)."""
+
+    uri: str
+    kernel: str | None
+    reason: str
+    object_state: str
+
+
+@dataclass
+class ApplyInfo:
+    """What `kpatch apply` decided, for the report it writes: where the code
+    came from and went, every refusal and error, its own counts (``unit``:
+    what they count, e.g. ``entries``), and how many items the output
+    already held patched."""
+
+    sources: list[str]
+    output: str
+    unit: str = "entries"
+    dry_run: bool = False
+    refusals: list[Refusal] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    already_patched: int = 0
+
+
+@dataclass
+class ChangedPair:
+    """One code object `kpatch apply` changed: its source URI (``label``),
+    both byte strings, where the patched one went, and per kernel what
+    apply decided ``(status, reason)``."""
+
+    label: str
+    old: bytes
+    new: bytes
+    new_uri: str = ""
+    outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 # -- small comparisons ----------------------------------------------------------------------
@@ -488,6 +539,26 @@ def collect(path: str) -> tuple[list[Found], list[Problem]]:
     return found, problems
 
 
+def collect_side(path: str) -> tuple[list[Found], list[Problem]]:
+    """:func:`collect` for one side of a comparison, which must hold at least
+    one code object: KpatchError naming ``path`` (as given) when it does not
+    exist, when nothing in it could be read, or when it holds no gfx code
+    object -- comparing against nothing would list everything on the other
+    side as added or removed."""
+    target = expand(path)
+    if "://" not in target and not os.path.lexists(target):
+        raise KpatchError("no such file", path)
+    found, problems = collect(path)
+    if found:
+        return found, problems
+    if len(problems) == 1 and problems[0].uri in (path, target, str(Uri("file", os.path.abspath(target)))):
+        raise KpatchError(problems[0].error, path)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise KpatchError(f"no readable code object: {problems[0].uri}: {problems[0].error}{more}", path)
+    raise KpatchError("no gfx code object in it", path)
+
+
 def pair_items(a: Sequence[Found], b: Sequence[Found]) -> tuple[list[tuple[Found, Found]], list[Found], list[Found]]:
     """Pair the code objects of two inputs: one each -> each other; else by
     exact key (kernel name, args, bundle entry), then by the key without
@@ -527,9 +598,12 @@ def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target
                 on_pair=None) -> Report:
     """Compare every code object of ``old`` with its counterpart in ``new``
     (files, directories or URIs: code objects, bundles, kernel DBs, host
-    libraries).  ``on_pair(label)`` is called before each pair (progress)."""
-    fa, pa = collect(old)
-    fb, pb = collect(new)
+    libraries).  ``on_pair(label)`` is called before each pair (progress).
+    KpatchError when either input is missing or holds no readable code
+    object (:func:`collect_side`); items that cannot be read beside readable
+    ones are listed in ``problems``."""
+    fa, pa = collect_side(old)
+    fb, pb = collect_side(new)
     rep = Report(old, new, problems=[f"{p.uri}: {p.error}" for p in pa + pb])
     pairs, only_a, only_b = pair_items(fa, fb)
     rep.only_old = [_label(f) for f in only_a]
@@ -543,15 +617,24 @@ def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target
     return rep
 
 
-def build_report(pairs: Iterable[tuple[str, bytes, bytes]], *, old_name: str = "original",
+def build_report(pairs: Iterable[ChangedPair | tuple[str, bytes, bytes]], *, old_name: str = "original",
                  new_name: str = "patched", old_target: str | None = None,
-                 new_target: str | None = None) -> Report:
-    """A :class:`Report` from ``(label, original bytes, patched bytes)`` pairs
-    (what ``kpatch apply --report`` has in hand)."""
-    rep = Report(old_name, new_name)
-    for label, x, y in pairs:
-        rep.objects.append(diff_objects(x, y, label=label, old_uri=label, new_uri=label,
-                                        old_target=old_target, new_target=new_target))
+                 new_target: str | None = None, apply: ApplyInfo | None = None) -> Report:
+    """A :class:`Report` from the code objects `kpatch apply` changed
+    (:class:`ChangedPair`, or ``(label, original bytes, patched bytes)``).
+    Each pair is compared exactly as ``kpatch diff`` compares it (same
+    decoding targets unless given), so the counts agree with ``kpatch diff
+    SOURCE OUTPUT``; each kernel carries apply's decision
+    (:attr:`UnitDiff.outcome`)."""
+    rep = Report(old_name, new_name, apply=apply)
+    for item in pairs:
+        if not isinstance(item, ChangedPair):
+            item = ChangedPair(*item)
+        d = diff_objects(item.old, item.new, label=item.label, old_uri=item.label,
+                         new_uri=item.new_uri or item.label, old_target=old_target, new_target=new_target)
+        for u in d.units:
+            u.outcome = item.outcomes.get(u.name)
+        rep.objects.append(d)
     return rep
 
 
@@ -658,6 +741,8 @@ def object_json(d: ObjectDiff, *, rows: bool = True) -> dict:
             "counts": u.counts, "descriptor": _changes_json(u.descriptor),
             "metadata": _changes_json(u.metadata),
         }
+        if u.outcome is not None:
+            uj["apply"] = {"status": u.outcome[0], "reason": u.outcome[1]}
         if rows:
             uj["rows"] = [{"kind": r.kind, "old": _inst_json(r.old), "new": _inst_json(r.new),
                            "changes": _changes_json(r.changes), "relocated": r.relocated,
@@ -676,7 +761,8 @@ def report_json(rep: Report, *, rows: bool = True) -> dict:
     }
 
 
-__all__ = ["Row", "UnitDiff", "ObjectDiff", "Report", "diff_objects", "diff_inputs", "build_report",
+__all__ = ["Row", "UnitDiff", "ObjectDiff", "Report", "Refusal", "ApplyInfo", "ChangedPair", "diff_objects",
+           "diff_inputs", "build_report", "collect_side",
            "pair_items", "collect", "report_json", "object_json", "header_changes", "layout_changes",
            "note_changes", "symbol_changes", "descriptor_changes", "tree_changes", "fmt_value",
            "with_context", "relocation_items", "flat_items"]

@@ -10,19 +10,24 @@ differences and a side-by-side listing.  Rows carry their kind as a class
 and a ``data-op`` attribute (``equal``, ``changed``, ``inserted``,
 ``removed``; relocated branches also have the class ``relocated``), so the
 page can be checked mechanically.
+
+The report of ``kpatch apply --report`` (a Report with ``apply`` set)
+starts with the source(s) and the output, then every refused kernel with
+its reason (``section#refusals``, also for code objects that were not
+written), then errors; each kernel section says what apply decided
+(``data-outcome``: a refused kernel is shown as refused, not as changed).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from html import escape
 
 from kpatch import __version__
 from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, lcs_pairs, fmt_value
 from kpatch.outputs.diff import (
-    IDENTICAL, ObjectDiff, Report, Row, UnitDiff, flat_items, relocation_items, with_context)
+    IDENTICAL, ApplyInfo, ObjectDiff, Report, Row, UnitDiff, flat_items, relocation_items, with_context)
+from kpatch.outputs.files import write_atomic
 
 CSS = """
 :root { --ins: #dafbe1; --del: #ffebe9; --chg: #fff8c5; --rel: #ddf4ff; --line: #d0d7de;
@@ -70,7 +75,10 @@ p.ok { color: var(--insd); }
          border: 1px solid var(--line); background: #f6f8fa; }
 .badge.changed { background: var(--chg); } .badge.inserted { background: var(--ins); }
 .badge.removed { background: var(--del); } .badge.relocated { background: var(--rel); }
-.badge.problem { background: var(--deld); color: #fff; }
+.badge.problem, .badge.refused { background: var(--deld); color: #fff; }
+table.refusals td.reason { color: var(--deld); }
+p.outcome.refused { margin: 2px 0; }
+p.nothing-changed { font-weight: 600; }
 section.function { margin-left: 8px; }
 footer { margin-top: 40px; color: var(--dim); font-size: 12px; }
 """
@@ -166,12 +174,31 @@ def _range(rng) -> str:
     return f"{rng[0]:#x}–{rng[1]:#x}" if rng else "—"
 
 
+def _outcome(u: UnitDiff) -> str:
+    """What `kpatch apply` decided for the kernel, above its differences."""
+    if u.outcome is None:
+        return ""
+    status, reason = u.outcome
+    if status == "refused":
+        left = ("its instructions are left as they were" if not u.code_changed
+                else "but its instructions differ: see below")
+        return (f'<p class="outcome refused">Refused: <span class="reason">{_e(reason)}</span> '
+                f'<span class="dim">({left})</span></p>')
+    if status == "untouched":
+        return f'<p class="outcome untouched dim">untouched{": " + _e(reason) if reason else ""}</p>'
+    return ""
+
+
 def _unit(u: UnitDiff, oid: str, n: int, context: int | None) -> str:
     c = u.counts
+    outcome = u.outcome[0] if u.outcome else ""
+    # a refused kernel is named as refused, never as "changed"
+    shown = outcome if outcome in ("refused", "untouched") else (outcome or u.status)
     parts = [f'<section class="function" id="{oid}-f{n}" data-name="{_e(u.name)}" data-kind="{_e(u.kind)}" '
-             f'data-status="{_e(u.status)}">',
+             f'data-status="{_e(u.status)}"' + (f' data-outcome="{_e(outcome)}"' if outcome else "") + ">",
              f'<h3>{_e(u.kind)} <code class="name">{_e(u.name)}</code> '
-             f'<span class="badge">{_e(u.status)}</span>{_badges(c)}</h3>',
+             f'<span class="badge status {_e(shown)}">{_e(shown)}</span>{_badges(c)}</h3>',
+             _outcome(u),
              f'<p class="dim mono">{_range(u.old_range)} → {_range(u.new_range)}; '
              f'{c[EQUAL]} equal, {c[CHANGED]} changed, {c[INSERTED]} inserted, {c[REMOVED]} removed</p>']
     if u.descriptor:
@@ -186,12 +213,13 @@ def _unit(u: UnitDiff, oid: str, n: int, context: int | None) -> str:
     return "".join(parts)
 
 
-def _object(d: ObjectDiff, n: int, context: int | None) -> str:
+def _object(d: ObjectDiff, n: int, context: int | None, applied: bool = False) -> str:
     oid = f"obj{n}"
     status = "error" if d.error else ("identical" if d.identical else "changed")
+    names = ("source", "output") if applied else ("old", "new")
     parts = [f'<section class="object" id="{oid}" data-label="{_e(d.label)}" data-status="{status}">',
              f"<h2>{_e(d.label)}</h2>",
-             _kv_table([("old", d.old_uri), ("new", d.new_uri),
+             _kv_table([(names[0], d.old_uri), (names[1], d.new_uri),
                         ("target", f"{d.old_target or '?'} → {d.new_target or '?'}"),
                         ("decoded as", f"{d.old_decode or 'not decoded'} → {d.new_decode or 'not decoded'}"),
                         ("size", f"{d.old_size} → {d.new_size} bytes")], "identity")]
@@ -232,11 +260,61 @@ def _object(d: ObjectDiff, n: int, context: int | None) -> str:
     return "".join(parts)
 
 
+_STATE_TEXT = {"written": "written, with this kernel left as it was",
+               "already in output": "already in the output, with this kernel left as it was",
+               "not written": "not written: MIOpen keeps using its own entry"}
+
+
+def _apply_files(a: ApplyInfo) -> str:
+    """Source(s) and output of `kpatch apply` (in the header)."""
+    where = [("source", s) for s in a.sources] + [
+        ("output", a.output + (" (dry run: nothing written)" if a.dry_run else ""))]
+    return _kv_table(where, "files")
+
+
+def _apply_head(a: ApplyInfo) -> str:
+    """Every refusal with its reason (the first section of the report), then errors."""
+    parts = []
+    kernels = [r for r in a.refusals if r.kernel is not None]
+    parts.append(f'<section id="refusals" data-count="{len(a.refusals)}"><h2>Refused ({len(kernels)} kernels'
+                 + (f", {len(a.refusals) - len(kernels)} items" if len(kernels) != len(a.refusals) else "")
+                 + ")</h2>")
+    if a.refusals:
+        rows = "".join(f'<tr class="refusal"><td class="mono uri">{_e(r.uri)}</td>'
+                       f'<td class="mono kernel">{_e(r.kernel or "(all)")}</td>'
+                       f'<td class="reason">{_e(r.reason)}</td>'
+                       f'<td class="state" data-state="{_e(r.object_state)}">'
+                       f"{_e(_STATE_TEXT.get(r.object_state, r.object_state))}</td></tr>"
+                       for r in a.refusals)
+        parts.append('<table class="refusals"><thead><tr><th>code object</th><th>kernel</th><th>reason</th>'
+                     f"<th>its code object</th></tr></thead><tbody>{rows}</tbody></table>")
+    else:
+        parts.append('<p class="ok">No kernel was refused.</p>')
+    parts.append("</section>")
+    if a.errors:
+        lis = "".join(f'<li class="mono">{_e(u)}: {_e(why)}</li>' for u, why in a.errors)
+        parts.append(f'<section id="apply-errors"><h2>Errors ({len(a.errors)})</h2><ul>{lis}</ul></section>')
+    return "".join(parts)
+
+
+def _apply_counts(a: ApplyInfo) -> list[tuple[str, str]]:
+    c = a.counts
+    names = {"error": "with errors"}
+    items = [(f"{a.unit} {names.get(s, s)}", str(c[s]))
+             for s in ("changed", "unchanged", "skipped", "refused", "error") if s in c]
+    items += [(f"kernels {s}", str(c.get(f"kernels_{s}", 0))) for s in ("patched", "refused", "untouched")]
+    items.append((f"{a.unit} already patched in the output", str(a.already_patched)))
+    return items
+
+
 def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = False,
                 title: str | None = None) -> str:
     """The report as one HTML document (a str).  Identical pairs are listed
-    in the summary; their sections are only written with ``show_identical``."""
-    title = title or f"kpatch diff: {rep.old_name} → {rep.new_name}"
+    in the summary; their sections are only written with ``show_identical``.
+    A report of `kpatch apply` (``rep.apply``) starts with its source and
+    output and every refusal with its reason."""
+    a = rep.apply
+    title = title or (f"kpatch apply: {a.output}" if a else f"kpatch diff: {rep.old_name} → {rep.new_name}")
     s = rep.summary
     summary_items = [
         ("pairs compared", str(s["pairs"])), ("changed", str(s["changed"])),
@@ -256,23 +334,36 @@ def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = 
         shown = show_identical or not d.identical or d.error
         name = f'<a href="#obj{n}">{_e(d.label)}</a>' if shown else _e(d.label)
         probs = f'<span class="badge problem">{len(d.problems)} control-flow</span>' if d.problems else ""
+        refused = sum(1 for u in d.units if u.outcome and u.outcome[0] == "refused")
+        if refused:
+            probs += f'<span class="badge refused">{refused} kernel{"s" if refused != 1 else ""} refused</span>'
         index_rows.append(f'<tr data-status="{status}"><td class="mono">{name}</td><td>{status}</td>'
                           f"<td>{_badges(c)}{probs}</td></tr>")
         if shown:
-            body.append(_object(d, n, context))
+            body.append(_object(d, n, context, applied=a is not None))
     extra = []
     for what, items in ((f"Only in {rep.old_name}", rep.only_old), (f"Only in {rep.new_name}", rep.only_new),
                         ("Unreadable", rep.problems)):
         if items:
             lis = "".join(f'<li class="mono">{_e(x)}</li>' for x in items)
             extra.append(f"<h3>{_e(what)} ({len(items)})</h3><ul>{lis}</ul>")
+    if a is not None:
+        files, first = _apply_files(a), _apply_head(a)
+        summary_items = _apply_counts(a) + [(k, v) for k, v in summary_items
+                                            if k not in ("only in old", "only in new")]
+        if not rep.objects:
+            nothing = (f"Nothing changed in this run; {a.already_patched} {a.unit} already patched in "
+                       f"{a.output}.")
+            extra.insert(0, f'<p class="nothing-changed">{_e(nothing)}</p>')
+    else:
+        first = ""
+        files = (f'<p class="files mono"><span class="old">--- {_e(rep.old_name)}</span><br>'
+                 f'<span class="new">+++ {_e(rep.new_name)}</span></p>')
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{_e(title)}</h1>"
-        f'<p class="files mono"><span class="old">--- {_e(rep.old_name)}</span><br>'
-        f'<span class="new">+++ {_e(rep.new_name)}</span></p></header>'
+        f"<header><h1>{_e(title)}</h1>{files}</header>{first}"
         '<section id="summary"><h2>Summary</h2>' + _kv_table(summary_items, "summary")
         + ('<table class="index"><thead><tr><th>code object</th><th>status</th><th>changes</th></tr></thead>'
            f"<tbody>{''.join(index_rows)}</tbody></table>" if index_rows else "")
@@ -284,24 +375,9 @@ def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = 
 
 
 def write_html(rep: Report, path: str, **kw) -> None:
-    """Write :func:`render_html` to ``path`` atomically (a temporary file in
-    the same directory, then a rename)."""
-    text = render_html(rep, **kw)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kpatch-diff-", suffix=".html", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write :func:`render_html` to ``path`` atomically, with the mode a new
+    file gets (:func:`kpatch.outputs.files.write_atomic`)."""
+    write_atomic(path, render_html(rep, **kw).encode("utf-8"))
 
 
 __all__ = ["render_html", "write_html", "CSS"]

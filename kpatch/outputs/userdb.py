@@ -22,8 +22,10 @@ file, so every change here goes:
 A failure or Ctrl-C at any point before 5 removes the temporary, staging and
 backup files and leaves the DB as it was.
 
-:func:`restore_latest` (``kpatch revert``) puts the newest backup back the
-same way.
+:func:`restore_latest` (``kpatch revert``) steps back one apply: it moves
+the newest backup over the DB (one atomic rename), so each revert restores
+the backup before the last one restored, back to the DB as it was before
+the first apply.
 """
 
 from __future__ import annotations
@@ -320,20 +322,27 @@ def commit_rows(db_path: str, staged: StagedRows, *, backup: bool = True) -> Com
 
 
 def restore_latest(db_path: str) -> Backup:
-    """Put the newest backup of ``db_path`` back (atomically; the backup is
-    kept).  For an "absent" backup the DB is removed.  UsageError when there
-    is no backup or the DB is in use."""
+    """Step back one apply: put the newest backup of ``db_path`` back and
+    consume it, so that the next call restores the backup before it.
+
+    A backup file is renamed over the DB (one ``os.replace``: restored and
+    consumed in the same atomic step, the DB is never half-written); for an
+    "absent" marker the DB is removed, then the marker.  UsageError when
+    there is no backup left or the DB is in use."""
     backups = list_backups(db_path)
     if not backups:
-        raise UsageError("has no kpatch backup", db_path)
+        raise UsageError("has no kpatch backup left to restore", db_path)
     latest = backups[-1]
     db_path = os.path.abspath(db_path)
+    directory = os.path.dirname(db_path)
     if os.path.exists(db_path):
         quiesce(db_path)
     if latest.absent:
         _remove(db_path, *(db_path + s for s in _SIDE_FILES))
+        _fsync_dir(directory)
+        _remove(latest.path)
     else:
-        _copy_atomic(latest.path, db_path)
-        _remove(db_path + "-shm")
-    _fsync_dir(os.path.dirname(db_path))
+        os.replace(latest.path, db_path)
+        _remove(db_path + "-shm")  # the old file's WAL index (its WAL is empty after quiesce)
+    _fsync_dir(directory)
     return latest

@@ -412,6 +412,6 @@ def test_cli_report_lists_every_changed_code_object(tmp_path, cache, monkeypatch
     src = f"kdb://{sample_db_path()}"
     for name, args, _ in sample_items():
         assert escape(f"{src}?name={quote(name, safe='')}&args={quote(args, safe='')}") in html
-    assert f"report {report} ({len(sample_items())} changed code objects)" in stdout
+    assert f"report {report} ({len(sample_items())} changed code objects, 0 kernels refused)" in stdout
     assert "#entry=hipv4-amdgcn-amd-amdhsa--gfx1030" in html  # the bundle's code object, named by its entry
     assert not (cache / "gfx1030_18.ukdb").exists()

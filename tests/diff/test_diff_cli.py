@@ -87,8 +87,23 @@ def test_kernel_db_against_user_db(tmp_path):
     assert len(changed) == 1 and f"{glc_load:x}" in changed[0] and changed[0].rstrip().endswith("glc 1->0")
 
 
-def test_missing_input_is_reported(branchy, tmp_path):
-    r = run_kpatch("diff", branchy[0], os.path.join(str(tmp_path), "nope.co"))
-    assert r.returncode == 1
-    assert "no such file or directory" in r.stderr and r.stderr.startswith("error: ")
-    assert "1 unreadable" in r.stdout
+def test_missing_input_fails_plainly(branchy, tmp_path):
+    # one line naming the input as given, exit 1, and no diff of everything against nothing
+    missing = os.path.join(str(tmp_path), "nope.co")
+    for args in ((branchy[0], missing), (missing, branchy[0]), ("--json", missing, branchy[0])):
+        r = run_kpatch("diff", *args)
+        assert r.returncode == 1
+        assert r.stderr == f"error: {missing}: no such file\n"
+        assert r.stdout == ""
+
+
+def test_input_without_code_objects_fails_plainly(branchy, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run_kpatch("diff", str(empty), branchy[0])
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == f"error: {empty}: no gfx code object in it\n"
+    uri = f"kdb://{tmp_path}/none.kdb?name=a&args=b"
+    r = run_kpatch("diff", branchy[0], uri)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr == f"error: {uri}: no such kernel DB\n"
+
