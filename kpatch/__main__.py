@@ -1,4 +1,4 @@
-from kpatch.cli import main
+from kpatch.cli import entry
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

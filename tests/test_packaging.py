@@ -78,7 +78,7 @@ def test_the_import_scan_sees_every_kind_of_import(tmp_path):
 
 def _run_without(module: str, *argv: str) -> subprocess.CompletedProcess:
     code = (f"import sys; sys.modules[{module!r}] = None; sys.argv = ['kpatch', *{list(argv)!r}]; "
-            "from kpatch.cli import main; main()")
+            "from kpatch.cli import entry; entry()")
     env = {k: v for k, v in os.environ.items() if k != "KPATCH_DEBUG"}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
 

@@ -1,6 +1,6 @@
 """The ``kpatch`` command (:mod:`kpatch.cli.main` holds the click group).
 
-:func:`main` is the installed entry point.  It imports the CLI only inside a
+:func:`entry` is the installed entry point.  It imports the CLI only inside a
 ``try``, so a broken installation (a dependency missing from the
 environment) is reported in one line instead of a traceback.
 """
@@ -22,7 +22,7 @@ def missing_module_line(e: ImportError) -> str:
             f"(see the README's quick start)")
 
 
-def main() -> None:
+def entry() -> None:
     try:
         from kpatch.cli.main import main as run
     except ImportError as e:

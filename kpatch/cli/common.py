@@ -27,7 +27,8 @@ Exit status (every command):
        out as asked (input of the wrong kind, output in a system
        directory or already there, user DB in use, no backup left to
        revert, mode or CU count that cannot be detected); nothing changed
-  3    internal error (a bug in kpatch; KPATCH_DEBUG=1 shows the traceback)
+  3    internal error (a bug in kpatch), or a module kpatch needs is missing
+       from its environment; KPATCH_DEBUG=1 shows the traceback
   130  interrupted (Ctrl-C); nothing half-written is left behind
 """
 
