@@ -149,7 +149,8 @@ def _analyse(co, target: str) -> Report:
     ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0])
     _function_reports(report, ctx, run_detectors(ctx))
     for name, kind, kernel, _, _ in (r for r in ranges if r[3] < 0):
-        report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, "kernel code not found in .text"))
+        report.kernels.append(_not_analysable(name, kind, kernel.entry, 0,
+                                             kernel.entry_problem or "kernel code not found in .text"))
     device = combine(f.verdict for f in report.functions) if report.functions else None
     for k in report.kernels:
         if k.calls and device is not None and device.status != "ok":
