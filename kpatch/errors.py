@@ -30,3 +30,16 @@ class FormatError(KpatchError):
 
 class UsageError(KpatchError):
     """A request kpatch cannot carry out as asked (bad URI, missing file...)."""
+
+
+def internal_reason(error: BaseException) -> str:
+    """The one-line reason to report for a bug in kpatch met while working
+    on one item (so the other items still get done); with ``KPATCH_DEBUG``
+    set, the traceback goes to stderr as well."""
+    import os
+    import sys
+    import traceback
+
+    if os.environ.get("KPATCH_DEBUG"):
+        traceback.print_exception(error, file=sys.stderr)
+    return f"internal error: {type(error).__name__}: {error} (set KPATCH_DEBUG=1 for a traceback)"

@@ -153,7 +153,7 @@ def _analyse(co, target: str) -> Report:
     _function_reports(report, ctx, run_detectors(ctx))
     why = "kernel code not found in .text" if co.text else "the code object has no .text section (no code)"
     for name, kind, kernel, _, _ in (r for r in ranges if r[3] < 0):
-        report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, why))
+        report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, kernel.entry_problem or why))
     device = combine(f.verdict for f in report.functions) if report.functions else None
     for k in report.kernels:
         if k.calls and device is not None and device.status != "ok":

@@ -12,13 +12,15 @@ from kpatch.analysis import SUPPORTED_TARGETS, analyse
 from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.data import sample_db_path
-from kpatch.errors import KpatchError
+from kpatch.errors import KpatchError, internal_reason
 from kpatch.outputs.inventory import analysis_summary, code_object_record, render_table
 
 
 def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> tuple[list[dict], list[dict]]:
     """Scan ``paths``; return (code object records, error records).  With
-    ``target`` every code object is also analysed for running on it."""
+    ``target`` every code object is also analysed for running on it.  A code
+    object that cannot be read or analysed (even through a bug in kpatch)
+    is one error record; the others are still scanned."""
     records: list[dict] = []
     errors: list[dict] = []
     for item in discover(paths, on_file=lambda f: on_progress and on_progress(f)):
@@ -29,10 +31,14 @@ def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> t
         try:
             co = CodeObject.from_bytes(item.data, name=str(item.uri))
             report = analyse(co, target) if target else None
+            record = code_object_record(item, co, report)
         except KpatchError as e:
             errors.append({"uri": str(item.uri), "error": e.reason})
             continue
-        records.append(code_object_record(item, co, report))
+        except Exception as e:  # a bug met on this code object: the others still go on
+            errors.append({"uri": str(item.uri), "error": internal_reason(e)})
+            continue
+        records.append(record)
         if on_progress:
             on_progress(None, 1)
     return records, errors

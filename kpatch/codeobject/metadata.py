@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kpatch.codeobject import mpack
+from kpatch.containers import limits
 from kpatch.errors import FormatError
 
 NOTE_OWNER = "AMDGPU"
@@ -164,7 +165,12 @@ def _plain(v: Any) -> Any:
 
 
 def decode_metadata(desc: bytes) -> Metadata:
-    """Decode an NT_AMDGPU_METADATA note descriptor; FormatError if malformed."""
+    """Decode an NT_AMDGPU_METADATA note descriptor; FormatError if malformed,
+    nested deeper than :data:`kpatch.codeobject.mpack.MAX_DEPTH` or larger
+    than :data:`kpatch.containers.limits.MAX_METADATA_BYTES`."""
+    if len(desc) > limits.MAX_METADATA_BYTES:
+        raise FormatError(f"metadata note of {len(desc)} bytes is larger than the limit of "
+                          f"{limits.MAX_METADATA_BYTES} bytes")
     root, rest = mpack.unpack(desc, allow_trailing=True)
     return Metadata(root, rest)
 

@@ -27,6 +27,9 @@ from kpatch.codeobject.target import (
 from kpatch.errors import FormatError
 
 KD_SUFFIX = ".kd"
+#: The hardware starts a kernel at an address that is a multiple of this
+#: (AMDGPUUsage: KERNEL_CODE_ENTRY_BYTE_OFFSET "must be 256 byte aligned").
+ENTRY_ALIGN = 256
 _SYMBOL_TABLE_ORDER = (".symtab", ".dynsym")
 
 
@@ -42,6 +45,9 @@ class Kernel:
     entry: int  # descriptor_vaddr + KERNEL_CODE_ENTRY_BYTE_OFFSET
     code_offset: int | None = None  # file offset of the code (STT_FUNC NAME)
     code_size: int | None = None  # st_size of the STT_FUNC symbol
+    #: why the descriptor's entry cannot be trusted ('' if it can); then
+    #: ``code_offset`` is None: the code the hardware would run is unknown
+    entry_problem: str = ""
     _owner: "CodeObject | None" = field(default=None, repr=False, compare=False)
 
     @property
@@ -204,14 +210,36 @@ class CodeObject:
             entry = s.value + kd.kernel_code_entry_byte_offset
             code_offset = code_size = None
             f = funcs.get(name)
-            if f is not None:
+            problem = "" if self.e_type == ET_REL else self._entry_problem(kd, entry, f)
+            if problem:
+                pass
+            elif f is not None:
                 code_offset = self.elf.symbol_offset(f, f.size)
                 code_size = f.size if code_offset is not None else None
             elif self.e_type != ET_REL:
                 code_offset = self.elf.vaddr_to_offset(entry)
             out.append(Kernel(name, s.name, kd, offset, s.value, entry, code_offset, code_size,
-                              self))
+                              problem, self))
         return out
+
+    def _entry_problem(self, kd: KernelDescriptor, entry: int, func: Symbol | None) -> str:
+        """Why the entry a (linked) descriptor gives cannot be where its code
+        is, or ''.  (In a relocatable object the field is filled by a
+        relocation, so it is not checked there.)  The entry must lie inside
+        ``.text``, be 256-byte aligned, and be the kernel's function symbol
+        when there is one: that symbol is where kpatch reads the code."""
+        off = kd.kernel_code_entry_byte_offset
+        text = self.sections.get(".text")
+        said = f"the kernel descriptor's entry offset {off:+#x} puts the entry at {entry:#x}"
+        if text is None:
+            return f"{said}, and the object has no .text"
+        if not text.addr <= entry < text.addr + text.size:
+            return f"{said}, outside .text ({text.addr:#x}..{text.addr + text.size:#x})"
+        if entry % ENTRY_ALIGN:
+            return f"{said}, which is not {ENTRY_ALIGN}-byte aligned"
+        if func is not None and func.value != entry:
+            return f"{said}, not at the kernel's code ({func.name} at {func.value:#x})"
+        return ""
 
     def kernel(self, name: str) -> Kernel | None:
         """The kernel called ``name`` (or whose descriptor symbol is ``name``)."""

@@ -28,6 +28,7 @@ from typing import Union
 
 import zstandard
 
+from kpatch.containers import limits
 from kpatch.errors import FormatError, UsageError
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -388,18 +389,22 @@ def _unzstd_capped(payload: memoryview, cap: int) -> bytes:
     return b"".join(parts)
 
 
-def decompress_ccob(data: Buffer, *, max_output: int = 2**31) -> bytes:
+def decompress_ccob(data: Buffer, *, max_output: int | None = None) -> bytes:
     """Decompress a CCOB (v1/v2/v3, zlib/zstd) into its plain bundle.
 
     Checks the total size against the bytes available, that the stream
     yields exactly ``uncompressed_size`` bytes and that the hash matches.
     Never produces more than ``min(uncompressed_size, max_output)`` bytes
-    (plus one, to detect a lie), so a decompression bomb costs nothing.
+    (plus one, to detect a lie; ``max_output`` defaults to
+    :data:`kpatch.containers.limits.MAX_OBJECT_BYTES`), so a decompression
+    bomb is refused before its output is made.
     """
+    cap_limit = limits.MAX_OBJECT_BYTES if max_output is None else max_output
     h = parse_ccob_header(data)
     payload = _ccob_payload(data, h)
-    if h.uncompressed_size > max_output:
-        raise FormatError(f"CCOB declares {h.uncompressed_size} uncompressed bytes, more than the limit {max_output}")
+    if h.uncompressed_size > cap_limit:
+        raise FormatError(f"CCOB declares {h.uncompressed_size} uncompressed bytes, more than the limit of "
+                          f"{cap_limit} bytes")
     cap = h.uncompressed_size
     out = _inflate_capped(payload, cap) if h.method == 0 else _unzstd_capped(payload, cap)
     if len(out) > cap:
@@ -514,7 +519,7 @@ def ccob_extent(data: Buffer) -> int | None:
 # ---------------------------------------------------------------------------
 
 
-def open_bundle_bytes(data: Buffer, *, max_output: int = 2**31) -> tuple[str, Buffer, list[BundleEntry]]:
+def open_bundle_bytes(data: Buffer, *, max_output: int | None = None) -> tuple[str, Buffer, list[BundleEntry]]:
     """Recognise a plain or compressed bundle; return ``(kind, bundle,
     entries)`` with kind ``'bundle'`` (``bundle`` is ``data`` itself, not
     copied) or ``'ccob'`` (``bundle`` is the decompressed bytes)."""

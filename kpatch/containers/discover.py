@@ -12,21 +12,28 @@ Containers are told apart by their magic bytes, not their file names (except
 
 from __future__ import annotations
 
+import lzma
 import os
-import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kpatch.containers import bundle as bundle_fmt
-from kpatch.containers import hostelf, kdb
+from kpatch.containers import hostelf, kdb, limits
 from kpatch.containers.uri import Uri, parse_uri
 from kpatch.data import expand
-from kpatch.errors import FormatError, KpatchError, UsageError
+from kpatch.errors import FormatError, KpatchError, UsageError, internal_reason
 
 ELF_MAGIC = b"\x7fELF"
 ZIP_MAGIC = b"PK\x03\x04"
+#: Zip compression methods Python's zipfile reads (stored, deflate, bzip2, LZMA).
+ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate",
+               zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+#: What reading a damaged zip member can raise besides FormatError.
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, RuntimeError,
+               NotImplementedError, zlib.error, lzma.LZMAError)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 EM_AMDGPU = 224
 AMDGPU_ENTRY_MARK = "amdgcn-amd-amdhsa"
@@ -106,6 +113,8 @@ def _bundle_items(
 
 
 def _kdb_items(path: str, base: Uri, container: str) -> Iterator[Item]:
+    """Every code object of a kernel DB; a row that cannot be read (or
+    whose blob is bad) is one Problem and the other rows go on."""
     try:
         db = kdb.KernelDB.open(path)
     except KpatchError as e:
@@ -114,12 +123,16 @@ def _kdb_items(path: str, base: Uri, container: str) -> Iterator[Item]:
     label = f"{container}/kdb" if container else "kdb"
     with db:
         try:
-            for entry in db.entries():
-                uri = Uri("kdb", base.path, name=entry.kernel_name, args=entry.kernel_args)
+            entries = db.entries()
+            for entry in entries:
+                uri = entry.uri(base.path)
                 try:
                     code = entry.code()
                 except KpatchError as e:
                     yield Problem(str(uri), e.reason)
+                    continue
+                except Exception as e:  # a bug: this row only
+                    yield Problem(str(uri), internal_reason(e))
                     continue
                 origin = {"kernel_name": entry.kernel_name, "kernel_args": entry.kernel_args}
                 if code.startswith(bundle_fmt.BUNDLE_MAGIC) or code.startswith(bundle_fmt.CCOB_MAGIC):
@@ -129,7 +142,7 @@ def _kdb_items(path: str, base: Uri, container: str) -> Iterator[Item]:
                         yield item
                 else:
                     yield Found(uri, label, code, origin)
-        except KpatchError as e:
+        except KpatchError as e:  # the rows cannot even be listed
             yield Problem(str(base), e.reason)
 
 
@@ -146,6 +159,10 @@ def _hostelf_items(path: str, base: Uri, container: str) -> Iterator[Item]:
     # every page of a 1.3 GB library resident)
     with open(path, "rb") as f:
         for b in bundles:
+            if b.size > limits.MAX_OBJECT_BYTES:
+                yield Problem(str(base.with_(offset=b.offset, size=b.size)),
+                              f"bundle of {b.size} bytes is larger than the limit of {limits.MAX_OBJECT_BYTES} bytes")
+                continue
             data = os.pread(f.fileno(), b.size, b.offset)
             if len(data) != b.size:
                 yield Problem(str(base.with_(offset=b.offset, size=b.size)), "bundle lies beyond the end of the file")
@@ -153,11 +170,22 @@ def _hostelf_items(path: str, base: Uri, container: str) -> Iterator[Item]:
             yield from _bundle_items(data, base, label, file_offset=b.offset, addressable=True)
 
 
+def _read_object(path: str) -> bytes:
+    """A whole file that is one code object or bundle (capped)."""
+    with open(path, "rb") as f:
+        return limits.read_capped(f, limits.MAX_OBJECT_BYTES, "the file")
+
+
 def _file_items(path: str, base: Uri, container: str, explicit: bool) -> Iterator[Item]:
-    """Everything in one regular file (``path`` on disk, named ``base``)."""
+    """Everything in one regular file (``path`` on disk, named ``base``);
+    anything else (a FIFO, a device) is a Problem and is never opened."""
     try:
+        limits.check_regular_file(path)
         with open(path, "rb") as f:
             head = f.read(64)
+    except KpatchError as e:
+        yield Problem(str(base), e.reason)
+        return
     except OSError as e:
         yield Problem(str(base), e.strerror or str(e))
         return
@@ -166,30 +194,45 @@ def _file_items(path: str, base: Uri, container: str, explicit: bool) -> Iterato
         if explicit:
             yield Problem(str(base), "not a code object, offload bundle, kernel DB, ELF file or wheel")
         return
-    if kind == "hsaco":
-        with open(path, "rb") as f:
-            yield Found(base, f"{container}/hsaco" if container else "hsaco", f.read())
-    elif kind in ("bundle", "ccob"):
-        with open(path, "rb") as f:
-            data = f.read()
-        yield from _bundle_items(data, base, container, file_offset=0, addressable=True)
-    elif kind in ("kdb", "kdb.bz2"):
-        yield from _kdb_items(path, base, container)
-    elif kind == "hostelf":
-        yield from _hostelf_items(path, base, container)
-    elif kind == "zip":
-        yield from _zip_items(path, base)
+    try:
+        if kind == "hsaco":
+            yield Found(base, f"{container}/hsaco" if container else "hsaco", _read_object(path))
+        elif kind in ("bundle", "ccob"):
+            yield from _bundle_items(_read_object(path), base, container, file_offset=0, addressable=True)
+        elif kind in ("kdb", "kdb.bz2"):
+            yield from _kdb_items(path, base, container)
+        elif kind == "hostelf":
+            yield from _hostelf_items(path, base, container)
+        elif kind == "zip":
+            yield from _zip_items(path, base)
+    except KpatchError as e:
+        yield Problem(str(base), e.reason)
+    except OSError as e:
+        yield Problem(str(base), e.strerror or str(e))
+
+
+def _member_problem(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member cannot be read, known from its header alone."""
+    if info.flag_bits & 0x1:
+        return "the member is encrypted"
+    if info.compress_type not in ZIP_METHODS:
+        return f"unsupported compression method {info.compress_type}"
+    if info.file_size > limits.MAX_ZIP_MEMBER_BYTES:
+        return f"the member is {info.file_size} bytes, larger than the limit of {limits.MAX_ZIP_MEMBER_BYTES} bytes"
+    return None
 
 
 def _zip_items(path: str, base: Uri) -> Iterator[Item]:
     """Members of a wheel/zip, each read from the archive (never unpacked as a tree).
 
     A member's bytes go to one temporary file at a time (host libraries are
-    mmapped from it), which is deleted before the next member.
+    mmapped from it), which is deleted before the next member; an
+    encrypted member, an unknown compression method or a member larger than
+    :data:`kpatch.containers.limits.MAX_ZIP_MEMBER_BYTES` is a Problem.
     """
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
+    except _ZIP_ERRORS as e:
         yield Problem(str(base), f"not a readable zip/wheel: {e}")
         return
     with zf:
@@ -197,6 +240,10 @@ def _zip_items(path: str, base: Uri) -> Iterator[Item]:
             if info.is_dir():
                 continue
             member_uri = Uri("zip", base.path, member=info.filename)
+            problem = _member_problem(info)
+            if problem:
+                yield Problem(str(member_uri), problem)
+                continue
             try:
                 with zf.open(info) as m:
                     head = m.read(64)
@@ -206,10 +253,12 @@ def _zip_items(path: str, base: Uri) -> Iterator[Item]:
                 with tempfile.TemporaryDirectory(prefix="kpatch-") as tmp:
                     tmp_path = os.path.join(tmp, "member")
                     with zf.open(info) as m, open(tmp_path, "wb") as out:
-                        shutil.copyfileobj(m, out, 1 << 20)
+                        limits.copy_capped(m, out, limits.MAX_ZIP_MEMBER_BYTES, "the member")
                     for item in _file_items(tmp_path, member_uri, "wheel", explicit=False):
                         yield item
-            except (zipfile.BadZipFile, OSError, EOFError) as e:
+            except KpatchError as e:
+                yield Problem(str(member_uri), e.reason)
+            except _ZIP_ERRORS as e:
                 yield Problem(str(member_uri), f"cannot read zip member: {e}")
 
 
@@ -246,7 +295,7 @@ def discover(paths: Iterable[str], on_file: Callable[[str], None] | None = None)
                 if on_file:
                     on_file(f)
                 yield from _file_items(f, Uri("file", f), "", explicit=False)
-        elif os.path.exists(path):
+        elif os.path.lexists(path):
             if on_file:
                 on_file(path)
             yield from _file_items(path, Uri("file", path), "", explicit=True)
@@ -255,12 +304,15 @@ def discover(paths: Iterable[str], on_file: Callable[[str], None] | None = None)
 
 
 def _read_range(path: str, offset: int | None, size: int | None) -> bytes:
+    limits.check_regular_file(path)
     with open(path, "rb") as f:
         if offset is None:
-            return f.read()
+            return limits.read_capped(f, limits.MAX_OBJECT_BYTES, "the file")
         end = f.seek(0, os.SEEK_END)
         if offset + size > end:
             raise UsageError(f"offset {offset} + size {size} lies beyond the end of the file ({end} bytes)")
+        if size > limits.MAX_OBJECT_BYTES:
+            raise FormatError(f"{size} bytes is larger than the limit of {limits.MAX_OBJECT_BYTES} bytes")
         f.seek(offset)
         return f.read(size)
 
@@ -273,31 +325,49 @@ def _select_entry(data: bytes, entry: str) -> bytes:
     raise UsageError(f"the bundle has no entry {entry!r} (it has: {', '.join(e.id for e in entries)})")
 
 
+def _read_member(path: str, member: str) -> bytes:
+    """A zip member's bytes (capped at :data:`kpatch.containers.limits.MAX_OBJECT_BYTES`)."""
+    limits.check_regular_file(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            try:
+                info = zf.getinfo(member)
+            except KeyError:
+                raise UsageError(f"the archive has no member {member!r}") from None
+            problem = _member_problem(info)
+            if problem:
+                raise FormatError(problem)
+            with zf.open(info) as m:
+                return limits.read_capped(m, limits.MAX_OBJECT_BYTES, "the member")
+    except _ZIP_ERRORS as e:
+        raise FormatError(f"not a readable zip/wheel: {e}") from None
+
+
 def resolve(uri: Uri) -> bytes:
-    """The bytes a URI names (a code object, or the bundle/file when it names one)."""
+    """The bytes a URI names (a code object, or the bundle/file when it names
+    one); never more than :data:`kpatch.containers.limits.MAX_OBJECT_BYTES`."""
     try:
         if uri.scheme == "kdb":
-            if not os.path.exists(uri.path):
+            if not os.path.lexists(uri.path):
                 raise UsageError("no such kernel DB")
             with kdb.KernelDB.open(uri.path) as db:
-                entry = db.get(uri.name or "", uri.args or "")
-                if entry is None:
-                    raise UsageError(f"no entry kernel_name={uri.name!r} kernel_args={uri.args!r}")
+                if uri.row is not None:
+                    entry = db.row(uri.row)
+                    if entry is None:
+                        raise UsageError(f"no entry with rowid {uri.row}")
+                else:
+                    entry = db.get(uri.name or "", uri.args or "")
+                    if entry is None:
+                        raise UsageError(f"no entry kernel_name={uri.name!r} kernel_args={uri.args!r}")
                 data = entry.code()
         elif uri.scheme == "zip":
-            try:
-                with zipfile.ZipFile(uri.path) as zf:
-                    data = zf.read(uri.member or "")
-            except KeyError:
-                raise UsageError(f"the archive has no member {uri.member!r}") from None
-            except (zipfile.BadZipFile, OSError) as e:
-                raise FormatError(f"not a readable zip/wheel: {e}") from None
+            data = _read_member(uri.path, uri.member or "")
             if uri.offset is not None:
                 if uri.offset + uri.size > len(data):
                     raise UsageError("offset + size lie beyond the end of the member")
                 data = data[uri.offset : uri.offset + uri.size]
         else:
-            if not os.path.isfile(uri.path):
+            if not os.path.lexists(uri.path):
                 raise UsageError("no such file")
             data = _read_range(uri.path, uri.offset, uri.size)
         if uri.entry is not None:
@@ -306,4 +376,5 @@ def resolve(uri: Uri) -> bytes:
     except OSError as e:
         raise UsageError(e.strerror or str(e), str(uri)) from None
     except KpatchError as e:
+        e.item = None if e.item in (uri.path, None) else e.item
         raise e.with_item(str(uri))

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 from urllib.parse import quote
 
+from kpatch.containers import limits
+from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, UsageError
 
 #: What MIOpen executes to create a kernel DB (``KernelConfig::CreateQuery``).
@@ -143,7 +145,12 @@ def _bunzip2_capped(blob: bytes, size: int) -> bytes:
 
 @dataclass(frozen=True)
 class KdbEntry:
-    """One ``kern_db`` row, as stored."""
+    """One ``kern_db`` row, as stored.  A row that cannot be read (a NULL or
+    non-UTF-8 key or hash, a blob that is not a blob, a size that is not an
+    integer, an SQLite error reading just that row) is still an entry, with
+    ``error`` saying why; its :meth:`code` raises that.  ``key_readable``
+    is False when ``kernel_name`` / ``kernel_args`` are not the stored key
+    (then they are a best-effort rendering, for messages only)."""
 
     id: int
     kernel_name: str
@@ -151,22 +158,39 @@ class KdbEntry:
     kernel_blob: bytes
     kernel_hash: str
     uncompressed_size: int
+    error: str = ""
+    key_readable: bool = True
 
     @property
     def compressed(self) -> bool:
         return self.uncompressed_size != 0
 
-    def code(self, *, max_output: int = 2**31) -> bytes:
+    def uri(self, db_path: str) -> Uri:
+        """This row's URI in the DB at ``db_path``: by its key, or by its row
+        id when the key cannot be read."""
+        if self.key_readable:
+            return Uri("kdb", os.path.abspath(db_path), name=self.kernel_name, args=self.kernel_args)
+        return Uri("kdb", os.path.abspath(db_path), row=self.id)
+
+    def code(self, *, max_output: int | None = None) -> bytes:
         """The code object MIOpen would load: the blob bunzip2'ed when
         ``uncompressed_size`` is not 0, else as is; FormatError unless it has
-        exactly ``uncompressed_size`` bytes and its MD5 is ``kernel_hash``.
-        Decompression stops at ``uncompressed_size`` (+1 to detect a lie)."""
+        exactly ``uncompressed_size`` bytes and its MD5 is ``kernel_hash``,
+        or when it would be larger than ``max_output`` (default
+        :data:`kpatch.containers.limits.MAX_OBJECT_BYTES`).  Decompression
+        stops at ``uncompressed_size`` (+1 to detect a lie)."""
+        if self.error:
+            raise FormatError(self.error)
+        cap = limits.MAX_OBJECT_BYTES if max_output is None else max_output
         size = self.uncompressed_size
         if size < 0 or size > MAX_CODE_SIZE:
             raise FormatError(f"uncompressed_size {size} is out of range")
-        if size > max_output:
-            raise FormatError(f"uncompressed_size {size} is more than the limit {max_output}")
+        if size > cap:
+            raise FormatError(f"uncompressed_size {size} is more than the limit of {cap} bytes for a code object")
         if size == 0:
+            if len(self.kernel_blob) > cap:
+                raise FormatError(f"the blob has {len(self.kernel_blob)} bytes, more than the limit of {cap} "
+                                  f"bytes for a code object")
             code = bytes(self.kernel_blob)
         else:
             code = _bunzip2_capped(self.kernel_blob, size)
@@ -178,31 +202,54 @@ class KdbEntry:
         return code
 
 
-def _text(value: object, column: str, row_id: object) -> str:
+def _shown(value: object) -> str:
+    """A stored value rendered for a message."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return repr(value.decode("utf-8", "replace")) if len(value) <= 80 else f"{len(value)} bytes"
+    return repr(value)
+
+
+def _text(value: object, column: str) -> str:
     if isinstance(value, bytes):
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
-            raise FormatError(f"kern_db row {row_id}: {column} is not UTF-8") from None
-    raise FormatError(f"kern_db row {row_id}: {column} is {type(value).__name__}, not text")
+            raise FormatError(f"{column} is not UTF-8") from None
+    if value is None:
+        raise FormatError(f"{column} is NULL")
+    raise FormatError(f"{column} is {type(value).__name__} {value!r}, not text")
 
 
-def _entry(row_id: object, name: object, args: object, blob: object, md5: object, size: object) -> KdbEntry:
-    if not isinstance(row_id, int):
-        raise FormatError(f"kern_db row id {row_id!r} is not an integer")
-    if not isinstance(blob, bytes):
-        raise FormatError(f"kern_db row {row_id}: kernel_blob is {type(blob).__name__}, not a blob")
-    if not isinstance(size, int) or isinstance(size, bool):
-        shown = size.decode("utf-8", "replace") if isinstance(size, bytes) else size
-        raise FormatError(f"kern_db row {row_id}: uncompressed_size {shown!r} is not an integer")
-    return KdbEntry(
-        row_id,
-        _text(name, "kernel_name", row_id),
-        _text(args, "kernel_args", row_id),
-        blob,
-        _text(md5, "kernel_hash", row_id),
-        size,
-    )
+def _loose_text(value: object) -> str:
+    """Best-effort text of a key column that is not valid text (messages only)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _entry(rowid: int, row_id: object, name: object, args: object, blob: object, md5: object,
+           size: object) -> KdbEntry:
+    """One row as an entry; a row that cannot be read gives an entry whose
+    ``error`` says why (``rowid``: SQLite's rowid, used when ``id`` is bad)."""
+    id_ok = isinstance(row_id, int) and not isinstance(row_id, bool)
+    ident = row_id if id_ok else rowid
+    try:
+        key = (_text(name, "kernel_name"), _text(args, "kernel_args"))
+    except FormatError as e:
+        return KdbEntry(ident, _loose_text(name), _loose_text(args), b"", "", 0, e.reason, key_readable=False)
+    try:
+        if not id_ok:
+            raise FormatError(f"id {_shown(row_id)} is not an integer")
+        if not isinstance(blob, bytes):
+            raise FormatError(f"kernel_blob is {_shown(blob)}, not a blob")
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise FormatError(f"uncompressed_size {_shown(size)} is not an integer")
+        md5_text = _text(md5, "kernel_hash")
+    except FormatError as e:
+        return KdbEntry(ident, *key, b"", "", 0, e.reason)
+    return KdbEntry(ident, *key, blob, md5_text, size)
 
 
 def _sqlite_uri(path: str, **params: str) -> str:
@@ -211,27 +258,25 @@ def _sqlite_uri(path: str, **params: str) -> str:
 
 
 def _read_head(path: str, n: int = 16) -> bytes:
+    limits.check_regular_file(path)
     try:
         with open(path, "rb") as f:
             return f.read(n)
-    except FileNotFoundError:
-        raise UsageError("no such file", path) from None
-    except IsADirectoryError:
-        raise UsageError("is a directory, not a kernel DB", path) from None
     except OSError as e:
         raise UsageError(f"cannot read: {e.strerror}", path) from None
 
 
-def _bunzip2_file(src: str, dst_fd: int, max_output: int) -> None:
-    """Stream-decompress the bzip2 file ``src`` (all streams) into ``dst_fd``."""
-    written = 0
+def _bunzip2_file(src: str, dst_fd: int, max_output: int | None = None) -> None:
+    """Stream-decompress the bzip2 file ``src`` (all streams) into ``dst_fd``,
+    at most ``max_output`` bytes (default
+    :data:`kpatch.containers.limits.MAX_KDB_BYTES`) and never filling the
+    file system it writes to."""
+    cap = limits.MAX_KDB_BYTES if max_output is None else max_output
     try:
         with bz2.open(src, "rb") as fin, os.fdopen(dst_fd, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                written += len(chunk)
-                if written > max_output:
-                    raise FormatError(f"decompresses to more than {max_output} bytes", src)
-                fout.write(chunk)
+            limits.copy_capped(fin, fout, cap, "the decompressed kernel DB")
+    except FormatError as e:
+        raise e.with_item(src)
     except (OSError, EOFError, ValueError) as e:
         raise FormatError(f"bz2 stream corrupt: {e}", src) from None
 
@@ -260,7 +305,7 @@ class KernelDB:
 
     @classmethod
     def open(
-        cls, path: str, *, writable: bool = False, cache_dir: str | None = None, max_output: int = 2**40
+        cls, path: str, *, writable: bool = False, cache_dir: str | None = None, max_output: int | None = None
     ) -> "KernelDB":
         """Open a ``.kdb``, ``.ukdb`` or ``.kdb.bz2``.
 
@@ -268,7 +313,11 @@ class KernelDB:
         into a temporary file (removed on close) or, with ``cache_dir``, into a
         cache file reused while the source's size and mtime stay the same; it
         is always read-only.  FormatError if the file is not SQLite, is
-        corrupt, or lacks ``kern_db`` with the columns MIOpen needs.
+        corrupt, or lacks ``kern_db`` with the columns MIOpen needs, or when
+        ``kern_db`` is not a plain table (a view could run any query).
+        ``max_output``: cap on a ``.kdb.bz2``'s decompressed size (default
+        :data:`kpatch.containers.limits.MAX_KDB_BYTES`).  Every statement
+        on the DB is bounded (:func:`_connect`).
         """
         head = _read_head(path)
         db_path, temp = path, False
@@ -324,51 +373,67 @@ class KernelDB:
         return db
 
     def _validate(self) -> None:
-        rows = self._rows("PRAGMA table_info(kern_db);")
-        if not rows:
+        kinds = self._rows("SELECT type, sql FROM sqlite_master WHERE name = 'kern_db' COLLATE NOCASE;")
+        if not kinds:
             raise FormatError("not a MIOpen kernel DB: no table kern_db", self.path)
+        kind, sql = (_loose_text(v) for v in kinds[0])
+        if kind != "table":
+            raise FormatError(f"not a MIOpen kernel DB: kern_db is a {kind}, not a table", self.path)
+        if sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            raise FormatError("not a MIOpen kernel DB: kern_db is a virtual table", self.path)
+        rows = self._rows("PRAGMA table_info(kern_db);")
         columns = {r[1].decode("utf-8", "replace") if isinstance(r[1], bytes) else r[1] for r in rows}
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
         if missing:
             raise FormatError(f"not a MIOpen kernel DB: table kern_db lacks {', '.join(missing)}", self.path)
         self._id_column = "id" if "id" in columns else "rowid"
+        try:
+            self._conn.execute("SELECT rowid FROM kern_db LIMIT 0;")
+        except _SQL_ERRORS:
+            raise FormatError("not a MIOpen kernel DB: kern_db is a WITHOUT ROWID table", self.path) from None
 
     # --- reading ---------------------------------------------------------
 
     def _exec(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        budget = getattr(self._conn, "_kpatch_budget", None)
+        if budget is not None:
+            budget.reset()
         try:
             return self._conn.execute(sql, params)
         except _SQL_ERRORS as e:
-            raise FormatError(f"SQLite error: {e}", self.path) from None
+            raise FormatError(_sql_reason(e, self._conn), self.path) from None
 
     def _rows(self, sql: str, params: tuple = (), *, limit: int | None = None) -> list[tuple]:
         """Run a query and fetch (up to ``limit``) rows; FormatError on any
-        SQLite failure, including ones only found while stepping."""
+        SQLite failure, including ones only found while stepping, and when
+        the statement exceeds its work budget."""
         cur = self._exec(sql, params)
         try:
             return cur.fetchall() if limit is None else cur.fetchmany(limit)
         except _SQL_ERRORS as e:
-            raise FormatError(f"SQLite error: {e}", self.path) from None
+            raise FormatError(_sql_reason(e, self._conn), self.path) from None
 
     def count(self) -> int:
         """Number of rows in ``kern_db``."""
         return int(self._rows("SELECT COUNT(*) FROM kern_db;")[0][0])
 
     def entries(self) -> Iterator[KdbEntry]:
-        """All rows, lazily, in ``id`` order."""
+        """All rows, lazily, in rowid order (MIOpen's ``id`` is the rowid).
+        A row that cannot be read is an entry with ``error`` set (see
+        :class:`KdbEntry`); only a failure to list the rows at all is a
+        FormatError, raised before any entry."""
         idc = getattr(self, "_id_column", "id")
-        cur = self._exec(
-            f"SELECT {idc}, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size "
-            f"FROM kern_db ORDER BY {idc};"
-        )
-        while True:
+        rowids = [r[0] for r in self._rows("SELECT rowid FROM kern_db ORDER BY rowid;")]
+        select = (f"SELECT {idc}, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size "
+                  f"FROM kern_db WHERE rowid = ?;")
+        for rowid in rowids:
             try:
-                row = cur.fetchone()
-            except _SQL_ERRORS as e:
-                raise FormatError(f"SQLite error: {e}", self.path) from None
-            if row is None:
-                return
-            yield _entry(*row)
+                rows = self._rows(select, (rowid,))
+            except FormatError as e:
+                yield KdbEntry(rowid, "", "", b"", "", 0, e.reason, key_readable=False)
+                continue
+            if rows:  # (gone since listed: only if someone writes the file meanwhile)
+                yield _entry(rowid, *rows[0])
 
     def get(self, kernel_name: str, kernel_args: str) -> KdbEntry | None:
         """The row MIOpen's lookup finds for this key (via :data:`SELECT_SQL`),
@@ -380,7 +445,16 @@ class KernelDB:
         idc = getattr(self, "_id_column", "id")
         ids = self._rows(f"SELECT {idc} FROM kern_db WHERE (kernel_name = ?) AND (kernel_args = ?);", key, limit=1)
         blob, md5, size = rows[0]
-        return _entry(ids[0][0] if ids else -1, kernel_name.encode(), kernel_args.encode(), blob, md5, size)
+        row_id = ids[0][0] if ids else -1
+        return _entry(row_id if isinstance(row_id, int) else -1, row_id, kernel_name.encode(), kernel_args.encode(),
+                      blob, md5, size)
+
+    def row(self, rowid: int) -> KdbEntry | None:
+        """The row with this rowid (see :meth:`KdbEntry.uri`), or None."""
+        idc = getattr(self, "_id_column", "id")
+        rows = self._rows(f"SELECT {idc}, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size "
+                          f"FROM kern_db WHERE rowid = ?;", (rowid,), limit=1)
+        return _entry(rowid, *rows[0]) if rows else None
 
     # --- writing ---------------------------------------------------------
 
@@ -418,8 +492,55 @@ class KernelDB:
         self.close()
 
 
+class _Budget:
+    """SQLite progress handler: interrupts a statement after
+    :data:`kpatch.containers.limits.MAX_SQL_STEPS` virtual-machine steps
+    (``reset`` before each statement)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.exceeded = False
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.exceeded = False
+
+    def __call__(self) -> int:
+        self.calls += 1
+        if self.calls * limits.SQL_STEP_CHECK >= limits.MAX_SQL_STEPS:
+            self.exceeded = True
+            return 1
+        return 0
+
+
+def _sql_reason(e: Exception, conn: sqlite3.Connection) -> str:
+    budget = getattr(conn, "_kpatch_budget", None)
+    if budget is not None and budget.exceeded:
+        return f"SQLite query stopped after {limits.MAX_SQL_STEPS} steps (the limit for one statement)"
+    return f"SQLite error: {e}"
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that can carry its work budget."""
+
+    _kpatch_budget: _Budget | None = None
+
+
+def _bound(conn: sqlite3.Connection) -> None:
+    """Bound what any statement on ``conn`` may cost: its VM steps
+    (:class:`_Budget`), and the length of any string or blob to
+    :data:`kpatch.containers.limits.MAX_OBJECT_BYTES`; and trust nothing in
+    the schema (no functions with side effects from views or triggers)."""
+    budget = _Budget()
+    conn._kpatch_budget = budget
+    conn.set_progress_handler(budget, limits.SQL_STEP_CHECK)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(limits.MAX_OBJECT_BYTES, 1 << 20))
+    conn.execute("PRAGMA trusted_schema = OFF;")
+
+
 def _connect(db_path: str, *, writable: bool, immutable: bool) -> sqlite3.Connection:
-    """Open the SQLite file and read its schema; read-only opens fall back to
+    """Open the SQLite file (read-only unless ``writable``), bound its work
+    (:func:`_bound`) and read its schema; read-only opens fall back to
     ``immutable=1`` when SQLite cannot open a WAL database read-only (no
     -shm file and a read-only directory)."""
     if writable:
@@ -431,15 +552,19 @@ def _connect(db_path: str, *, writable: bool, immutable: bool) -> sqlite3.Connec
     for n, params in enumerate(attempts, 1):
         conn = None
         try:
-            conn = sqlite3.connect(_sqlite_uri(db_path, **params), uri=True, isolation_level=None)
+            conn = sqlite3.connect(_sqlite_uri(db_path, **params), uri=True, isolation_level=None,
+                                   factory=_Connection)
             conn.text_factory = bytes
+            _bound(conn)
+            conn._kpatch_budget.reset()
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1;").fetchall()
             return conn
         except sqlite3.OperationalError as e:
+            reason = _sql_reason(e, conn) if conn is not None else f"SQLite error: {e}"
             if conn is not None:
                 conn.close()
             if n == len(attempts):
-                raise FormatError(f"cannot open as SQLite: {e}", db_path) from None
+                raise FormatError(f"cannot open as SQLite: {reason}", db_path) from None
         except _SQL_ERRORS as e:
             if conn is not None:
                 conn.close()
@@ -447,7 +572,7 @@ def _connect(db_path: str, *, writable: bool, immutable: bool) -> sqlite3.Connec
     raise AssertionError("unreachable")
 
 
-def _decompressed_copy(path: str, cache_dir: str | None, max_output: int) -> tuple[str, bool]:
+def _decompressed_copy(path: str, cache_dir: str | None, max_output: int | None) -> tuple[str, bool]:
     """Decompress ``path`` (a bzip2'ed kdb) to a file; return (file, is_temp)."""
     if cache_dir is None:
         fd, tmp = tempfile.mkstemp(prefix="kpatch-", suffix=".kdb")

@@ -10,6 +10,8 @@ Forms (every component percent-encoded):
 * ``kdb:///abs/path.kdb?name=NAME&args=ARGS`` - the blob of the MIOpen kernel
   DB entry with that ``kernel_name`` / ``kernel_args`` (decompressed).  A
   fragment ``#entry=ID`` selects a bundle entry when the blob is a bundle.
+* ``kdb:///abs/path.kdb?row=N`` - the entry with rowid ``N``; kpatch names a
+  row so only when its key cannot be read (e.g. a NULL ``kernel_name``).
 * ``zip:///abs/file.whl?member=PATH`` - a member of a zip/wheel, read in
   place; combine with the fragment forms above for bytes inside the member.
 
@@ -38,6 +40,7 @@ class Uri:
     offset: int | None = None
     size: int | None = None
     entry: str | None = None  # offload-bundle entry id
+    row: int | None = None  # kdb rowid (only for a row whose key cannot be read)
 
     def __str__(self) -> str:
         return format_uri(self)
@@ -55,7 +58,9 @@ def _q(s: str) -> str:
 def format_uri(u: Uri) -> str:
     out = f"{u.scheme}://{quote(u.path, safe='/')}"
     query = []
-    if u.scheme == "kdb":
+    if u.scheme == "kdb" and u.row is not None:
+        query = [("row", str(u.row))]
+    elif u.scheme == "kdb":
         query = [("name", u.name or ""), ("args", u.args or "")]
     elif u.scheme == "zip":
         query = [("member", u.member or "")]
@@ -84,12 +89,12 @@ def _pairs(part: str, uri: str) -> dict[str, str]:
     return out
 
 
-def _int(field: str, value: str, uri: str) -> int:
+def _int(field: str, value: str, uri: str, *, signed: bool = False) -> int:
     try:
         n = int(value, 0)
     except ValueError:
         raise UsageError(f"{field}={value!r} is not an integer", uri) from None
-    if n < 0:
+    if n < 0 and not signed:
         raise UsageError(f"{field} must not be negative", uri)
     return n
 
@@ -112,14 +117,16 @@ def parse_uri(text: str) -> Uri:
         raise UsageError("the path in a URI must be absolute (file:///abs/path)", text)
     q = _pairs(query, text)
     f = _pairs(frag, text)
-    allowed_query = {"kdb": ("name", "args"), "zip": ("member",), "file": ()}[scheme]
+    allowed_query = {"kdb": ("name", "args", "row"), "zip": ("member",), "file": ()}[scheme]
     for k in q:
         if k not in allowed_query:
             raise UsageError(f"unknown URI query key {k!r}", text)
     for k in f:
         if k not in ("offset", "size", "entry"):
             raise UsageError(f"unknown URI fragment key {k!r}", text)
-    if scheme == "kdb" and ("name" not in q or "args" not in q):
+    if scheme == "kdb" and ("row" in q) == ("name" in q or "args" in q):
+        raise UsageError("a kdb URI needs ?name=KERNEL_NAME&args=KERNEL_ARGS (or ?row=ROWID)", text)
+    if scheme == "kdb" and "row" not in q and ("name" not in q or "args" not in q):
         raise UsageError("a kdb URI needs ?name=KERNEL_NAME&args=KERNEL_ARGS", text)
     if scheme == "zip" and "member" not in q:
         raise UsageError("a zip URI needs ?member=PATH", text)
@@ -134,6 +141,7 @@ def parse_uri(text: str) -> Uri:
         offset=_int("offset", f["offset"], text) if "offset" in f else None,
         size=_int("size", f["size"], text) if "size" in f else None,
         entry=f.get("entry"),
+        row=_int("row", q["row"], text, signed=True) if "row" in q else None,
     )
 
 

@@ -14,6 +14,11 @@ For every entry of every source DB (system ``.kdb``, ``.kdb.bz2``, or a
 Then the staged rows are written into the output DB in one atomic step with
 a backup first (:mod:`kpatch.outputs.userdb`).
 
+One bad entry never stops the others: a row that cannot be read, a blob
+that does not decode, a code object that does not parse, even a bug in
+kpatch met on one entry, makes that entry's report an ``error`` with the
+reason, and the other entries are patched and written as usual.
+
 Step 2 (decompressing and patching a blob) depends on the blob alone, so
 with kpatch's own patch functions and a DB of more than a few entries it
 runs in worker processes, one per CPU (:func:`jobs_for`), which also
@@ -40,7 +45,7 @@ from typing import Callable, Iterable, Iterator
 
 from kpatch.containers.kdb import EncodedCode, KernelDB, md5_hex
 from kpatch.containers.uri import Uri
-from kpatch.errors import KpatchError
+from kpatch.errors import KpatchError, internal_reason
 from kpatch.outputs.blobpatch import patch_blob
 from kpatch.outputs.miopen_paths import check_output_dir
 from kpatch.outputs.patchfn import RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, ProvenanceFn
@@ -252,13 +257,18 @@ Outcome = tuple[str, object] | None
 
 
 def _patch_entry(entry, kw: dict, keep_pairs: bool = True) -> Outcome:
-    """Step 2 for one entry (in a worker or here)."""
+    """Step 2 for one entry (in a worker or here).  Never raises for the
+    entry's own problems: they, and any bug they trigger, are its error."""
+    if entry.error:
+        return "error", entry.error
     if output_args(entry.kernel_args, kw["mode"]) is None:
         return None
     try:
         r = patch_blob(entry.code(), **kw)
     except KpatchError as e:
         return "error", e.reason
+    except Exception as e:  # a bug met on this entry: the others still go on
+        return "error", internal_reason(e)
     if not keep_pairs:
         r.pairs = []  # not needed: spare sending the code objects back
     return "ok", r
@@ -279,9 +289,12 @@ def _patch_in_worker(entry, stored_hash: str | None) -> Outcome:
     keep = kw.pop("keep_pairs")
     out = _patch_entry(entry, kw, keep)
     if out is not None and out[0] == "ok" and out[1].data is not None:
-        digest = md5_hex(out[1].data)
-        if digest != stored_hash:
-            out[1].data = EncodedCode.of(out[1].data, digest)
+        try:
+            digest = md5_hex(out[1].data)
+            if digest != stored_hash:
+                out[1].data = EncodedCode.of(out[1].data, digest)
+        except Exception as e:
+            return "error", internal_reason(e)
     return out
 
 
@@ -312,18 +325,23 @@ def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool,
                 if entry is None:
                     done = True
                     break
-                out_args = output_args(entry.kernel_args, kw["mode"])
-                if out_args is None:
-                    pending.append((entry, None))  # nothing to do: no need to send it
+                out_args = None if entry.error else output_args(entry.kernel_args, kw["mode"])
+                if out_args is None:  # nothing to send: known here
+                    pending.append((entry, _patch_entry(entry, kw, keep_pairs), None))
                 else:
                     stored = _stored_hash(existing, entry.kernel_name, out_args)
-                    pending.append((entry, pool.submit(_patch_in_worker, entry, stored)))
+                    pending.append((entry, None, pool.submit(_patch_in_worker, entry, stored)))
             if not pending:
                 if broke is not None:
                     raise broke
                 return
-            entry, fut = pending.popleft()
-            yield entry, (fut.result() if fut is not None else None)
+            entry, outcome, fut = pending.popleft()
+            if fut is not None:
+                try:
+                    outcome = fut.result()
+                except Exception as e:  # e.g. the result could not be sent back
+                    outcome = "error", internal_reason(e)
+            yield entry, outcome
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -331,8 +349,10 @@ def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool,
 def _entry_report(entry, outcome: Outcome, base: Uri, existing: KernelDB | None, staged: StagedRows | None,
                   staged_keys: set[tuple[str, str]], on_change: ChangeFn | None, mode: str) -> EntryReport:
     """Steps 1 and 3 for one entry, given what patching it gave."""
-    where = base.with_(name=entry.kernel_name, args=entry.kernel_args)
+    where = entry.uri(base.path)
     uri = str(where)
+    if entry.error:
+        return EntryReport(uri, entry.kernel_name, entry.kernel_args, None, "error", entry.error)
     out_args = output_args(entry.kernel_args, mode)
     report = EntryReport(uri, entry.kernel_name, entry.kernel_args, out_args, "skipped")
     if out_args is None:

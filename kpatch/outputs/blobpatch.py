@@ -80,8 +80,12 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
     :data:`RESULT_PROCESSOR` for the mode; if not, every kernel is refused.
     In the :data:`ALL_OR_NOTHING` modes a result with any refused kernel is
     not written either (every kernel refused, with the reason).
-    FormatError if ``code`` is not a code object."""
+    FormatError if ``code`` is not a code object, or its metadata note or
+    kernel descriptors cannot be read (nothing is patched in an object not
+    wholly understood)."""
     co = CodeObject.from_bytes(code)
+    co.metadata  # noqa: B018 - read now: a note that does not decode is this blob's error
+    co.kernels  # noqa: B018
     names = co.legacy_kernel_names if co.is_legacy else [k.name for k in co.kernels]
     want = SOURCE_PROCESSOR[mode]
     have = co.target.processor if co.target is not None else "unknown"

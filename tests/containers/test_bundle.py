@@ -306,7 +306,7 @@ def test_inconsistent_ccobs(method, pack):
     for data, message in cases:
         with pytest.raises(FormatError, match=message):
             decompress_ccob(data)
-    with pytest.raises(FormatError, match="more than the limit 100"):
+    with pytest.raises(FormatError, match="more than the limit of 100 bytes"):
         decompress_ccob(good, max_output=100)
 
 

@@ -9,6 +9,7 @@ import ctypes.util
 import hashlib
 import os
 import shutil
+import re
 import sqlite3
 import subprocess
 
@@ -347,30 +348,27 @@ def test_truncated_database_file(tmp_path):
 
 
 def test_bad_column_types(tmp_path):
+    """Each bad row is one entry carrying its own error (its code() raises
+    it); the rows after it are still read."""
     path = str(tmp_path / "types.kdb")
     conn = sqlite3.connect(path)
     conn.executescript(SCHEMA_SQL)
     conn.execute("INSERT INTO kern_db VALUES (1, 'a', 'b', x'00', 'h', 'twelve');")
     conn.execute("INSERT INTO kern_db VALUES (2, CAST(x'ff' AS TEXT), 'b', x'00', 'h', 0);")
     conn.execute("INSERT INTO kern_db VALUES (3, 'c', 'b', 42, 'h', 0);")
+    conn.execute("INSERT INTO kern_db VALUES (4, 'd', 'b', x'00', '93b885adfe0da089cdf634904fd59f71', 0);")
     conn.commit()
     conn.close()
     with KernelDB.open(path) as db:
-        assert db.count() == 3
-        it = db.entries()
-        with pytest.raises(FormatError, match="uncompressed_size 'twelve' is not an integer"):
-            next(it)
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM kern_db WHERE id = 1;")
-    conn.commit()
-    conn.close()
-    with KernelDB.open(path) as db:
-        with pytest.raises(FormatError, match="kernel_name is not UTF-8"):
-            list(db.entries())
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM kern_db WHERE id = 2;")
-    conn.commit()
-    conn.close()
-    with KernelDB.open(path) as db:
-        with pytest.raises(FormatError, match="kernel_blob is int, not a blob"):
-            list(db.entries())
+        assert db.count() == 4
+        entries = list(db.entries())
+    assert [e.id for e in entries] == [1, 2, 3, 4]
+    assert [e.error for e in entries] == [
+        "uncompressed_size 'twelve' is not an integer", "kernel_name is not UTF-8", "kernel_blob is 42, not a blob", ""]
+    assert [e.key_readable for e in entries] == [True, False, True, True]
+    assert str(entries[0].uri(path)) == f"kdb://{path}?name=a&args=b"
+    assert str(entries[1].uri(path)) == f"kdb://{path}?row=2"
+    for e in entries[:3]:
+        with pytest.raises(FormatError, match=re.escape(e.error)):
+            e.code()
+    assert entries[3].code() == b"\x00"  # MD5 of one zero byte: 93b885ad...
