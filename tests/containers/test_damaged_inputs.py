@@ -286,8 +286,11 @@ def ccob_zeros(n: int) -> bytes:
 
 
 def peak_rss_mib(code: str) -> tuple[float, str]:
-    """Run ``code`` in a fresh interpreter; its peak RSS (MiB) and stdout."""
-    prog = code + "\nimport resource; print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    """Run ``code`` in a fresh interpreter; its peak RSS (MiB) and stdout.
+    (VmHWM of the new image: ``ru_maxrss`` would carry over the peak of the
+    forking test process, which grows over a whole test run.)"""
+    prog = code + ("\nimport re as _re; print('RSS', _re.search(r'VmHWM:\\s*(\\d+)', "
+                   "open('/proc/self/status').read()).group(1))\n")
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     rss = int(re.search(r"RSS (\d+)", p.stdout).group(1)) / 1024
