@@ -159,3 +159,36 @@ def test_fuzz_find_fatbin_bundles(data):
         found = expect_clean(find_fatbin_bundles, p)
         for b in found or []:
             assert 0 <= b.offset and b.offset + b.size <= len(data)
+
+
+# --- kdb rows of any type -----------------------------------------------------
+
+_CELL = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=8),
+                  st.binary(max_size=8))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_CELL, _CELL, _CELL, _CELL, _CELL), min_size=1, max_size=4), st.integers(0, 3))
+def test_fuzz_kdb_rows_one_error_each(bad, where):
+    """Rows holding any SQLite value in any column: every row comes out as
+    one entry (bad ones with their error), the good rows around them intact."""
+    import sqlite3
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "k.kdb")
+        conn = sqlite3.connect(p)
+        conn.execute("CREATE TABLE kern_db (id INTEGER PRIMARY KEY, kernel_name TEXT, kernel_args TEXT, "
+                     "kernel_blob BLOB, kernel_hash TEXT, uncompressed_size INT)")
+        good = [("g.s.o", f"-mcpu=gfx1030 -DI={i}", *encode_blob(CODE)) for i in range(3)]
+        rows = good[:where] + bad + good[where:]
+        conn.executemany("INSERT INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, "
+                         "uncompressed_size) VALUES (?, ?, ?, ?, ?)", rows)
+        conn.commit()
+        conn.close()
+        with KernelDB.open(p) as db:
+            entries = list(db.entries())
+    assert len(entries) == len(rows)
+    for e in entries:
+        code = expect_clean(e.code, max_output=1 << 22)
+        if e.kernel_name == "g.s.o" and e.kernel_args.startswith("-mcpu=gfx1030 -DI="):
+            assert code == CODE
