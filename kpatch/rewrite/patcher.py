@@ -197,7 +197,8 @@ def _approx_rules(sets: list[RuleSet]) -> list[Rule]:
 
 def _no_exact_fix(f) -> str:
     """Why ``f`` refuses its kernel, naming the approximation that exists, if any."""
-    reason = f"{f.cls} at {f.address:#x}: {f.blocker or 'no exact gfx1010 fix'}"
+    why = (f.blocker or "no exact gfx1010 fix").removeprefix(f"{f.cls}: ")
+    reason = f"{f.cls} at {f.address:#x}: {why}"
     hint = next((a for m, a in APPROX_FOR.items() if m in f.detail), None)
     return reason + (f" (approximation: --allow-approx {hint})" if hint else "")
 
@@ -502,7 +503,8 @@ def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, K
         return None
     first = bad[0]
     why = (f"not written: native mode writes a code object only when all of it is safe for gfx1010, and "
-           f"{len(bad)} of its kernels/functions were refused ({first.name}: {first.reason})")
+           f"{len(bad)} of its kernels and device functions {'was' if len(bad) == 1 else 'were'} refused "
+           f"({first.name}: {first.reason})")
     kernels = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in outcomes.values()]
     fns = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in fn_outcomes.values()]
     return PatchResult(None, kernels, False, note=why, functions=fns)
