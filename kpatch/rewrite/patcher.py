@@ -280,20 +280,36 @@ def _built(specs) -> bytes:
     return b"".join(s.build(MADE_SAFE_FOR) for s in specs)
 
 
-def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> list[Edit]:
+def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> tuple[list[Edit], list[str]]:
     """The edits of instruction-pattern rules (``match.mnemonic``) inside
-    [start, end): at each instruction, those of the first rule that matches
-    and changes something (set, replace, insert_before, insert_after or its
-    fix); _KernelRefused when a fix cannot be done exactly."""
+    [start, end), and the ids of the rules they perform.  At each
+    instruction the ``set`` fields of every matching set-only rule are merged
+    into one re-encoding; a rule with other actions (replace, insert_before,
+    insert_after, fix) must be the only one that changes the instruction.
+    Whatever cannot be performed as the rules say refuses the kernel
+    (_KernelRefused): two rules setting one field to different values, two
+    rules that would each rewrite the instruction, a fix that cannot be done
+    exactly."""
     if not rules:
-        return []
+        return [], []
     co = ctx.co
     text = co.section(".text")
     code = co.text[start - text.addr : end - text.addr]
-    out = []
+    out: list[Edit] = []
+    used: list[str] = []
     for inst in decode(code, SOURCE_ISA, start):
-        for r in rules:
-            if not r.matches_instruction(inst):
+        matching = [r for r in rules if r.matches_instruction(inst)]
+        if not matching:
+            continue
+        acts: list[tuple[list[str], list[Edit]]] = []  # (rule ids, edits) of each change
+        merged: dict[str, tuple[int, str]] = {}
+        for r in matching:
+            if r.set_fields and r.fix is None and r.replace is None and not r.insert_before and not r.insert_after:
+                for k, v in r.set_fields:
+                    if k in merged and merged[k][0] != v:
+                        raise _KernelRefused(f"rules {merged[k][1]} and {r.id} set {k} of {inst.text()} at "
+                                             f"{inst.address:#x} to different values ({merged[k][0]}, {v})")
+                    merged.setdefault(k, (v, r.id))
                 continue
             if r.fix is not None:
                 try:
@@ -303,9 +319,23 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
             else:
                 edits = _instruction_edits(ctx, r, inst.address, inst)
             if edits:
-                out.extend(edits)
-                break
-    return out
+                acts.append(([r.id], edits))
+        changes = {k: v for k, (v, _) in merged.items() if inst.fields.get(k) != v}
+        if changes:
+            ids = list(dict.fromkeys(rid for k, (_, rid) in merged.items() if k in changes))
+            try:
+                acts.append((ids, [Edit(inst.address, "replace", encode(inst, **changes), ids[0])]))
+            except KpatchError as e:
+                raise _KernelRefused(f"rules {', '.join(ids)} at {inst.address:#x}: {inst.text()}: "
+                                     f"{e.reason}") from None
+        if len(acts) > 1:
+            names = ", ".join(i for ids, _ in acts for i in ids)
+            raise _KernelRefused(f"rules {names} each change {inst.text()} at {inst.address:#x}; kpatch does "
+                                 f"not combine their actions")
+        for ids, edits in acts:
+            out.extend(edits)
+            used.extend(ids)
+    return out, used
 
 
 def _check_source(co: CodeObject) -> None:
@@ -390,10 +420,15 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                 used.append(rule.id)
             edits = list(dict.fromkeys(edits))  # e.g. one s_clause dropped for several findings
             if kr.name in ranges:
-                pe = _pattern_edits(ctx, pattern_rules, *ranges[kr.name])
-                taken = {e.address for e in edits if e.action == "replace"}
-                edits.extend(e for e in pe if e.address not in taken)
-                used.extend(e.rule for e in pe)
+                pe, pe_rules = _pattern_edits(ctx, pattern_rules, *ranges[kr.name])
+                taken = {e.address: e.rule for e in edits if e.action == "replace"}
+                clash = next((e for e in pe if e.action == "replace" and e.address in taken), None)
+                if clash is not None:  # never drop what a rule says silently
+                    raise _KernelRefused(f"rule {clash.rule} and the fix of rule {taken[clash.address]} both "
+                                         f"rewrite the instruction at {clash.address:#x}; kpatch does not "
+                                         f"combine them")
+                edits.extend(pe)
+                used.extend(pe_rules)
         except _KernelRefused as e:
             into[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
             continue

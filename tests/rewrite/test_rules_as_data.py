@@ -274,3 +274,42 @@ def test_native_without_a_labelling_rule_set_is_one_usage_error_before_any_work(
         'error: native mode writes code labelled gfx1010: the rule sets need one that labels it '
         '(mach = "gfx1010", e.g. retarget-gfx1010)']
     assert not (tmp_path / "out").exists()
+
+
+# --- several pattern rules on one instruction: performed together, or refused -----------
+
+def test_two_set_rules_on_one_instruction_are_both_performed(tmp_path):
+    # the shipped cache-policy set: KC001 sets glc+dlc on loads, KC002 clears slc on loads and stores
+    obj = _build(tmp_path, "    global_load_dword v1, v[2:3], off slc\n    s_waitcnt vmcnt(0)")
+    res = patch_code_object(open(obj, "rb").read(), mode="override",
+                            rule_sets=["gfx1010-hazards", "gfx1010-isa", "cache-policy"])
+    assert res.data is not None, [(k.name, k.reason) for k in res.kernels]
+    [k] = res.kernels
+    assert {"KC001", "KC002"} <= set(k.rules)
+    out = tmp_path / "cp.hsaco"
+    out.write_bytes(res.data)
+    [load] = [t for t in kernels_text(str(out), "gfx1030")["k"] if t.startswith("global_load_dword")]
+    assert load == "global_load_dword v1, v[2:3], off glc dlc"  # slc gone, glc and dlc set
+
+
+def test_two_rules_setting_one_field_differently_refuse(tmp_path):
+    obj = _build(tmp_path, "    global_load_dword v1, v[2:3], off\n    s_waitcnt vmcnt(0)")
+    body = ('match.mnemonic = "global_load_dword"\nset = { glc = 1 }\n\n'
+            '[[rule]]\nid = "KZ002"\nname = "other"\nsummary = "s"\nexplain = "e"\n'
+            'match.mnemonic = "global_load_dword"\nset = { glc = 0, slc = 1 }\n')
+    rules = rule_file(tmp_path, body)
+    res = patch_code_object(open(obj, "rb").read(), mode="override", rule_sets=["gfx1010-hazards", "mine"],
+                            extra_rule_files=[rules])
+    [k] = res.kernels
+    assert k.status == "refused" and "KZ001 and KZ002 set glc" in k.reason
+
+
+def test_a_pattern_rule_on_an_instruction_a_fix_rewrites_refuses(tmp_path):
+    # the FLAT offset fold (KI003) rewrites this load; KC002 (clear slc) on it would be silently lost
+    obj = _build(tmp_path, "    flat_load_dword v1, v[2:3] offset:8 slc\n    s_waitcnt vmcnt(0) lgkmcnt(0)")
+    sets = ["gfx1010-hazards", "gfx1010-isa"]
+    alone = patch_code_object(open(obj, "rb").read(), mode="override", rule_sets=sets)
+    assert "KI003" in alone.kernels[0].rules  # the fold happens without cache-policy
+    res = patch_code_object(open(obj, "rb").read(), mode="override", rule_sets=sets + ["cache-policy"])
+    [k] = res.kernels
+    assert k.status == "refused" and "KC002 and the fix of rule KI003 both rewrite" in k.reason, k.reason
