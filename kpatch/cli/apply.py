@@ -17,6 +17,7 @@ from kpatch.data import expand
 from kpatch.errors import KpatchError, UsageError
 from kpatch.outputs.apply_db import EntryReport, apply_to_db
 from kpatch.outputs.apply_file import apply_to_file
+from kpatch.outputs.blobpatch import written_with_unchanged
 from kpatch.outputs.device import Choice, detect_cu, detect_mode, read_gpu_nodes
 from kpatch.outputs.miopen_paths import DEFAULT_ROCM_ROOTS, check_output_dir, resolve_cache_dir, user_db_name
 from kpatch.rewrite.rules import load_all
@@ -88,8 +89,8 @@ def print_item(uri: str, status: str, reason: str, note: str, kernels: list[Kern
         return
     if status in ("skipped", "refused") or not kernels:
         out_console.print(f"{status:<9} {uri}: {reason or note or 'no kernels'}", markup=False)
-    elif status == "changed" and "written with" in note:  # some kernels keep their original code
-        out_console.print(f"{'partial':<9} {uri}: {note[note.index('written with'):]}", markup=False)
+    elif status == "changed" and (partial := written_with_unchanged(kernels)):  # some keep their original code
+        out_console.print(f"{'partial':<9} {uri}: {partial}", markup=False)
     for k in kernels:
         out_console.print(kernel_line(uri, k), markup=False)
 
