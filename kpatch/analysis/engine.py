@@ -228,8 +228,7 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
         unseen = tuple(f"branch at {insts[k].address:#x} leaves {span.name} (target {t:#x}): kpatch does not "
                        f"follow control flow across functions or into the middle of an instruction"
                        for k, t in bad[lo:hi])
-        rep.notes.extend(unseen)
-        rep.unseen = unseen
+        rep.unseen = unseen  # (the verdict's reasons say it: no separate note)
         rep.verdict = verdict_of(findings, unseen)
         (report.kernels if span.kind == "kernel" else report.functions).append(rep)
 
