@@ -69,11 +69,8 @@ def allocation(kernel, vgprs: int | None = None) -> int:
     kd = kernel.descriptor
     g = kd.vgpr_granule
     n = kd.vgpr_blocks_count if vgprs is None else -(-vgprs // g) * g
-    if kd.wavefront_size == 64:
-        try:
-            n += kd.get("SHARED_VGPR_COUNT") * SHARED_VGPR_GRANULE
-        except Exception:  # a descriptor layout without RSRC3.SHARED_VGPR_COUNT
-            pass
+    if kd.wavefront_size == 64 and "SHARED_VGPR_COUNT" in kd.bit_fields:  # RSRC3 of the GFX10 layout
+        n += kd.get("SHARED_VGPR_COUNT") * SHARED_VGPR_GRANULE
     return n
 
 

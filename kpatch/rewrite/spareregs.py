@@ -51,8 +51,6 @@ from kpatch.isa.tables import IMPLICIT_FORMATS, implicit_uses
 from kpatch.rewrite import residency
 
 CALLS = ("s_call_b64", "s_swappc_b64", "s_setpc_b64")
-#: formats of vector ALU instructions (the only ones that can address VGPRs through M0)
-VALU = IMPLICIT_FORMATS
 SOURCE_ISA = "gfx1030"
 
 
@@ -108,7 +106,7 @@ def _max_vgpr(insts) -> tuple[int, str]:
         if i.is_unknown:
             word = int.from_bytes(i.raw[:4], "little")
             return top, f"the word {word:#010x} at {i.address:#x} does not decode, so what it names is unknown"
-        if i.format in VALU:
+        if i.format in IMPLICIT_FORMATS:  # vector ALU: the only ones that index VGPRs through M0
             implicit = uses.get((i.format, i.opcode))
             if implicit is None:
                 return top, f"LLVM's implicit registers of {i.mnemonic} at {i.address:#x} are not known"
