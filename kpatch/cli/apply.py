@@ -201,6 +201,8 @@ class ReportPairs:
         changed = []
         for label, old, new in self.pairs:
             owner = by_uri.get(label) or by_uri.get(label.split("#", 1)[0]) or by_uri.get(label.rsplit("&entry=", 1)[0])
+            if owner is not None and owner.status != "changed":
+                continue  # not delivered after all (another process wrote its key meanwhile)
             outcomes = {k.name: (k.status, k.reason) for k in owner.kernels} if owner is not None else {}
             changed.append(ChangedPair(label, old, new, new_uri(owner, label, old, new) if owner else "", outcomes))
         return build_report(changed, old_name="source", new_name="output", apply=info)
@@ -276,11 +278,14 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
             "mode": mode.value, "mode_reason": mode.why, "cu": cu_choice.value, "cu_reason": cu_choice.why,
             "output": output, "output_reason": out_choice.why, "rule_sets": rule_sets, "dry_run": dry_run,
             "written": result.written, "created": result.created, "backup": result.backup,
+            "conflicts": [{"uri": e.uri, "reason": e.reason} for e in result.conflicts],
             "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts,
             "report": report.write(result.entries, as_json=True, **report_kw)}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        for e in result.conflicts:
+            out_console.print(f"not written {e.uri}: {e.reason}", markup=False)
         out_console.print(summary_text(counts, "entries"), markup=False)
         if dry_run:
             out_console.print(f"dry run: nothing written ({counts['changed']} entries would go to {output})",
@@ -391,9 +396,13 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     The user DB directory is MIOPEN_CUSTOM_CACHE_DIR (with the MIOpen version
     appended from MIOpen 3.5 on), else ~/.cache/miopen/<version> of the newest
     MIOpen found, else give --out-dir.  Only entries that changed are written;
-    other entries of an existing user DB stay as they are.  The DB is replaced
-    atomically after a backup (each `kpatch revert` steps back one apply); a
-    second run changes nothing.  kpatch never writes into system directories.
+    other entries of an existing user DB stay as they are.  The changed rows
+    go into the DB in one SQLite transaction, after a backup of the rows they
+    replace (each `kpatch revert` steps back one apply); MIOpen may keep
+    running and writing the DB meanwhile: kpatch waits for its writes (up to
+    60 s), never loses them, and keeps a row MIOpen wrote under a key while
+    kpatch was patching it.  A second run changes nothing.  kpatch never
+    writes into system directories, nor through a symbolic link.
 
     \b
     Output: per kernel `patched`, `refused` (with the reason) or `untouched`,
@@ -404,8 +413,9 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     Exit status: 0 when every input was read (refused kernels are results,
     not failures); 1 when some input could not be read (each named on
     stderr; the rest is still done); 2 for usage errors (also: mode or CU
-    count that cannot be detected, output in a system directory, user DB
-    in use; nothing is written); 3 on an internal error.
+    count that cannot be detected, output in a system directory or a
+    symbolic link, user DB locked by MIOpen for over 60 s; nothing is
+    written); 3 on an internal error; 130 when interrupted.
     """
     if file and dbs:
         raise click.UsageError("give either FILE -o OUT or --db SRC, not both")

@@ -38,7 +38,9 @@ out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.
 
 
 def error_line(item: str | None, reason: str) -> None:
-    """Print one line naming the item and the reason, on stderr."""
+    """Print one line naming the item and the reason, on stderr (a reason
+    that spans lines, e.g. quoted from SQLite, is joined into one)."""
+    reason = "; ".join(part.strip() for part in str(reason).splitlines() if part.strip())
     text = f"error: {item}: {reason}" if item else f"error: {reason}"
     err_console.print(text, markup=False, style="red")
 

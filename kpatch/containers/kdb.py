@@ -19,6 +19,7 @@ import shutil
 import sqlite3
 import tempfile
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 from urllib.parse import quote
@@ -41,20 +42,27 @@ SCHEMA_SQL = (
 )
 
 #: MIOpen's lookup (``KernDb::FindRecordUnsafe``), with the two values it
-#: pastes into the SQL text as bound parameters instead.
+#: pastes into the SQL text as bound parameters instead.  Keys are bound as
+#: the exact bytes of the TEXT value (:func:`key_param`): ``CAST(? AS TEXT)``
+#: of a blob is those bytes as TEXT, with no UTF-8 check or normalisation.
 SELECT_SQL = (
     "SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db "
-    "WHERE (kernel_name = ?) AND (kernel_args = ?);"
+    "WHERE (kernel_name = CAST(? AS TEXT)) AND (kernel_args = CAST(? AS TEXT));"
 )
 
-#: MIOpen's store (``KernDb::StoreRecordUnsafe``).
+#: MIOpen's store (``KernDb::StoreRecordUnsafe``), keys bound as :data:`SELECT_SQL` does.
 INSERT_SQL = (
     "INSERT OR REPLACE INTO kern_db"
-    "(kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) VALUES(?, ?, ?, ?, ?);"
+    "(kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) "
+    "VALUES(CAST(? AS TEXT), CAST(? AS TEXT), ?, ?, ?);"
 )
 
 #: Columns MIOpen's SELECT and INSERT need.
 REQUIRED_COLUMNS = ("kernel_name", "kernel_args", "kernel_blob", "kernel_hash", "uncompressed_size")
+
+#: The columns :func:`_entry` reads (after the id), with the key columns' storage classes.
+_ROW_COLUMNS = ("kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size, "
+                "typeof(kernel_name), typeof(kernel_args)")
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BZ2_BLOCK_MAGICS = (bytes.fromhex("314159265359"), bytes.fromhex("177245385090"))
@@ -79,6 +87,22 @@ def is_bz2(first_bytes: bytes) -> bool:
     if len(b) < 4 or not b.startswith(b"BZh") or b[3:4] not in b"123456789":
         return False
     return len(b) < 10 or b[4:10] in _BZ2_BLOCK_MAGICS
+
+
+def key_text(stored: bytes) -> str:
+    """A key column's stored bytes as the ``str`` kpatch carries: UTF-8, with
+    any byte that is not valid UTF-8 (including encoded surrogates) kept as a
+    lone surrogate (``surrogateescape``), so :func:`key_param` gives back
+    exactly ``stored`` for every byte string.  Nothing is normalised."""
+    return stored.decode("utf-8", "surrogateescape")
+
+
+def key_param(key: str | bytes) -> bytes:
+    """The exact stored bytes of a key (the inverse of :func:`key_text`), to
+    bind where the SQL says ``CAST(? AS TEXT)``."""
+    if isinstance(key, bytes):
+        return key
+    return key.encode("utf-8", "surrogateescape")
 
 
 def md5_hex(code: bytes) -> str:
@@ -148,9 +172,11 @@ class KdbEntry:
     """One ``kern_db`` row, as stored.  A row that cannot be read (a NULL or
     non-UTF-8 key or hash, a blob that is not a blob, a size that is not an
     integer, an SQLite error reading just that row) is still an entry, with
-    ``error`` saying why; its :meth:`code` raises that.  ``key_readable``
-    is False when ``kernel_name`` / ``kernel_args`` are not the stored key
-    (then they are a best-effort rendering, for messages only)."""
+    ``error`` saying why; its :meth:`code` raises that.  ``kernel_name`` and
+    ``kernel_args`` carry the stored bytes exactly (:func:`key_text`: any
+    byte string, valid UTF-8 or not); ``key_readable`` is False only when
+    they are not the stored key (a NULL or non-text key, or a row SQLite
+    cannot read; then they are a best-effort rendering, for messages only)."""
 
     id: int
     kernel_name: str
@@ -217,6 +243,20 @@ def _text(value: object, column: str) -> str:
             return value.decode("utf-8")
         except UnicodeDecodeError:
             raise FormatError(f"{column} is not UTF-8") from None
+    return _not_text(value, column)
+
+
+def _key(value: object, column: str, stored_as: object = b"text") -> str:
+    """A key column as stored (:func:`key_text`); ``stored_as`` is SQLite's
+    ``typeof()`` of it: a BLOB is not a key MIOpen's TEXT lookup can match."""
+    if isinstance(value, bytes):
+        if stored_as == b"blob":
+            raise FormatError(f"{column} is stored as a BLOB, not TEXT (MIOpen's lookup never finds this row)")
+        return key_text(value)
+    return _not_text(value, column)
+
+
+def _not_text(value: object, column: str) -> str:
     if value is None:
         raise FormatError(f"{column} is NULL")
     raise FormatError(f"{column} is {type(value).__name__} {value!r}, not text")
@@ -230,13 +270,14 @@ def _loose_text(value: object) -> str:
 
 
 def _entry(rowid: int, row_id: object, name: object, args: object, blob: object, md5: object,
-           size: object) -> KdbEntry:
+           size: object, name_type: object = b"text", args_type: object = b"text") -> KdbEntry:
     """One row as an entry; a row that cannot be read gives an entry whose
-    ``error`` says why (``rowid``: SQLite's rowid, used when ``id`` is bad)."""
+    ``error`` says why (``rowid``: SQLite's rowid, used when ``id`` is bad;
+    ``*_type``: SQLite's ``typeof()`` of the key columns)."""
     id_ok = isinstance(row_id, int) and not isinstance(row_id, bool)
     ident = row_id if id_ok else rowid
     try:
-        key = (_text(name, "kernel_name"), _text(args, "kernel_args"))
+        key = (_key(name, "kernel_name", name_type), _key(args, "kernel_args", args_type))
     except FormatError as e:
         return KdbEntry(ident, _loose_text(name), _loose_text(args), b"", "", 0, e.reason, key_readable=False)
     try:
@@ -305,7 +346,8 @@ class KernelDB:
 
     @classmethod
     def open(
-        cls, path: str, *, writable: bool = False, cache_dir: str | None = None, max_output: int | None = None
+        cls, path: str, *, writable: bool = False, cache_dir: str | None = None, max_output: int | None = None,
+        busy_timeout: float = 5.0, create: bool = False,
     ) -> "KernelDB":
         """Open a ``.kdb``, ``.ukdb`` or ``.kdb.bz2``.
 
@@ -318,7 +360,18 @@ class KernelDB:
         ``max_output``: cap on a ``.kdb.bz2``'s decompressed size (default
         :data:`kpatch.containers.limits.MAX_KDB_BYTES`).  Every statement
         on the DB is bounded (:func:`_connect`).
+
+        ``writable`` opens read-write, as MIOpen opens a user DB: SQLite's
+        locking is shared with every other process (MIOpen) that has the DB
+        open, and a statement waits up to ``busy_timeout`` seconds for
+        another process's write to end.  With ``create`` a missing file
+        becomes a new DB with MIOpen's schema in WAL mode, as MIOpen creates
+        a user DB.  A writable DB whose main file is still empty (a DB
+        another process just created: its first pages are in its ``-wal``)
+        is opened through SQLite rather than refused.
         """
+        if create and not os.path.lexists(path):
+            return cls._open_created(path, busy_timeout)
         head = _read_head(path)
         db_path, temp = path, False
         if is_bz2(head):
@@ -327,11 +380,11 @@ class KernelDB:
             db_path, temp = _decompressed_copy(path, cache_dir, max_output)
         try:
             head = _read_head(db_path)
-            if not head:
+            if not head and not writable:
                 raise FormatError("not a MIOpen kernel DB: empty file", path)
-            if not is_sqlite(head):
+            if head and not is_sqlite(head):
                 raise FormatError(f"not an SQLite database (starts with {head[:8]!r})", path)
-            conn = _connect(db_path, writable=writable, immutable=temp)
+            conn = _connect(db_path, writable=writable, immutable=temp, busy_timeout=busy_timeout)
         except BaseException:
             if temp:
                 _remove(db_path)
@@ -339,8 +392,24 @@ class KernelDB:
         db = cls(conn, path, db_path, writable=writable, temp=temp)
         try:
             db._validate()
-            if writable and path.endswith(".ukdb"):
-                db._exec("PRAGMA journal_mode=WAL;")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @classmethod
+    def _open_created(cls, path: str, busy_timeout: float) -> "KernelDB":
+        """A new user DB at ``path`` (or the one another process created
+        meanwhile), with MIOpen's schema, in WAL mode."""
+        conn = _connect(path, writable=True, immutable=False, busy_timeout=busy_timeout, create=True)
+        db = cls(conn, path, path, writable=True)
+        try:
+            db._exec("PRAGMA journal_mode=WAL;")
+            db._exec("BEGIN IMMEDIATE;")
+            for statement in filter(None, (s.strip() for s in SCHEMA_SQL.split(";"))):
+                db._exec(statement + ";")
+            db._exec("COMMIT;")
+            db._validate()
         except BaseException:
             db.close()
             raise
@@ -424,8 +493,7 @@ class KernelDB:
         FormatError, raised before any entry."""
         idc = getattr(self, "_id_column", "id")
         rowids = [r[0] for r in self._rows("SELECT rowid FROM kern_db ORDER BY rowid;")]
-        select = (f"SELECT {idc}, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size "
-                  f"FROM kern_db WHERE rowid = ?;")
+        select = (f"SELECT {idc}, {_ROW_COLUMNS} FROM kern_db WHERE rowid = ?;")
         for rowid in rowids:
             try:
                 rows = self._rows(select, (rowid,))
@@ -438,22 +506,21 @@ class KernelDB:
     def get(self, kernel_name: str, kernel_args: str) -> KdbEntry | None:
         """The row MIOpen's lookup finds for this key (via :data:`SELECT_SQL`),
         or None."""
-        key = (kernel_name, kernel_args)
+        key = (key_param(kernel_name), key_param(kernel_args))
         rows = self._rows(SELECT_SQL, key, limit=1)  # MIOpen takes the first row
         if not rows:
             return None
         idc = getattr(self, "_id_column", "id")
-        ids = self._rows(f"SELECT {idc} FROM kern_db WHERE (kernel_name = ?) AND (kernel_args = ?);", key, limit=1)
+        ids = self._rows(f"SELECT {idc} FROM kern_db WHERE (kernel_name = CAST(? AS TEXT)) "
+                         f"AND (kernel_args = CAST(? AS TEXT));", key, limit=1)
         blob, md5, size = rows[0]
         row_id = ids[0][0] if ids else -1
-        return _entry(row_id if isinstance(row_id, int) else -1, row_id, kernel_name.encode(), kernel_args.encode(),
-                      blob, md5, size)
+        return _entry(row_id if isinstance(row_id, int) else -1, row_id, *key, blob, md5, size)
 
     def row(self, rowid: int) -> KdbEntry | None:
         """The row with this rowid (see :meth:`KdbEntry.uri`), or None."""
         idc = getattr(self, "_id_column", "id")
-        rows = self._rows(f"SELECT {idc}, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size "
-                          f"FROM kern_db WHERE rowid = ?;", (rowid,), limit=1)
+        rows = self._rows(f"SELECT {idc}, {_ROW_COLUMNS} FROM kern_db WHERE rowid = ?;", (rowid,), limit=1)
         return _entry(rowid, *rows[0]) if rows else None
 
     # --- writing ---------------------------------------------------------
@@ -466,11 +533,47 @@ class KernelDB:
         blob, md5, size = encode_blob(code)
         if not self._conn.in_transaction:
             self._exec("BEGIN;")
-        self._exec(INSERT_SQL, (kernel_name, kernel_args, blob, md5, size))
+        self._exec(INSERT_SQL, (key_param(kernel_name), key_param(kernel_args), blob, md5, size))
 
     def commit(self) -> None:
         if self._conn.in_transaction:
             self._exec("COMMIT;")
+
+    @contextmanager
+    def write_transaction(self) -> Iterator["KernelDB"]:
+        """One write transaction (``BEGIN IMMEDIATE``: it waits up to the
+        busy timeout for another process's write, then holds SQLite's write
+        lock): committed when the block ends, rolled back if it raises."""
+        if not self.writable:
+            raise UsageError("kernel DB is open read-only", self.path)
+        self._exec("BEGIN IMMEDIATE;")
+        try:
+            yield self
+        except BaseException:
+            if self._conn is not None and self._conn.in_transaction:
+                self._conn.rollback()
+            raise
+        self._exec("COMMIT;")
+
+    def put_row(self, kernel_name: str | bytes, kernel_args: str | bytes, blob: bytes, md5: str,
+                size: int) -> None:
+        """Store an already encoded row (:func:`encode_blob`) as MIOpen's INSERT OR REPLACE does."""
+        if not self.writable:
+            raise UsageError("kernel DB is open read-only", self.path)
+        self._exec(INSERT_SQL, (key_param(kernel_name), key_param(kernel_args), blob, md5, size))
+
+    def delete(self, kernel_name: str | bytes, kernel_args: str | bytes) -> None:
+        """Remove the row with this key (if any)."""
+        if not self.writable:
+            raise UsageError("kernel DB is open read-only", self.path)
+        self._exec("DELETE FROM kern_db WHERE (kernel_name = CAST(? AS TEXT)) AND (kernel_args = CAST(? AS TEXT));",
+                   (key_param(kernel_name), key_param(kernel_args)))
+
+    def integrity(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` result: ``ok``, or its first complaints."""
+        rows = self._rows("PRAGMA integrity_check(10);")
+        text = "; ".join(" ".join(_loose_text(r[0]).split()) for r in rows)
+        return text or "no result"
 
     def close(self) -> None:
         """Close the connection (uncommitted writes are rolled back) and remove
@@ -538,13 +641,15 @@ def _bound(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA trusted_schema = OFF;")
 
 
-def _connect(db_path: str, *, writable: bool, immutable: bool) -> sqlite3.Connection:
-    """Open the SQLite file (read-only unless ``writable``), bound its work
-    (:func:`_bound`) and read its schema; read-only opens fall back to
-    ``immutable=1`` when SQLite cannot open a WAL database read-only (no
-    -shm file and a read-only directory)."""
+def _connect(db_path: str, *, writable: bool, immutable: bool, busy_timeout: float = 5.0,
+             create: bool = False) -> sqlite3.Connection:
+    """Open the SQLite file (read-only unless ``writable``; created when
+    missing with ``create``), bound its work (:func:`_bound`), wait up to
+    ``busy_timeout`` seconds for other processes' locks, and read its schema;
+    read-only opens fall back to ``immutable=1`` when SQLite cannot open a
+    WAL database read-only (no -shm file and a read-only directory)."""
     if writable:
-        attempts = [{"mode": "rw"}]
+        attempts = [{"mode": "rwc" if create else "rw"}]
     elif immutable:
         attempts = [{"mode": "ro", "immutable": "1"}]
     else:
@@ -553,7 +658,7 @@ def _connect(db_path: str, *, writable: bool, immutable: bool) -> sqlite3.Connec
         conn = None
         try:
             conn = sqlite3.connect(_sqlite_uri(db_path, **params), uri=True, isolation_level=None,
-                                   factory=_Connection)
+                                   factory=_Connection, timeout=busy_timeout)
             conn.text_factory = bytes
             _bound(conn)
             conn._kpatch_budget.reset()

@@ -8,8 +8,9 @@ Forms (every component percent-encoded):
   offload bundle (plain or CCOB) and the code object is its entry ``ID``,
   e.g. ``file:///usr/lib/librocrand.so#offset=4096&size=81920&entry=hipv4-amdgcn-amd-amdhsa--gfx1030``.
 * ``kdb:///abs/path.kdb?name=NAME&args=ARGS`` - the blob of the MIOpen kernel
-  DB entry with that ``kernel_name`` / ``kernel_args`` (decompressed).  A
-  fragment ``#entry=ID`` selects a bundle entry when the blob is a bundle.
+  DB entry with that ``kernel_name`` / ``kernel_args`` (decompressed),
+  percent-encoded byte for byte as the DB stores them (also bytes that are
+  not UTF-8, NUL and newlines).  A fragment ``#entry=ID`` selects a bundle entry when the blob is a bundle.
 * ``kdb:///abs/path.kdb?row=N`` - the entry with rowid ``N``; kpatch names a
   row so only when its key cannot be read (e.g. a NULL ``kernel_name``).
 * ``zip:///abs/file.whl?member=PATH`` - a member of a zip/wheel, read in
@@ -52,7 +53,8 @@ class Uri:
 
 
 def _q(s: str) -> str:
-    return quote(s, safe="")
+    # surrogateescape: a kdb key that is not valid UTF-8 (kdb.key_text) keeps its exact bytes
+    return quote(s, safe="", errors="surrogateescape")
 
 
 def format_uri(u: Uri) -> str:
@@ -85,7 +87,7 @@ def _pairs(part: str, uri: str) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"URI component {item!r} is not key=value", uri)
-        out[unquote(key)] = unquote(value)
+        out[unquote(key)] = unquote(value, errors="surrogateescape")
     return out
 
 

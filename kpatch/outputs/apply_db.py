@@ -11,8 +11,11 @@ For every entry of every source DB (system ``.kdb``, ``.kdb.bz2``, or a
 3. only a blob that changed, and differs from what the output DB already
    holds under the output key, is staged.
 
-Then the staged rows are written into the output DB in one atomic step with
-a backup first (:mod:`kpatch.outputs.userdb`).
+Then the staged rows are written into the output DB in one write
+transaction, beside MIOpen if it is running, with a backup first
+(:mod:`kpatch.outputs.userdb`).  A row another process wrote under the same
+key while kpatch was patching is kept, and that entry is reported
+``unchanged`` with the reason.
 
 One bad entry never stops the others: a row that cannot be read, a blob
 that does not decode, a code object that does not parse, even a bug in
@@ -49,7 +52,7 @@ from kpatch.errors import KpatchError, internal_reason
 from kpatch.outputs.blobpatch import patch_blob
 from kpatch.outputs.miopen_paths import check_output_dir
 from kpatch.outputs.patchfn import RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, ProvenanceFn
-from kpatch.outputs.userdb import StagedRows, commit_rows
+from kpatch.outputs.userdb import StagedRows, commit_rows, refuse_links
 
 ENTRY_STATUSES = ("changed", "unchanged", "skipped", "error")
 
@@ -65,10 +68,10 @@ AHEAD_PER_WORKER = 4
 def output_args(kernel_args: str, mode: str) -> str | None:
     """The ``kernel_args`` of the output entry, or None when the key is not
     one the mode handles.  The trailing ``-mcpu=<input>`` token (at the
-    start or after whitespace) is replaced by ``-mcpu=<output>``, nothing
-    else changes."""
+    start or after whitespace, and last: not even a newline after it) is
+    replaced by ``-mcpu=<output>``, nothing else changes."""
     src, dst = SOURCE_PROCESSOR[mode], RESULT_PROCESSOR[mode]
-    m = re.search(r"(^|\s)-mcpu=" + re.escape(src) + r"$", kernel_args)
+    m = re.search(r"(^|\s)-mcpu=" + re.escape(src) + r"\Z", kernel_args)
     if not m:
         return None
     return kernel_args[: m.end() - len(src)] + dst
@@ -109,6 +112,8 @@ class DbApplyResult:
     backup: str | None = None
     created: bool = False
     dry_run: bool = False
+    #: EntryReports of rows not written because another process wrote the key meanwhile.
+    conflicts: list[EntryReport] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in ENTRY_STATUSES}
@@ -133,14 +138,22 @@ def _stored_hash(db: KernelDB | None, name: str, args: str | None) -> str | None
         return None
 
 
-def _existing_code(db: KernelDB | None, name: str, args: str) -> bytes | None:
+def _existing(db: KernelDB | None, name: str, args: str) -> tuple[str | None, bytes | None]:
+    """(kernel_hash, code) of the row ``db`` holds under the key: (None,
+    None) when there is none; code None when it cannot be decoded (it will
+    be replaced, if it is still the same row when kpatch writes)."""
     if db is None:
-        return None
+        return None, None
     try:
         row = db.get(name, args)
-        return row.code() if row is not None else None
     except KpatchError:
-        return None  # unreadable: it will be replaced
+        return None, None
+    if row is None:
+        return None, None
+    try:
+        return row.kernel_hash, row.code()
+    except KpatchError:
+        return row.kernel_hash, None
 
 
 @contextmanager
@@ -187,6 +200,7 @@ def apply_to_db(sources: Iterable[str], output_db: str, *, mode: str, rule_sets:
     sources = list(sources)
     output_db = os.path.abspath(output_db)
     check_output_dir(os.path.dirname(output_db), [s for s in sources if is_system_db(s)], create=not dry_run)
+    refuse_links(output_db)
     result = DbApplyResult(output_db, dry_run=dry_run)
     staged = None if dry_run else StagedRows(os.path.dirname(output_db), os.path.basename(output_db))
     staged_keys: set[tuple[str, str]] = set()
@@ -201,10 +215,25 @@ def apply_to_db(sources: Iterable[str], output_db: str, *, mode: str, rule_sets:
             result.written = done.written
             result.backup = done.backup.path if done.backup else None
             result.created = done.created
+            _mark_conflicts(result, {(name, args): why for name, args, why in done.conflicts})
     finally:
         if staged is not None:
             staged.close()
     return result
+
+
+def _mark_conflicts(result: DbApplyResult, conflicts: dict[tuple[str, str], str]) -> None:
+    """Entries whose rows were not written (another process wrote the key
+    meanwhile) become ``unchanged``, with the reason; their kernels were not
+    delivered."""
+    for e in result.entries:
+        why = conflicts.get((e.kernel_name, e.output_args)) if e.status == "changed" else None
+        if why is None:
+            continue
+        e.status, e.reason = "unchanged", why
+        e.kernels = [KernelOutcome(k.name, "untouched", "not written: " + why, k.rules)
+                     if k.status == "patched" else k for k in e.kernels]
+        result.conflicts.append(e)
 
 
 def jobs_for(patch_fn: PatchFn, is_patched: ProvenanceFn) -> int:
@@ -368,13 +397,14 @@ def _entry_report(entry, outcome: Outcome, base: Uri, existing: KernelDB | None,
         report.reason = r.note if not r.kernels else ""
         return report
     key = (entry.kernel_name, out_args)
-    if _existing_code(existing, *key) == r.data and key not in staged_keys:
+    held, held_code = _existing(existing, *key)
+    if held_code == r.data and key not in staged_keys:
         report.status, report.reason = "unchanged", "the user DB already holds the patched code"
         report.kernels = [KernelOutcome(k.name, "untouched", "already patched in the user DB", k.rules)
                           if k.status == "patched" else k for k in report.kernels]
         return report
     if staged is not None:
-        staged.add(entry.kernel_name, out_args, r.data)
+        staged.add(entry.kernel_name, out_args, r.data, expected_hash=held)
     staged_keys.add(key)
     if on_change is not None:
         for entry_id, old, new in r.pairs:

@@ -1,50 +1,89 @@
-"""Writing MIOpen's user kernel DB (``.ukdb``) safely: merge, backup, revert.
+"""Writing MIOpen's user kernel DB (``.ukdb``) beside a running MIOpen:
+apply, backup, revert.
 
-MIOpen opens user DBs in SQLite's WAL mode, so committed rows may still sit
-in ``<db>-wal`` next to the file.  Replacing the main file under a WAL that
-belongs to the old file would make SQLite replay old pages onto the new
-file, so every change here goes:
+MIOpen writes its user DB itself whenever it compiles a kernel at run time
+(SQLite in WAL mode; it waits up to 60 s for a lock and then retries).  A
+process may hold the DB open for as long as it runs, so replacing the file
+(a rename) would lose what such a process commits afterwards, and could
+corrupt the DB.  kpatch therefore never replaces, truncates or copies over
+a user DB: every change is ONE write transaction in the live DB, through
+SQLite, so SQLite's locking serialises kpatch and MIOpen exactly as it
+serialises two MIOpen processes.  Rows kpatch does not change are never
+touched.
 
-1. stage: changed rows (already encoded as MIOpen stores them) are collected
-   in a staging DB in the same directory (:class:`StagedRows`);
-2. quiesce: the WAL of the existing DB is checkpointed into the main file
-   (``PRAGMA wal_checkpoint(TRUNCATE)``); if another process (MIOpen) holds
-   the DB, nothing is changed and the user is told;
-3. backup: the existing file is copied to ``<db>.kpatch-backup-<UTC stamp>``
-   (when there was no DB, an empty ``...<stamp>.absent`` marker records that);
-4. build: the existing file is copied to a temporary file in the same
-   directory, the staged rows are stored in it with MIOpen's
-   ``INSERT OR REPLACE`` (every other row stays byte for byte), and its WAL
-   is checkpointed and closed;
-5. replace: after checking that the DB did not change meanwhile, the
-   temporary file is fsynced and renamed over the DB (``os.replace``).
+:func:`commit_rows` (``kpatch apply``):
 
-A failure or Ctrl-C at any point before 5 removes the temporary, staging and
-backup files and leaves the DB as it was.
+1. stage: the changed rows, already encoded as MIOpen stores them, each
+   with the ``kernel_hash`` of the row the user DB held under its key when
+   kpatch decided to replace it (or none), wait in a staging DB in the same
+   directory (:class:`StagedRows`);
+2. the live DB is opened (never through a symbolic link: :func:`refuse_links`)
+   and a write transaction begins (``BEGIN IMMEDIATE``, waiting up to
+   :data:`BUSY_TIMEOUT` seconds while MIOpen writes);
+3. a staged row whose key now holds something else than what kpatch saw
+   (another process wrote it meanwhile) is not written: that row is kept
+   and reported (:attr:`CommitResult.conflicts`);
+4. backup: the rows about to be replaced (byte for byte) and what kpatch
+   writes in their place go to a new file ``<db>.kpatch-backup-<UTC time>``
+   (:func:`write_backup`), synced to disk, before anything in the DB changes;
+5. the rows are stored with MIOpen's ``INSERT OR REPLACE`` and the
+   transaction commits.  A failure or Ctrl-C before the commit rolls back
+   (the DB is as before) and removes the backup.
 
-:func:`restore_latest` (``kpatch revert``) steps back one apply: it moves
-the newest backup over the DB (one atomic rename), so each revert restores
-the backup before the last one restored, back to the DB as it was before
-the first apply.
+:func:`restore_latest` (``kpatch revert``) steps back one apply: it checks
+the newest backup (:func:`read_backup`: it opens, ``PRAGMA
+integrity_check`` is ok, its schema is MIOpen's plus kpatch's record, every
+row decodes to its hash) and refuses a damaged one.  Then, in one write
+transaction, for each key that apply wrote: if the DB still holds what apply
+wrote, the row from before is put back (or the row removed, when apply had
+added it); if it already holds the row from before, nothing is done; if
+another process has written the key since, its row is kept and reported.
+Rows MIOpen added after the apply are never touched.  Then the backup is
+consumed, so the next revert steps back through the one before.
+
+A backup is an SQLite file with MIOpen's ``kern_db`` table (the rows apply
+replaced, exactly as they were) plus ``kpatch_backup`` (one row: format,
+the DB's path, when) and ``kpatch_written`` (per key: the hash apply wrote,
+and whether the key had a row before).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
+import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterator
-from urllib.parse import quote
 
-from kpatch.containers.kdb import INSERT_SQL, SCHEMA_SQL, encode_blob
-from kpatch.errors import UsageError
+from kpatch.containers.kdb import (
+    INSERT_SQL, SCHEMA_SQL, KdbEntry, KernelDB, encode_blob, key_param, key_text)
+from kpatch.errors import FormatError, KpatchError, UsageError
 
 BACKUP_TAG = ".kpatch-backup-"
+#: Suffix of the "there was no DB" markers older kpatch versions wrote (listed, never restored).
 ABSENT_SUFFIX = ".absent"
 _SIDE_FILES = ("-wal", "-shm", "-journal")
+#: Seconds a write waits for another process (MIOpen) to finish its write (MIOpen itself waits 60 s).
+BUSY_TIMEOUT = 60.0
+#: Format of the backup files this module writes.
+BACKUP_FORMAT = 2
+
+_BACKUP_SCHEMA = (
+    "CREATE TABLE kpatch_backup (format INTEGER NOT NULL, db_path TEXT NOT NULL, taken TEXT NOT NULL,"
+    " db_existed INTEGER NOT NULL);"
+    "CREATE TABLE kpatch_written (kernel_name TEXT NOT NULL, kernel_args TEXT NOT NULL,"
+    " written_hash TEXT NOT NULL, had_row INTEGER NOT NULL);"
+)
+_BACKUP_COLUMNS = {
+    "kpatch_backup": ("format", "db_path", "taken", "db_existed"),
+    "kpatch_written": ("kernel_name", "kernel_args", "written_hash", "had_row"),
+}
+
+#: One staged row: (kernel_name, kernel_args, kernel_blob, kernel_hash,
+#: uncompressed_size, hash the user DB held under the key when kpatch decided, or None).
+StagedRow = tuple[str, str, bytes, str, int, "str | None"]
 
 
 def _remove(*paths: str) -> None:
@@ -73,17 +112,6 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _connect(path: str, *, mode: str | None = None) -> sqlite3.Connection:
-    """A connection that never waits for locks; ``mode='rw'`` refuses to create the file."""
-    if mode is None:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=0)
-    else:
-        conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode={mode}", uri=True,
-                               isolation_level=None, timeout=0)
-    conn.text_factory = bytes
-    return conn
-
-
 def _temp_path(directory: str, base: str, kind: str) -> str:
     fd, path = tempfile.mkstemp(prefix=f".{base}.kpatch-{kind}-", suffix=".tmp", dir=directory)
     os.close(fd)
@@ -91,35 +119,88 @@ def _temp_path(directory: str, base: str, kind: str) -> str:
     return path
 
 
+def refuse_links(db_path: str) -> None:
+    """UsageError when the user DB, or one of SQLite's side files beside it
+    (``-wal``, ``-shm``, ``-journal``), is a symbolic link, or the DB is not
+    a regular file: kpatch never writes through a link it did not create
+    (it would change whatever file the link names)."""
+    for p in (db_path, *(db_path + s for s in _SIDE_FILES)):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise UsageError(f"is a symbolic link (to {os.readlink(p)}); kpatch never writes through a link "
+                             "it did not create: name the real file instead", p)
+        if p == db_path and not stat.S_ISREG(st.st_mode):
+            raise UsageError("is not a regular file", p)
+
+
+def open_live(db_path: str) -> KernelDB:
+    """The user DB opened for writing beside other processes (created with
+    MIOpen's schema when missing), after :func:`refuse_links`."""
+    refuse_links(db_path)
+    try:
+        return KernelDB.open(db_path, writable=True, create=True, busy_timeout=BUSY_TIMEOUT)
+    except KpatchError as e:
+        raise e.with_item(db_path)
+
+
+def _is_busy(e: KpatchError) -> bool:
+    return "database is locked" in e.reason or "database is busy" in e.reason
+
+
+def _busy_reason(what: str) -> str:
+    return (f"another process (MIOpen) kept the DB locked for more than {BUSY_TIMEOUT:g} s; {what}; "
+            "run kpatch again when it is done")
+
+
 # --- staging ---------------------------------------------------------------------
 
 
 class StagedRows:
     """Rows waiting to go into a user DB, stored encoded (bzip2 blob, MD5,
-    size) in a temporary SQLite file in ``directory``.  A later row with the
-    same key replaces an earlier one, as MIOpen's INSERT OR REPLACE would."""
+    size) in a temporary SQLite file in ``directory``, each with the hash of
+    the row the user DB held under its key when kpatch decided (None: no
+    row).  A later row with the same key replaces an earlier one, as MIOpen's
+    INSERT OR REPLACE would (keeping the first expectation: it is what the
+    user DB held)."""
 
     def __init__(self, directory: str, base: str = "ukdb"):
         self.path = _temp_path(directory, base, "staging")
-        self._conn = _connect(self.path)
+        self._conn = sqlite3.connect(self.path, isolation_level=None)
+        self._conn.text_factory = bytes
         self._conn.execute("PRAGMA journal_mode=OFF;")
         self._conn.execute("PRAGMA synchronous=OFF;")
-        self._conn.executescript(SCHEMA_SQL)
+        self._conn.execute(
+            "CREATE TABLE staged (id INTEGER PRIMARY KEY, kernel_name TEXT NOT NULL, kernel_args TEXT NOT NULL,"
+            " kernel_blob BLOB NOT NULL, kernel_hash TEXT NOT NULL, uncompressed_size INT NOT NULL,"
+            " expected_hash TEXT, UNIQUE(kernel_name, kernel_args));")
         self._conn.execute("BEGIN;")
-        self._count = 0
 
-    def add(self, kernel_name: str, kernel_args: str, code: bytes) -> None:
+    def add(self, kernel_name: str, kernel_args: str, code: bytes, expected_hash: str | None = None) -> None:
         blob, md5, size = encode_blob(code)
-        self._conn.execute(INSERT_SQL, (kernel_name, kernel_args, blob, md5, size))
+        key = (key_param(kernel_name), key_param(kernel_args))
+        row = self._conn.execute(
+            "SELECT expected_hash FROM staged WHERE kernel_name = CAST(? AS TEXT) AND kernel_args = CAST(? AS TEXT);",
+            key).fetchone()
+        if row is not None:
+            expected_hash = row[0].decode() if row[0] is not None else None
+        self._conn.execute(
+            "INSERT OR REPLACE INTO staged (kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size,"
+            " expected_hash) VALUES (CAST(? AS TEXT), CAST(? AS TEXT), ?, ?, ?, ?);",
+            (*key, blob, md5, size, expected_hash))
 
     def __len__(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM kern_db;").fetchone()[0])
+        return int(self._conn.execute("SELECT COUNT(*) FROM staged;").fetchone()[0])
 
-    def rows(self) -> Iterator[tuple[str, str, bytes, str, int]]:
+    def rows(self) -> Iterator[StagedRow]:
         cur = self._conn.execute(
-            "SELECT kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size FROM kern_db ORDER BY id;")
-        for name, args, blob, md5, size in cur:
-            yield name.decode(), args.decode(), blob, md5.decode(), size
+            "SELECT kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size, expected_hash "
+            "FROM staged ORDER BY id;")
+        for name, args, blob, md5, size, expected in cur:
+            yield key_text(name), key_text(args), blob, md5.decode(), size, (
+                expected.decode() if expected is not None else None)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -134,34 +215,7 @@ class StagedRows:
         self.close()
 
 
-# --- quiescing, backups ------------------------------------------------------------
-
-
-def quiesce(db_path: str) -> tuple[int, int]:
-    """Make sure no other process has ``db_path`` open, fold its WAL into the
-    main file and close it, so the file alone holds the whole DB.  Returns
-    the file's (size, mtime_ns) afterwards.  UsageError when another process
-    holds the DB (MIOpen running): every open SQLite connection keeps a
-    shared lock, so an exclusive lock is only granted when there is none."""
-    try:
-        conn = _connect(db_path, mode="rw")
-    except sqlite3.Error as e:  # pragma: no cover - depends on permissions
-        raise UsageError(f"cannot open for writing: {e}", db_path) from None
-    try:
-        conn.execute("PRAGMA locking_mode=EXCLUSIVE;")
-        conn.execute("BEGIN EXCLUSIVE;")
-        conn.execute("COMMIT;")
-        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE);").fetchone()[0]
-    except sqlite3.Error as e:
-        raise UsageError(f"is in use by another process (is MIOpen running?): {e}; nothing was changed",
-                         db_path) from None
-    finally:
-        conn.close()
-    wal = db_path + "-wal"
-    if busy or (os.path.exists(wal) and os.path.getsize(wal) > 0):
-        raise UsageError("is in use by another process (is MIOpen running?); nothing was changed", db_path)
-    st = os.stat(db_path)
-    return st.st_size, st.st_mtime_ns
+# --- backups -----------------------------------------------------------------------
 
 
 def _stamp(now: datetime | None = None) -> str:
@@ -171,12 +225,12 @@ def _stamp(now: datetime | None = None) -> str:
 
 @dataclass(frozen=True)
 class Backup:
-    """One backup of a user DB; ``absent`` marks "there was no DB"."""
+    """One backup file of a user DB (``absent``: an old-format "there was no DB" marker)."""
 
     path: str
     db_path: str
     stamp: str
-    absent: bool
+    absent: bool = False
 
     @property
     def when(self) -> str:
@@ -215,70 +269,121 @@ def dbs_with_backups(directory: str) -> list[str]:
                    and not n.endswith(".tmp")})
 
 
-def _copy_atomic(src: str, dst: str) -> None:
-    """Copy ``src`` to ``dst`` through a temporary file and a rename."""
-    directory = os.path.dirname(os.path.abspath(dst))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        shutil.copymode(src, tmp)
-        _fsync_file(tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def take_backup(db_path: str, *, now: datetime | None = None) -> Backup:
-    """Copy the (quiesced) DB to a new backup file, or write the "absent"
-    marker when there is no DB."""
-    stamp = _stamp(now)
-    base = db_path + BACKUP_TAG + stamp
-    if os.path.exists(db_path):
-        _copy_atomic(db_path, base)
-        return Backup(base, os.path.abspath(db_path), stamp, False)
-    path = base + ABSENT_SUFFIX
-    with open(path, "wb"):
-        pass
-    return Backup(path, os.path.abspath(db_path), stamp, True)
-
-
-# --- building and replacing ---------------------------------------------------------
-
-
-def _build(db_path: str, tmp: str, rows: Iterator[tuple[str, str, bytes, str, int]]) -> int:
-    """Write the new DB to ``tmp``: a copy of ``db_path`` (or a new DB) with
-    ``rows`` stored; return how many rows were stored."""
-    existed = os.path.exists(db_path)
-    if existed:
-        shutil.copyfile(db_path, tmp)
-        shutil.copymode(db_path, tmp)
-    conn = _connect(tmp)
-    n = 0
-    try:
-        conn.execute("PRAGMA journal_mode=WAL;")  # as MIOpen keeps user DBs
-        if not existed:
-            conn.executescript(SCHEMA_SQL)
-        conn.execute("BEGIN;")
-        for row in rows:
-            conn.execute(INSERT_SQL, row)
-            n += 1
-        conn.execute("COMMIT;")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE);")
-    finally:
-        conn.close()
-    for s in _SIDE_FILES:  # the last close removes them; a leftover empty one is harmless but untidy
-        p = tmp + s
-        if os.path.exists(p):
-            if s == "-wal" and os.path.getsize(p) > 0:
-                raise UsageError("SQLite left a non-empty WAL behind while building the new DB", tmp)
-            _remove(p)
-    _fsync_file(tmp)
-    return n
-
-
 @dataclass(frozen=True)
+class Written:
+    """One key an apply wrote: the hash it wrote, and the row it replaced (None: the key had no row)."""
+
+    kernel_name: str
+    kernel_args: str
+    written_hash: str
+    before: KdbEntry | None
+
+
+@dataclass
+class BackupContents:
+    """A checked backup (:func:`read_backup`)."""
+
+    backup: Backup
+    db_existed: bool
+    written: list[Written]
+
+
+def write_backup(db_path: str, written: list[Written], *, db_existed: bool,
+                 now: datetime | None = None) -> Backup:
+    """Write a new backup of ``db_path`` recording ``written`` (see the
+    module doc): built in a temporary file, synced, then linked under a name
+    no other backup has (never replacing a file)."""
+    directory = os.path.dirname(db_path)
+    tmp = _temp_path(directory, os.path.basename(db_path), "backup")
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=DELETE;")
+            conn.executescript(SCHEMA_SQL + _BACKUP_SCHEMA)
+            conn.execute("BEGIN;")
+            stamp = _stamp(now)
+            conn.execute("INSERT INTO kpatch_backup VALUES (?, ?, ?, ?);",
+                         (BACKUP_FORMAT, key_param(db_path).decode("utf-8", "replace"), stamp, int(db_existed)))
+            for w in written:
+                key = (key_param(w.kernel_name), key_param(w.kernel_args))
+                conn.execute("INSERT INTO kpatch_written VALUES (CAST(? AS TEXT), CAST(? AS TEXT), ?, ?);",
+                             (*key, w.written_hash, int(w.before is not None)))
+                if w.before is not None:
+                    b = w.before
+                    conn.execute(INSERT_SQL, (*key, b.kernel_blob, b.kernel_hash, b.uncompressed_size))
+            conn.execute("COMMIT;")
+        finally:
+            conn.close()
+        _remove(*(tmp + s for s in _SIDE_FILES))
+        _fsync_file(tmp)
+        while True:
+            path = db_path + BACKUP_TAG + stamp
+            try:
+                os.link(tmp, path)  # fails if the name exists: a backup is never replaced
+                break
+            except FileExistsError:  # two applies in one microsecond: the name says when it was linked
+                stamp = _stamp()
+    finally:
+        _remove(tmp, *(tmp + s for s in _SIDE_FILES))
+    _fsync_dir(directory)
+    return Backup(path, db_path, stamp)
+
+
+def read_backup(backup: Backup) -> BackupContents:
+    """Check ``backup`` and read it; FormatError naming the backup and what
+    is wrong when it cannot be trusted: not an SQLite file, ``PRAGMA
+    integrity_check`` not ok, ``kern_db`` not MIOpen's, kpatch's record
+    missing or of another format, a row that does not decode to its hash,
+    or a replaced key whose row is missing."""
+    if backup.absent:
+        raise FormatError("is a marker written by an older kpatch, which this version cannot revert "
+                          "safely; remove it (rm) to step back to older backups", backup.path)
+    try:
+        db = KernelDB.open(backup.path)
+    except KpatchError as e:
+        raise FormatError(f"is not a usable backup: {e.reason}", backup.path) from None
+    try:
+        result = db.integrity()
+        if result != "ok":
+            raise FormatError(f"is damaged (SQLite integrity_check: {result})", backup.path)
+        for table, columns in _BACKUP_COLUMNS.items():
+            found = tuple(r[1].decode("utf-8", "replace") if isinstance(r[1], bytes) else r[1]
+                          for r in db._rows(f"PRAGMA table_info({table});"))
+            if found != columns:
+                raise FormatError(f"is not a kpatch backup of this version (table {table} "
+                                  f"{'missing' if not found else 'has other columns'})", backup.path)
+        meta = db._rows("SELECT format, db_existed FROM kpatch_backup;")
+        if len(meta) != 1 or meta[0][0] != BACKUP_FORMAT:
+            raise FormatError(f"is not a kpatch backup of format {BACKUP_FORMAT}", backup.path)
+        before: dict[tuple[bytes, bytes], KdbEntry] = {}
+        for entry in db.entries():
+            if entry.error:
+                raise FormatError(f"row {entry.id} is damaged: {entry.error}", backup.path)
+            try:
+                entry.code()
+            except KpatchError as e:
+                raise FormatError(f"row {entry.id} ({entry.kernel_name}) is damaged: {e.reason}",
+                                  backup.path) from None
+            before[(key_param(entry.kernel_name), key_param(entry.kernel_args))] = entry
+        written = []
+        for name, args, digest, had_row in db._rows(
+                "SELECT kernel_name, kernel_args, written_hash, had_row FROM kpatch_written ORDER BY rowid;"):
+            if not all(isinstance(v, bytes) for v in (name, args, digest)) or had_row not in (0, 1):
+                raise FormatError("kpatch_written holds a malformed row", backup.path)
+            old = before.get((name, args))
+            if had_row and old is None:
+                raise FormatError(f"the row replaced under {key_text(name)!r} is missing", backup.path)
+            written.append(Written(key_text(name), key_text(args), digest.decode("ascii", "replace"),
+                                   old if had_row else None))
+        return BackupContents(backup, bool(meta[0][1]), written)
+    finally:
+        db.close()
+
+
+# --- apply -------------------------------------------------------------------------
+
+
+@dataclass
 class CommitResult:
     """What :func:`commit_rows` did."""
 
@@ -286,63 +391,126 @@ class CommitResult:
     written: int
     backup: Backup | None
     created: bool
+    #: (kernel_name, kernel_args, reason) of staged rows not written, because
+    #: another process wrote the key while kpatch was patching.
+    conflicts: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def commit_rows(db_path: str, staged: StagedRows, *, backup: bool = True) -> CommitResult:
-    """Store the staged rows in the user DB ``db_path`` (created if missing),
-    atomically, with a backup first (see the module doc)."""
+    """Store the staged rows in the user DB ``db_path`` (created if missing)
+    in one write transaction beside any other writer, with a backup first
+    (see the module doc)."""
     db_path = os.path.abspath(db_path)
-    directory = os.path.dirname(db_path)
     existed = os.path.exists(db_path)
-    state = quiesce(db_path) if existed else None
-    tmp = _temp_path(directory, os.path.basename(db_path), "new")
+    db = open_live(db_path)
     taken: Backup | None = None
+    committed = False
+    result = CommitResult(db_path, 0, None, not existed)
     try:
-        if backup:
-            taken = take_backup(db_path)
-        written = _build(db_path, tmp, staged.rows())
-        if existed:
-            st = os.stat(db_path)
-            wal = db_path + "-wal"
-            if (st.st_size, st.st_mtime_ns) != state or (os.path.exists(wal) and os.path.getsize(wal) > 0):
-                raise UsageError("changed while kpatch was writing (is MIOpen running?); nothing was changed, "
-                                 "run kpatch again", db_path)
-            _remove(db_path + "-shm")
-        elif os.path.exists(db_path):
-            raise UsageError("was created by another process while kpatch was writing; nothing was changed",
-                             db_path)
-        os.replace(tmp, db_path)
-    except BaseException:
-        _remove(tmp, *(tmp + s for s in _SIDE_FILES))
-        if taken is not None:
-            _remove(taken.path)
+        with db.write_transaction():
+            plan: list[tuple[StagedRow, KdbEntry | None]] = []
+            for row in staged.rows():
+                name, args, _blob, md5, _size, expected = row
+                now = db.get(name, args)
+                held = now.kernel_hash if now is not None else None
+                if held != expected:
+                    what = "added" if expected is None else ("removed" if held is None else "replaced")
+                    result.conflicts.append((name, args, f"another process {what} this row while kpatch was "
+                                             "patching; its row is kept (run kpatch apply again)"))
+                    continue
+                if now is not None and now.error:
+                    result.conflicts.append((name, args, f"its row in the user DB cannot be read ({now.error}); "
+                                             "not replaced, so that nothing is lost"))
+                    continue
+                if held == md5:
+                    continue
+                plan.append((row, now))
+            if backup and plan:
+                taken = write_backup(db_path, [Written(r[0], r[1], r[3], before) for r, before in plan],
+                                     db_existed=existed)
+            for (name, args, blob, md5, size, _), _before in plan:
+                db.put_row(name, args, blob, md5, size)
+        committed = True
+        result.written, result.backup = len(plan), taken
+    except KpatchError as e:
+        if _is_busy(e):
+            raise UsageError(_busy_reason("nothing was changed"), db_path) from None
         raise
-    _fsync_dir(directory)
-    return CommitResult(db_path, written, taken, not existed)
+    finally:
+        db.close()
+        if taken is not None and not committed:
+            _remove(taken.path)
+    _fsync_dir(os.path.dirname(db_path))
+    return result
 
 
-def restore_latest(db_path: str) -> Backup:
-    """Step back one apply: put the newest backup of ``db_path`` back and
-    consume it, so that the next call restores the backup before it.
+# --- revert ------------------------------------------------------------------------
 
-    A backup file is renamed over the DB (one ``os.replace``: restored and
-    consumed in the same atomic step, the DB is never half-written); for an
-    "absent" marker the DB is removed, then the marker.  UsageError when
-    there is no backup left or the DB is in use."""
+
+@dataclass
+class RevertResult:
+    """What :func:`restore_latest` did."""
+
+    backup: Backup
+    restored: list[str] = field(default_factory=list)  # keys whose row from before was put back
+    removed: list[str] = field(default_factory=list)  # keys apply had added, removed again
+    already: list[str] = field(default_factory=list)  # keys that already held the row from before
+    kept: list[str] = field(default_factory=list)  # keys another process wrote since: kept
+    db_existed: bool = True
+
+
+def _label(name: str, args: str) -> str:
+    return f"{name} [{args.strip()}]"
+
+
+def restore_latest(db_path: str) -> RevertResult:
+    """Step back one apply (see the module doc): FormatError when the newest
+    backup is damaged (nothing is changed), UsageError when there is no
+    backup left, the DB is missing, or another process keeps it locked."""
+    db_path = os.path.abspath(db_path)
     backups = list_backups(db_path)
     if not backups:
         raise UsageError("has no kpatch backup left to restore", db_path)
-    latest = backups[-1]
-    db_path = os.path.abspath(db_path)
-    directory = os.path.dirname(db_path)
-    if os.path.exists(db_path):
-        quiesce(db_path)
-    if latest.absent:
-        _remove(db_path, *(db_path + s for s in _SIDE_FILES))
-        _fsync_dir(directory)
-        _remove(latest.path)
-    else:
-        os.replace(latest.path, db_path)
-        _remove(db_path + "-shm")  # the old file's WAL index (its WAL is empty after quiesce)
-    _fsync_dir(directory)
-    return latest
+    contents = read_backup(backups[-1])
+    if not os.path.exists(db_path):
+        raise UsageError(f"does not exist (removed since the apply of {contents.backup.when}); there is "
+                         f"nothing to step back; remove {contents.backup.path} if you no longer need it", db_path)
+    out = RevertResult(contents.backup, db_existed=contents.db_existed)
+    db = open_live(db_path)
+    try:
+        with db.write_transaction():
+            for w in contents.written:
+                label = _label(w.kernel_name, w.kernel_args)
+                now = db.get(w.kernel_name, w.kernel_args)
+                held = now.kernel_hash if now is not None else None
+                before = w.before.kernel_hash if w.before is not None else None
+                if held == before:
+                    out.already.append(label)
+                elif held != w.written_hash:
+                    out.kept.append(label)
+                elif w.before is None:
+                    db.delete(w.kernel_name, w.kernel_args)
+                    out.removed.append(label)
+                else:
+                    b = w.before
+                    db.put_row(w.kernel_name, w.kernel_args, b.kernel_blob, b.kernel_hash, b.uncompressed_size)
+                    out.restored.append(label)
+    except KpatchError as e:
+        if _is_busy(e):
+            raise UsageError(_busy_reason("nothing was reverted"), db_path) from None
+        raise
+    finally:
+        db.close()
+    _remove(contents.backup.path)  # consumed: the next revert steps back through the one before
+    _fsync_dir(os.path.dirname(db_path))
+    return out
+
+
+
+def count_rows(db_path: str) -> int | None:
+    """How many rows ``db_path`` holds (for messages); None when it cannot be read."""
+    try:
+        with KernelDB.open(db_path) as db:
+            return db.count()
+    except KpatchError:
+        return None

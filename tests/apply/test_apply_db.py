@@ -15,11 +15,14 @@ import os
 import shutil
 import sqlite3
 import struct
+import threading
+import time
 
 import pytest
 
+import kpatch.outputs.apply_db as apply_db_module
 import kpatch.outputs.userdb as userdb
-from kpatch.containers.kdb import write_kdb
+from kpatch.containers.kdb import KernelDB, write_kdb
 from kpatch.data import sample_db_path
 from kpatch.errors import UsageError
 from kpatch.outputs.apply_db import apply_to_db, output_args
@@ -89,6 +92,9 @@ def expected_patched(code: bytes, tmp_path) -> bytes:
     (" -mcpu=gfx1030", "relabel", None),
     (" -mcpu=gfx1010", "native", None),
     (" -mcpu=gfx1030:xnack-", "override", None),
+    # a key that differs only by a trailing newline is another key: not one the mode handles
+    (" -mcpu=gfx1030\n", "override", None),
+    (" -mcpu=gfx1030\n", "native", None),
 ])
 def test_output_args(args, mode, want):
     assert output_args(args, mode) == want
@@ -100,12 +106,12 @@ def test_override_writes_what_miopen_loads(tmp_path, cache):
     patcher = FakePatcher()
     r = apply([sample_db_path()], out, patch_fn=patcher)
     items = sample_items()
-    assert r.written == len(items) and r.created and r.backup and r.backup.endswith(".absent")
+    assert r.written == len(items) and r.created and r.backup
     assert {m for m, _ in patcher.calls} == {"override"} and patcher.calls[0][1] == ["gfx1010-hazards"]
     for name, args, code in items:
         assert miopen_select(str(out), name, args) == expected_patched(code, tmp_path)
     assert len(raw_rows(str(out))) == len(items)
-    # MIOpen keeps user DBs in WAL mode; nothing is left beside the DB but the backup marker
+    # MIOpen keeps user DBs in WAL mode; nothing is left beside the DB but the backup
     conn = sqlite3.connect(str(out))
     assert conn.execute("PRAGMA journal_mode;").fetchone()[0] == "wal"
     conn.close()
@@ -181,7 +187,7 @@ def test_user_db_patched_in_place(cache):
     write_kdb(str(out), sample_items(), user=True)  # MIOpen's own run-time cache
     patcher = FakePatcher()
     r = apply([out], out, patch_fn=patcher)
-    assert r.written == len(sample_items()) and r.backup and not r.backup.endswith(".absent")
+    assert r.written == len(sample_items()) and r.backup
     for name, args, code in sample_items():
         got = miopen_select(str(out), name, args)
         assert got != code and (not got.startswith(b"\x7fELF") or got == marked(code))
@@ -193,23 +199,39 @@ def test_user_db_patched_in_place(cache):
     assert sha(str(out)) == digest
 
 
+def rows_by_key(path: str) -> dict[tuple[bytes, bytes], tuple]:
+    """{(kernel_name, kernel_args): (blob, hash, size, key storage classes)} as
+    stored, read with sqlite3 alone (through the WAL, as MIOpen reads)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.text_factory = bytes
+    try:
+        return {(n, a): (b, h, z, tn, ta) for n, a, b, h, z, tn, ta in conn.execute(
+            "SELECT kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size, typeof(kernel_name), "
+            "typeof(kernel_args) FROM kern_db")}
+    finally:
+        conn.close()
+
+
 def test_backup_then_revert(cache):
     out = cache / "gfx1030_18.ukdb"
-    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
-    original = sha(str(out))
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")] + sample_items()[:2], user=True)
+    original = rows_by_key(str(out))
     r = apply([sample_db_path()], out)
-    assert sha(r.backup) == original and sha(str(out)) != original
+    assert rows_by_key(str(out)) != original
     assert [b.path for b in list_backups(str(out))] == [r.backup]
-    restored = restore_latest(str(out))
-    assert restored.path == r.backup and sha(str(out)) == original
-    assert raw_rows(str(out))[0][1:3] == ("keep.cl.o", " -mcpu=gfx1030")
+    done = restore_latest(str(out))
+    assert done.backup.path == r.backup and not os.path.exists(r.backup)
+    assert rows_by_key(str(out)) == original  # every row byte for byte, the untouched one included
+    assert len(done.restored) == 2 and len(done.removed) == len(sample_items()) - 2 and not done.kept
 
 
-def test_revert_of_a_created_db_removes_it(cache):
+def test_revert_of_a_created_db_removes_the_rows_apply_added(cache):
     out = cache / "gfx1030_18.ukdb"
     apply([sample_db_path()], out)
-    restore_latest(str(out))
-    assert not out.exists()
+    done = restore_latest(str(out))
+    # the file stays (MIOpen may have it open), empty as MIOpen would create it
+    assert rows_by_key(str(out)) == {} and not done.db_existed and len(done.removed) == len(sample_items())
+    assert list_backups(str(out)) == []
 
 
 def test_dry_run_writes_nothing(tmp_path, cache):
@@ -249,37 +271,127 @@ def test_crash_while_writing_leaves_the_db_intact(cache, monkeypatch, error):
     assert raw_rows(str(out))[0][1] == "keep.cl.o"
 
 
-def test_crash_at_the_final_rename_leaves_the_db_intact(cache, monkeypatch):
+def test_crash_after_the_backup_leaves_the_db_intact(cache, monkeypatch):
+    """A failure while the rows go into the DB (the backup is already
+    written) rolls the transaction back and removes the backup."""
     out = cache / "gfx1030_18.ukdb"
     write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
-    digest, files = sha(str(out)), listing(str(cache))
-    real_replace = os.replace
+    original, files = rows_by_key(str(out)), listing(str(cache))
+    real_put = KernelDB.put_row
+    calls = []
 
-    def replace(src, dst):
-        if os.path.abspath(dst) == str(out):
+    def put_then_crash(self, *a):
+        calls.append(list_backups(str(out)))
+        if len(calls) == 3:
             raise Crash()
-        return real_replace(src, dst)
+        return real_put(self, *a)
 
-    monkeypatch.setattr(userdb.os, "replace", replace)
+    monkeypatch.setattr(KernelDB, "put_row", put_then_crash)
     with pytest.raises(Crash):
         apply([sample_db_path()], out)
-    assert sha(str(out)) == digest and listing(str(cache)) == files
+    assert len(calls[0]) == 1  # the backup was in place before the first row went in
+    assert rows_by_key(str(out)) == original and listing(str(cache)) == files
 
 
-def test_db_in_use_is_not_touched(cache):
+def test_a_reader_holding_the_db_does_not_stop_apply(cache):
+    """MIOpen keeps its DB open: apply writes beside it, and the open
+    connection sees the new rows at its next read."""
     out = cache / "gfx1030_18.ukdb"
     write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
-    digest = sha(str(out))
     miopen = sqlite3.connect(str(out))  # stands in for a running MIOpen holding the DB
-    miopen.execute("SELECT COUNT(*) FROM kern_db").fetchall()
-    files = listing(str(cache))
+    miopen.execute("PRAGMA journal_mode=WAL;")
     try:
-        with pytest.raises(UsageError, match="in use"):
-            apply([sample_db_path()], out)
-        assert listing(str(cache)) == files
+        assert miopen.execute("SELECT COUNT(*) FROM kern_db").fetchone()[0] == 1
+        r = apply([sample_db_path()], out)
+        assert r.written == len(sample_items())
+        assert miopen.execute("SELECT COUNT(*) FROM kern_db").fetchone()[0] == 1 + len(sample_items())
+        miopen.execute("INSERT INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size)"
+                       " VALUES ('late.cl.o', ' -mcpu=gfx1030', x'00', '93b885adfe0da089cdf634904fd59f71', 0);")
+        miopen.commit()
     finally:
         miopen.close()
-    assert sha(str(out)) == digest
+    assert (b"late.cl.o", b" -mcpu=gfx1030") in rows_by_key(str(out))
+    assert PRAGMA_ok(str(out))
+
+
+def PRAGMA_ok(path: str) -> bool:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA integrity_check;").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+
+
+def test_apply_waits_for_a_writer_then_writes(cache):
+    """A MIOpen write in progress (an open write transaction) makes apply
+    wait, not fail; it writes once the writer commits."""
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    miopen = sqlite3.connect(str(out), isolation_level=None, check_same_thread=False)
+    miopen.execute("PRAGMA journal_mode=WAL;")
+    miopen.execute("BEGIN IMMEDIATE;")
+    miopen.execute("INSERT INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size)"
+                   " VALUES ('during.cl.o', ' -mcpu=gfx1030', x'00', '93b885adfe0da089cdf634904fd59f71', 0);")
+    timer = threading.Timer(0.5, lambda: miopen.execute("COMMIT;"))
+    timer.start()
+    try:
+        start = time.monotonic()
+        r = apply([sample_db_path()], out)
+        waited = time.monotonic() - start
+    finally:
+        timer.join()
+        miopen.close()
+    assert r.written == len(sample_items()) and waited >= 0.4
+    rows = rows_by_key(str(out))
+    assert (b"during.cl.o", b" -mcpu=gfx1030") in rows and (b"keep.cl.o", b" -mcpu=gfx1030") in rows
+
+
+def test_a_writer_that_never_lets_go_is_reported_and_nothing_changes(cache, monkeypatch):
+    monkeypatch.setattr(userdb, "BUSY_TIMEOUT", 0.3)
+    out = cache / "gfx1030_18.ukdb"
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    original = rows_by_key(str(out))
+    miopen = sqlite3.connect(str(out), isolation_level=None)
+    miopen.execute("PRAGMA journal_mode=WAL;")
+    miopen.execute("BEGIN IMMEDIATE;")
+    files = listing(str(cache))
+    try:
+        with pytest.raises(UsageError, match="kept the DB locked for more than 0.3 s; nothing was changed"):
+            apply([sample_db_path()], out)
+        assert listing(str(cache)) == files  # no staging file, no backup
+    finally:
+        miopen.execute("ROLLBACK;")
+        miopen.close()
+    assert rows_by_key(str(out)) == original
+
+
+def test_a_row_another_process_wrote_meanwhile_is_kept(cache, monkeypatch):
+    """Between kpatch reading the user DB and writing it, MIOpen stores a
+    row under a key kpatch is patching: MIOpen's row stays, the entry is
+    reported unchanged with the reason, the other rows are written."""
+    out = cache / "gfx1030_18.ukdb"
+    items = sample_items()
+    write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    name, args, _ = items[0]
+    real_commit = userdb.commit_rows
+
+    def miopen_writes_first(db_path, staged, **kw):
+        conn = sqlite3.connect(db_path)
+        conn.execute("INSERT OR REPLACE INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, "
+                     "uncompressed_size) VALUES (?, ?, x'00', '93b885adfe0da089cdf634904fd59f71', 0);", (name, args))
+        conn.commit()
+        conn.close()
+        return real_commit(db_path, staged, **kw)
+
+    monkeypatch.setattr(apply_db_module, "commit_rows", miopen_writes_first)
+    r = apply([sample_db_path()], out)
+    assert r.written == len(items) - 1
+    assert rows_by_key(str(out))[(name.encode(), args.encode())][:3] == (b"\x00", b"93b885adfe0da089cdf634904fd59f71", 0)
+    assert [(e.kernel_name, e.status) for e in r.conflicts] == [(name, "unchanged")]
+    assert "another process added this row" in r.conflicts[0].reason
+    # revert leaves MIOpen's row too: the backup does not list that key
+    restore_latest(str(out))
+    assert set(rows_by_key(str(out))) == {(b"keep.cl.o", b" -mcpu=gfx1030"), (name.encode(), args.encode())}
 
 
 def test_never_writes_into_system_directories(tmp_path):
@@ -380,15 +492,18 @@ def test_cli_lines_json_and_exit_status(tmp_path, cache, monkeypatch):
 def test_cli_revert_and_list(cache, monkeypatch):
     out = cache / "gfx1030_18.ukdb"
     write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
-    original = sha(str(out))
+    original = rows_by_key(str(out))
     code, *_ = invoke(monkeypatch, ["apply", "--db", sample_db_path(), "--mode", "override", "--cu", "18",
                                     "--out-dir", str(cache)], patcher=FakePatcher(), is_patched=fake_is_patched)
-    assert code == 0 and sha(str(out)) != original
+    assert code == 0 and rows_by_key(str(out)) != original
     code, stdout, _, _ = invoke(monkeypatch, ["revert", "--list", "--out-dir", str(cache)])
     assert code == 0 and f"{out}: 1 backup(s)" in stdout
     code, stdout, _, _ = invoke(monkeypatch, ["revert", str(out)])
-    assert code == 0 and stdout.startswith(f"restored {out} from {out}.kpatch-backup-")
-    assert sha(str(out)) == original
+    n = len(sample_items())
+    assert code == 0 and stdout.startswith(f"reverted {out} to before the apply of ")
+    assert f": 0 rows put back, {n} rows that apply added removed, 0 already as before, 0 kept" in stdout
+    assert f"{out} holds 1 rows" in stdout
+    assert rows_by_key(str(out)) == original
 
 
 def test_cli_usage_errors(cache, monkeypatch):

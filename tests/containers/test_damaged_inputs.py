@@ -78,9 +78,9 @@ def bad_rows(good: list[tuple]) -> list[tuple[tuple, str, str]]:
     deep_blob, deep_md5, deep_size = encode_blob(deep)
     rows = [
         ((101, None, args, blob, md5, size), "row=101", "kernel_name is NULL"),
-        ((102, b"\xffname.o", args, blob, md5, size), "row=102", "kernel_name is not UTF-8"),
+        ((102, b"\xffname.o", args, blob, md5, size), "row=102", "kernel_name is stored as a BLOB"),
         ((103, "nullargs.o", None, blob, md5, size), "row=103", "kernel_args is NULL"),
-        ((104, "badargs.o", b"-mcpu=gfx1030\xfe", blob, md5, size), "row=104", "kernel_args is not UTF-8"),
+        ((104, "badargs.o", b"-mcpu=gfx1030\xfe", blob, md5, size), "row=104", "kernel_args is stored as a BLOB"),
         ((105, "nullhash.o", args, blob, None, size), "name=nullhash.o", "kernel_hash is NULL"),
         ((106, "badhash.o", args, blob, b"\xff" * 32, size), "name=badhash.o", "kernel_hash is not UTF-8"),
         ((107, "nullblob.o", args, None, md5, size), "name=nullblob.o", "kernel_blob is NULL"),
