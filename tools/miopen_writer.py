@@ -232,11 +232,11 @@ class Writer:
     def read_back(self) -> None:
         """MIOpen's lookup of a kernel it stored before (KernDb::FindRecordUnsafe)."""
         name = self.rng.choice(self.committed)
-        row = self.retry(lambda: self.conn.execute(
-            f"SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db "
-            f"WHERE (kernel_name = '{name}') AND (kernel_args = '{ARGS}');").fetchone())
+        sql = ("SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db "
+               f"WHERE (kernel_name = '{name}') AND (kernel_args = '{ARGS}');")
+        row = self.retry(lambda: self.conn.execute(sql).fetchall())  # to the end, as sqlite3_exec does
         self.stats["reads"] += 1
-        if row is None:
+        if not row:
             self.stats["read_missing"] += 1
 
     # --- the loop -------------------------------------------------------------------
@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("random", "tight", "hold"), default="random")
     ap.add_argument("--interval-ms", type=float, default=None,
                     help="mean time between transactions (default 3; 1 in tight mode)")
-    ap.add_argument("--idle-ms", type=float, default=0.0, help="hold mode: idle time with the DB open before writing")
+    ap.add_argument("--idle-ms", type=float, default=0.0,
+                    help="hold mode: idle time with the DB open before writing")
     ap.add_argument("--seed", type=int, default=None)
     opts = ap.parse_args(argv)
     if opts.interval_ms is None:

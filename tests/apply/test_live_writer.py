@@ -54,15 +54,17 @@ from conftest import ROOT
 from .conftest import FakePatcher, fake_is_patched, fixture, invoke, marked, read
 
 WRITER = os.path.join(ROOT, "tools", "miopen_writer.py")
-ARGS_A = " -DMLO_FILTER_SIZE0=3 -mcpu=gfx1030"
-SOURCE_A = [  # its first key is also in the starting DB (old code): apply replaces it, revert restores it
-    ("miopen_like.cl.o", ARGS_A, "miopen_like.cl.gfx1030.v4.hsaco"),
-    ("asm_kernels.s.o", " -mcumode -mcpu=gfx1030", "asm_kernels.s.gfx1030.v4.hsaco"),
-]
-SOURCE_B = [
-    ("mathops.cpp.o", " -O3 -mcpu=gfx1030", "mathops.hip.gfx1030.v4.hsaco"),
-    ("miopen_like.cl.o", " -DMLO_FILTER_SIZE0=5 -mcpu=gfx1030", "miopen_like.cl.gfx1030.v5.hsaco"),
-]
+FIXTURES_1030 = ("miopen_like.cl.gfx1030.v4.hsaco", "asm_kernels.s.gfx1030.v4.hsaco",
+                 "mathops.hip.gfx1030.v4.hsaco", "miopen_like.cl.gfx1030.v5.hsaco", "vecops.hip.gfx1030.v4.hsaco")
+SHARED_KEY = ("miopen_like.cl.o", " -DMLO_FILTER_SIZE0=3 -mcpu=gfx1030")
+# Two system kDBs of the fixtures, 16 entries each (an apply takes a while, so the writer commits during
+# it).  SHARED_KEY is in both (different code) and in the starting user DB (old code): apply A replaces
+# it, apply B replaces that, and two reverts must step back through both.
+SOURCE_A = [(*SHARED_KEY, FIXTURES_1030[0])] + [
+    (f"va{i}.cl.o", f" -DV={i} -mcpu=gfx1030", FIXTURES_1030[i % len(FIXTURES_1030)]) for i in range(15)]
+SOURCE_B = [(*SHARED_KEY, FIXTURES_1030[2])] + [
+    (f"vb{i}.cl.o", f" -O{i % 4} -DW={i} -mcpu=gfx1030", FIXTURES_1030[(i + 1) % len(FIXTURES_1030)])
+    for i in range(15)]
 SEED_ROWS = 40
 TRIALS = 52
 KINDS = ("random", "tight", "hold", "double")
@@ -100,8 +102,8 @@ def read_keys(path: str, keys) -> dict:
         out = {}
         for name, args in keys:
             row = conn.execute("SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db "
-                               "WHERE kernel_name = ? AND kernel_args = ?;", (name, args)).fetchone()
-            out[(name, args)] = None if row is None else decoded_md5(*row)
+                               "WHERE kernel_name = ? AND kernel_args = ?;", (name, args)).fetchall()
+            out[(name, args)] = decoded_md5(*row[0]) if row else None
         return out
     finally:
         conn.close()
@@ -132,7 +134,7 @@ def decoded_md5(blob: bytes, stored_md5, size: int) -> str:
 
 def make_seed(path: str, rng: random.Random) -> dict:
     """A user DB as MIOpen leaves it (WAL): SEED_ROWS rows of its own plus
-    SOURCE_A's first key holding old code; returns {key: md5}."""
+    SHARED_KEY holding old code; returns {key: md5}."""
     rows = {}
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -140,7 +142,7 @@ def make_seed(path: str, rng: random.Random) -> dict:
         conn.executescript(mw.SCHEMA)
         conn.execute("BEGIN;")
         items = [(f"seed-{i}.cl.o", " -mcpu=gfx1030", mw.make_code(rng)) for i in range(SEED_ROWS)]
-        items.append((SOURCE_A[0][0], SOURCE_A[0][1], b"old code " + rng.randbytes(64)))
+        items.append((*SHARED_KEY, b"old code " + rng.randbytes(64)))
         for name, args, code in items:
             blob, h, size = mw.encode(code)
             conn.execute(mw.INSERT, (name, args, blob, h, size))
@@ -217,6 +219,14 @@ class WriterProc:
         summary["killed"] = self.killed
         return summary
 
+    def count(self) -> int:
+        """How many rows the writer has committed so far (lines in its log)."""
+        try:
+            with open(self.log, "rb") as f:
+                return f.read().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
     def logged(self) -> dict:
         """{(name, args): md5} of every row the writer committed (the later line wins)."""
         rows = {}
@@ -248,6 +258,9 @@ class Tally:
     writer_errors: Counter = field(default_factory=Counter)
     read_missing: int = 0
     writer_killed: int = 0
+    overlap_rows: int = 0  # writer commits that returned while an apply or revert ran
+    overlap_trials: int = 0  # trials where the writer committed during an apply
+    call_seconds: list = field(default_factory=list)  # how long each successful apply took
     seconds: float = 0.0
     examples: list = field(default_factory=list)
 
@@ -261,11 +274,15 @@ class Tally:
         werr = "; ".join(f"{k} x{v}" for k, v in self.writer_errors.most_common(3)) or "none"
         wrong = ", ".join(f"{k} x{v}" for k, v in self.wrong_after.items()) or "none"
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.kinds.items()))
+        calls = self.call_seconds or [0.0]
         return (f"{name}: trials {self.trials} ({kinds}) in {self.seconds:.1f} s; writer committed "
                 f"{self.committed} rows; rows lost {self.lost} (in {self.lost_trials} trials); "
                 f"integrity_check {integ}; applies ok {self.applies_ok}, reverts ok {self.reverts_ok}, "
                 f"failed {self.failed} ({fails}); kpatch rows wrong: {wrong}; writer errors: {werr}; "
-                f"writer read-back misses {self.read_missing}; writers killed {self.writer_killed}")
+                f"writer read-back misses {self.read_missing}; writers killed {self.writer_killed}; "
+                f"writer commits during apply/revert {self.overlap_rows} (trials with one during apply "
+                f"{self.overlap_trials}); apply took {1000 * sum(calls) / len(calls):.0f} ms on average, "
+                f"{1000 * max(calls):.0f} ms at most")
 
 
 def reason(db: str, stdout: str, stderr: str, exc) -> str:
@@ -335,21 +352,38 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
         plan = [srcs[t // len(kinds) % 2]]
         if kind == "double":
             plan = [srcs[0], srcs[1]]
-        apply_ms = 60.0  # about how long one apply takes here: the hold writer wakes inside it
+        calls = tally.call_seconds[-8:] or [0.05]
+        apply_ms = 1000 * sum(calls) / len(calls)  # how long one apply takes here, lately
+        pre = rng.uniform(0, 0.03)
+        # hold: the writer's connection is open before apply starts, idle, and writes from some moment
+        # inside the apply (or just after it) on, until after the last revert ended
         writer = WriterProc(db, str(work), "random" if kind == "double" else kind, seed=rng.getrandbits(31),
-                            idle_ms=rng.uniform(0, apply_ms) if kind == "hold" else 0.0)
+                            idle_ms=1000 * pre + rng.uniform(0, 1.2 * apply_ms) if kind == "hold" else 0.0)
         history = []  # the state of the source keys before each successful apply
+        overlapped = False
+
+        def timed(fn, *a):
+            n0 = writer.count()
+            t0 = time.monotonic()
+            r = fn(monkeypatch, db, *a)
+            dt = time.monotonic() - t0
+            n = writer.count() - n0
+            tally.overlap_rows += n
+            return r, dt, n
+
         try:
             writer.wait_ready()
-            time.sleep(rng.uniform(0, 0.03))
+            time.sleep(pre)
             for src, want in plan:
                 tally.applies_planned += 1
                 before = observe(db, want)
-                ok, why = apply_fn(monkeypatch, db, src)
+                (ok, why), dt, n = timed(apply_fn, src)
+                overlapped |= n > 0
                 if not ok:
                     tally.failures[f"apply: {why}"] += 1
                     continue
                 tally.applies_ok += 1
+                tally.call_seconds.append(dt)
                 after = observe(db, want)
                 for k in want:
                     if after[k] != want[k]:
@@ -359,7 +393,7 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
                 time.sleep(rng.uniform(0, 0.03))
             while history and revert_fn is not None:
                 before = history.pop()
-                ok, why = revert_fn(monkeypatch, db)
+                (ok, why), _, _ = timed(revert_fn)
                 if not ok:
                     tally.failures[f"revert: {why}"] += 1
                     break
@@ -383,6 +417,7 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
         expected.update(logged)
         integ, lost, examples = check_db(db, expected)
         tally.trials += 1
+        tally.overlap_trials += overlapped
         tally.kinds[kind] += 1
         tally.committed += summary["rows"]
         tally.lost += lost
@@ -395,6 +430,8 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
         for m in summary["error_messages"]:
             tally.writer_errors[m[:100]] += 1
         tally.read_missing += summary["read_missing"]
+        if kind == "hold" and summary["opens"] != 1:
+            tally.writer_errors[f"hold: the connection was not kept ({summary['opens']} opens)"] += 1
         tally.writer_killed += summary["killed"]
         shutil.rmtree(work, ignore_errors=True)
     tally.seconds = time.monotonic() - start
@@ -426,6 +463,8 @@ def test_apply_and_revert_beside_a_live_writer(tmp_path, monkeypatch, capsys, re
     assert not tally.wrong_after, tally.line("live writer")
     assert not tally.writer_errors and tally.read_missing == 0 and tally.writer_killed == 0, \
         tally.line("live writer")
+    # the trials did test something: the writer committed while apply ran in most of them
+    assert tally.overlap_trials >= tally.trials // 2, tally.line("live writer")
 
 
 def replacing_apply(monkeypatch, db: str, src: str) -> tuple[bool, str]:
@@ -482,7 +521,8 @@ class ThroughSqlite:
 
     def apply(self, monkeypatch, db: str, src: str) -> tuple[bool, str]:
         s = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
-        rows = s.execute("SELECT kernel_name, kernel_args, kernel_blob, uncompressed_size FROM kern_db;").fetchall()
+        rows = s.execute("SELECT kernel_name, kernel_args, kernel_blob, uncompressed_size "
+                         "FROM kern_db;").fetchall()
         s.close()
         conn = sqlite3.connect(db, timeout=60.0, isolation_level=None)
         try:
