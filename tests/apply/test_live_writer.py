@@ -314,8 +314,9 @@ def real_revert(monkeypatch, db: str) -> tuple[bool, str]:
     return (exc is None and code == 0), reason(db, stdout, stderr, exc)
 
 
-def check_db(db: str, expected: dict) -> tuple[str, int, list]:
-    """(integrity_check result, rows of ``expected`` missing or changed, examples)."""
+def check_db(db: str, expected: dict) -> tuple[str, int, int, list]:
+    """(integrity_check result, rows of ``expected`` missing or changed, keys
+    ``expected`` maps to None that are present, examples)."""
     try:
         conn = connect(db)
         try:
@@ -323,13 +324,14 @@ def check_db(db: str, expected: dict) -> tuple[str, int, list]:
         finally:
             conn.close()
     except sqlite3.Error as e:
-        return f"unreadable: {e}", len(expected), []
+        return f"unreadable: {e}", len(expected), 0, []
     try:
         got = read_keys(db, expected)
     except sqlite3.Error as e:
-        return integ, len(expected), [f"rows unreadable: {e}"]
+        return integ, len(expected), 0, [f"rows unreadable: {e}"]
     bad = [(k, v, got[k]) for k, v in expected.items() if got[k] != v]
-    return integ, len(bad), bad[:3]
+    lost = [b for b in bad if b[1] is not None]
+    return integ, len(lost), len(bad) - len(lost), bad[:3]
 
 
 def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_fn, seed: int,
@@ -348,7 +350,7 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
         (work / "cache").mkdir(parents=True)
         db = str(work / "cache" / "gfx1030_18.ukdb")
         seed_rows = make_seed(db, rng)
-        state = dict(seed_rows)  # what kpatch's and the starting rows must hold now
+        state = dict(seed_rows)  # what the starting rows and kpatch's must hold now (None: absent)
         plan = [srcs[t // len(kinds) % 2]]
         if kind == "double":
             plan = [srcs[0], srcs[1]]
@@ -402,11 +404,7 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
                 for k, v in before.items():
                     if now[k] != v:
                         tally.wrong_after["after revert"] += 1
-                for k, v in before.items():
-                    if v is None:
-                        state.pop(k, None)
-                    else:
-                        state[k] = v
+                state.update(before)  # None: the key must be absent
                 time.sleep(rng.uniform(0, 0.03))
             if kind == "hold":
                 time.sleep(0.02)  # the held connection writes on after the last revert ended
@@ -415,7 +413,9 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
         logged = writer.logged()
         expected = dict(state)
         expected.update(logged)
-        integ, lost, examples = check_db(db, expected)
+        integ, lost, stale, examples = check_db(db, expected)
+        if stale:
+            tally.wrong_after["present at the end after a revert removed them"] += stale
         tally.trials += 1
         tally.overlap_trials += overlapped
         tally.kinds[kind] += 1
@@ -425,8 +425,8 @@ def run_trials(tmp_path, monkeypatch, tally: Tally, n: int, *, apply_fn, revert_
         tally.integrity["ok" if integ == "ok" else "FAILED"] += 1
         if integ != "ok" and len(tally.examples) < 5:
             tally.examples.append(f"trial {t} ({kind}): integrity_check: {integ[:200]}")
-        if lost and len(tally.examples) < 5:
-            tally.examples.append(f"trial {t} ({kind}): {lost} lost, e.g. {examples[:2]}")
+        if (lost or stale) and len(tally.examples) < 5:
+            tally.examples.append(f"trial {t} ({kind}): {lost} lost, {stale} stale, e.g. {examples[:2]}")
         for m in summary["error_messages"]:
             tally.writer_errors[m[:100]] += 1
         tally.read_missing += summary["read_missing"]
