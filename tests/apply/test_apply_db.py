@@ -29,7 +29,8 @@ from kpatch.outputs.apply_db import apply_to_db, output_args
 from kpatch.outputs.userdb import list_backups, restore_latest
 
 from .conftest import (
-    BUNDLER15, FakePatcher, fake_is_patched, invoke, listing, marked, miopen_select, no_provenance, read, run, sha)
+    BUNDLER15, FakePatcher, fake_is_patched, invoke, listing, marked, miopen_select, no_provenance, python_cli, read,
+    run, sha)
 
 GFX1030 = "hipv4-amdgcn-amd-amdhsa--gfx1030"
 
@@ -530,3 +531,22 @@ def test_cli_report_lists_every_changed_code_object(tmp_path, cache, monkeypatch
     assert f"report {report} ({len(sample_items())} changed code objects, 0 kernels refused)" in stdout
     assert "#entry=hipv4-amdgcn-amd-amdhsa--gfx1030" in html  # the bundle's code object, named by its entry
     assert not (cache / "gfx1030_18.ukdb").exists()
+
+
+@pytest.mark.parametrize("link", ["", "-wal", "-shm"])
+def test_never_writes_through_a_symlink(tmp_path, cache, link):
+    """The user DB (or one of SQLite's side files) is a symbolic link to
+    another file: apply refuses, and the file it names is not changed."""
+    out = cache / "gfx1030_18.ukdb"
+    other = tmp_path / "other.sqlite"
+    write_kdb(str(other), [("theirs.cl.o", " -mcpu=gfx1030", b"not yours")], user=True)
+    if link:
+        write_kdb(str(out), [("keep.cl.o", " -mcpu=gfx1030", b"keep me")], user=True)
+    os.symlink(other, str(out) + link)
+    digest, files = sha(str(other)), listing(str(cache))
+    with pytest.raises(UsageError, match="is a symbolic link .*never writes through a link"):
+        apply([sample_db_path()], out)
+    assert sha(str(other)) == digest and listing(str(cache)) == files
+    p = python_cli("apply", "--db", sample_db_path(), "--mode", "override", "--cu", "18", "--out-dir", str(cache))
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and "symbolic link" in p.stderr
+    assert sha(str(other)) == digest and listing(str(cache)) == files
