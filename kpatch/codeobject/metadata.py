@@ -5,6 +5,12 @@
 forms are kept (see :mod:`kpatch.codeobject.mpack`), so
 ``encode_metadata(decode_metadata(b)) == b`` for every note LLVM writes.
 
+A linked code object may carry one note per object it was linked from
+(rocBLAS' Tensile libraries: hundreds).  The runtime reads them as one map
+(comgr's ``getMetadataRoot``: the first note's map, with the
+``amdhsa.kernels`` of every later note appended); :func:`merge_metadata`
+gives that map, and refuses notes that disagree (see there).
+
 Only the three top-level keys kpatch relies on are checked:
 ``amdhsa.version`` (list of ints), ``amdhsa.target`` (string, V4+) and
 ``amdhsa.kernels`` (list of maps whose ``.name`` / ``.symbol`` are strings).
@@ -173,6 +179,66 @@ def decode_metadata(desc: bytes) -> Metadata:
                           f"{limits.MAX_METADATA_BYTES} bytes")
     root, rest = mpack.unpack(desc, allow_trailing=True)
     return Metadata(root, rest)
+
+
+KEY_PRINTF = "amdhsa.printf"
+
+
+def merge_metadata(parts: list[Metadata]) -> Metadata:
+    """The map the runtime reads from several NT_AMDGPU_METADATA notes
+    (in note order): the first note's map, its ``amdhsa.kernels`` followed
+    by every later note's kernel maps (the same dict objects: an edit made
+    through the merged map is an edit of the note that describes the
+    kernel).  A single note is returned as it is.
+
+    Where comgr would silently drop a later note (its ``amdhsa.version``
+    differs from the first's, or both carry ``amdhsa.printf``), the runtime
+    would not know that note's kernels; kpatch cannot tell what was meant,
+    so such notes are a FormatError, as are notes naming different targets
+    (comgr keeps only the first's) and two notes describing the same kernel
+    symbol."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    root = dict(first.root)
+    kernels: list[dict] = []
+    owner: dict[str, int] = {}
+    printf = None
+    for n, part in enumerate(parts, 1):
+        if part.version != first.version:
+            raise FormatError(f"metadata notes disagree: note 1 says amdhsa.version {list(first.version or [])}, "
+                              f"note {n} says {list(part.version or [])} (the runtime would drop note {n}'s kernels)")
+        if part.target is not None and first.target is not None and part.target != first.target:
+            raise FormatError(f"metadata notes disagree: note 1 says amdhsa.target {first.target!r}, note {n} "
+                              f"says {part.target!r}")
+        if KEY_PRINTF in part.root:
+            if printf is not None:
+                raise FormatError(f"metadata notes {printf} and {n} both carry amdhsa.printf (the runtime would "
+                                  f"drop note {n}'s kernels)")
+            printf = n
+        for k in part.kernels:
+            sym = k.get(".symbol")
+            if sym is not None and sym in owner:
+                raise FormatError(f"kernel {sym} is described by metadata notes {owner[sym]} and {n}")
+            if sym is not None:
+                owner[sym] = n
+            kernels.append(k)
+    root[KEY_KERNELS] = kernels
+    return Metadata(root)
+
+
+def spread_metadata(merged: Metadata, parts: list[Metadata]) -> None:
+    """Carry top-level changes made to ``merged`` (see :func:`merge_metadata`)
+    into every note's map that has that key (kernel maps are shared and need
+    no carrying)."""
+    if len(parts) == 1 and merged is parts[0]:
+        return
+    for key, value in merged.root.items():
+        if key == KEY_KERNELS:
+            continue
+        for part in parts:
+            if key in part.root and part.root[key] != value:
+                part.root[key] = _like(part.root[key], value)
 
 
 def encode_metadata(md: Metadata | dict) -> bytes:

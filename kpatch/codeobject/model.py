@@ -21,7 +21,7 @@ from kpatch.codeobject.elf import (
     ELFOSABI_AMDGPU_HSA, ELFOSABI_NAMES, EM_AMDGPU, ET_DYN, ET_EXEC, ET_REL, SHN_UNDEF,
     STT_AMDGPU_HSA_KERNEL, STT_FUNC, ElfFile, Note, Section, Symbol)
 from kpatch.codeobject.metadata import (
-    LEGACY_NOTE_OWNER, NOTE_OWNER, NT_AMDGPU_METADATA, Metadata, decode_metadata)
+    LEGACY_NOTE_OWNER, NOTE_OWNER, NT_AMDGPU_METADATA, Metadata, decode_metadata, merge_metadata)
 from kpatch.codeobject.target import (
     TargetId, code_object_version_for_abi, target_from_e_flags)
 from kpatch.errors import FormatError
@@ -91,9 +91,9 @@ class CodeObject:
             self.target = target_from_e_flags(self.e_flags, self.code_object_version)
         found = [n for n in self.elf.notes
                  if n.owner == NOTE_OWNER and n.type == NT_AMDGPU_METADATA]
-        if len(found) > 1:
-            raise FormatError(f"{len(found)} NT_AMDGPU_METADATA notes (expected one)")
-        self.metadata_note: Note | None = found[0] if found and not self.is_legacy else None
+        #: every NT_AMDGPU_METADATA note, in order (a linked object may have one per object linked)
+        self.metadata_notes: tuple[Note, ...] = tuple(found) if not self.is_legacy else ()
+        self.metadata_note: Note | None = self.metadata_notes[0] if self.metadata_notes else None
 
     @classmethod
     def from_bytes(cls, data: bytes, *, name: str = "") -> "CodeObject":
@@ -149,12 +149,29 @@ class CodeObject:
 
     # -- metadata ------------------------------------------------------------------
     @cached_property
+    def metadata_parts(self) -> list[Metadata]:
+        """Each NT_AMDGPU_METADATA note decoded, in note order."""
+        out = []
+        for n, note in enumerate(self.metadata_notes, 1):
+            try:
+                out.append(decode_metadata(note.desc))
+            except FormatError as e:
+                if len(self.metadata_notes) > 1:
+                    e = FormatError(f"metadata note {n} of {len(self.metadata_notes)}: {e.reason}")
+                raise self._named(e) from None
+        return out
+
+    @cached_property
     def metadata(self) -> Metadata | None:
-        """The decoded NT_AMDGPU_METADATA map (V3+), or None if there is none."""
-        if self.metadata_note is None:
+        """The metadata map the runtime reads (V3+), or None if there is none:
+        the one note's, or several notes merged
+        (:func:`~kpatch.codeobject.metadata.merge_metadata`: each kernel's map
+        is the one in the note that describes it)."""
+        parts = self.metadata_parts
+        if not parts:
             return None
         try:
-            return decode_metadata(self.metadata_note.desc)
+            return merge_metadata(parts)
         except FormatError as e:
             raise self._named(e) from None
 

@@ -64,7 +64,7 @@ def _retarget_note(data: bytearray, co: CodeObject) -> tuple[bytes | None, str]:
     md = decode_metadata(note.desc)
     md[KEY_TARGET] = TO_TARGET.hsa_target
     desc = encode_metadata(md)
-    if len(desc) == len(note.desc):
+    if len(desc) == len(note.desc) and len(co.metadata_notes) == 1:
         data[note.desc_offset:note.desc_offset + len(desc)] = desc
         return bytes(data), ""
     set_metadata = _set_metadata_fn()

@@ -29,7 +29,7 @@ from kpatch.codeobject import CodeObject, KernelDescriptor, Metadata, TargetId, 
 from kpatch.codeobject.target import mach_for_processor
 from kpatch.codeobject.descriptor import KD_SIZE
 from kpatch.codeobject.elf import EHDR, NHDR, SHT_NOTE, ElfFile, Note
-from kpatch.codeobject.metadata import decode_metadata, encode_metadata
+from kpatch.codeobject.metadata import encode_metadata, spread_metadata
 from kpatch.errors import UsageError
 
 
@@ -57,12 +57,18 @@ def note_section(data: bytes, note: Note):
 
 def replace_note(data: bytes, note: Note, new_desc: bytes) -> tuple[int, bytes]:
     """(section index, new section contents) with ``note``'s descriptor replaced."""
-    s = note_section(data, note)
-    body = data[s.offset:s.offset + s.size]
-    start = note.offset - s.offset
-    end = min(note.desc_offset - s.offset + _pad(len(note.desc), note.align), len(body))
-    new = note_bytes(note.owner, note.type, new_desc, note.align)
-    return s.index, body[:start] + new + body[end:]
+    return replace_notes(data, note_section(data, note), [(note, new_desc)])
+
+
+def replace_notes(data: bytes, s, changes: list[tuple[Note, bytes]]) -> tuple[int, bytes]:
+    """(section index, new contents of section ``s``) with each (note, new
+    descriptor) of ``changes`` (notes of that section) replaced."""
+    body = bytes(data[s.offset:s.offset + s.size])
+    for note, new_desc in sorted(changes, key=lambda c: c[0].offset, reverse=True):  # later first: offsets hold
+        start = note.offset - s.offset
+        end = min(note.desc_offset - s.offset + _pad(len(note.desc), note.align), len(body))
+        body = body[:start] + note_bytes(note.owner, note.type, new_desc, note.align) + body[end:]
+    return s.index, body
 
 
 def replace_section(data: bytes, index: int, body: bytes) -> bytes:
@@ -84,30 +90,41 @@ def set_e_flags(data: bytes, e_flags: int) -> bytes:
 
 
 def set_metadata(data: bytes, updater: Callable[[Metadata], None]) -> bytes:
-    """Re-encode the NT_AMDGPU_METADATA note after ``updater`` changed the map.
+    """Re-encode the NT_AMDGPU_METADATA note(s) after ``updater`` changed the
+    map (:attr:`CodeObject.metadata`: with several notes, the merged map).
 
-    The note's size and padding follow the new encoding; when the note
-    grows or shrinks, the layout after it is redone.
+    Each note's size and padding follow its new encoding; when a note grows
+    or shrinks, the layout after it is redone.
     """
     co = CodeObject.from_bytes(data)
-    note = co.metadata_note
-    if note is None:
+    if co.metadata_note is None:
         raise UsageError("the code object has no NT_AMDGPU_METADATA note")
-    md = decode_metadata(note.desc)
+    md = co.metadata
     updater(md)
     return write_metadata(co, md)
 
 
 def write_metadata(co: CodeObject, md: Metadata) -> bytes:
-    """``co`` with its NT_AMDGPU_METADATA note re-encoded from ``md`` (its
-    decoded map, changed; see :func:`set_metadata`) - for a caller that has
-    decoded the map already (decoding is the slow part)."""
-    note = co.metadata_note
-    desc = encode_metadata(md)
-    if desc == note.desc:
-        return bytes(co.data)
-    index, body = replace_note(co.data, note, desc)
-    return replace_section(co.data, index, body)
+    """``co`` with its NT_AMDGPU_METADATA notes re-encoded from ``md`` (its
+    :attr:`~CodeObject.metadata`, changed; see :func:`set_metadata`) - for a
+    caller that has decoded the map already (decoding is the slow part).
+    A kernel's map goes back into the note that describes it; a top-level
+    change (``amdhsa.target``) into every note that has the key; notes that
+    did not change keep their bytes."""
+    parts = co.metadata_parts
+    spread_metadata(md, parts)
+    wanted = [encode_metadata(p) for p in parts]
+    data = bytes(co.data)
+    notes = co.metadata_notes
+    while True:
+        changed = [(n, d) for n, d in zip(notes, wanted) if d != n.desc]
+        if not changed:
+            return data
+        section = note_section(data, changed[0][0])
+        in_section = [(n, d) for n, d in changed if section.offset <= n.offset < section.offset + section.size]
+        index, body = replace_notes(data, section, in_section)
+        data = replace_section(data, index, body)
+        notes = CodeObject.from_bytes(data).metadata_notes  # the same notes, where they are now
 
 
 def set_descriptor_field(data: bytes, kernel_symbol: str, field: str, value: int) -> bytes:
