@@ -390,7 +390,10 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     \b
     The user DB directory is MIOPEN_CUSTOM_CACHE_DIR (with the MIOpen version
     appended from MIOpen 3.5 on), else ~/.cache/miopen/<version> of the newest
-    MIOpen found, else give --out-dir.  Only entries that changed are written;
+    MIOpen found, else give --out-dir; ~ is $HOME, or the temporary directory
+    ($TMPDIR, $TMP, $TEMP, $TEMPDIR or /tmp) when HOME is unset, empty or /,
+    and a networked home means the temporary directory itself, as in MIOpen.
+    Only entries that changed are written;
     other entries of an existing user DB stay as they are.  The DB is replaced
     atomically after a backup (each `kpatch revert` steps back one apply); a
     second run changes nothing.  kpatch never writes into system directories.
