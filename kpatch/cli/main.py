@@ -22,7 +22,24 @@ from kpatch.cli.scan import scan_cmd
 from kpatch.errors import KpatchError, UsageError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUS_HELP)
+def interrupted() -> None:
+    """Ctrl-C: the one line and exit status 130 (the command's own clean-up has run)."""
+    error_line(None, "interrupted")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+class KpatchGroup(click.Group):
+    """The command group; a Ctrl-C inside a command is handled here, before
+    click would turn it into an Abort after printing a blank line."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
+
+
+@click.group(cls=KpatchGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUS_HELP)
 @click.version_option(__version__, prog_name="kpatch")
 def cli() -> None:
     """kpatch: make gfx1030 (RDNA2) GPU kernels safe on gfx1010 (RX 5600 XT / 5700 XT).
@@ -54,12 +71,8 @@ def main() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(EXIT_USAGE)
-    except click.exceptions.Abort:
-        error_line(None, "interrupted")
-        sys.exit(EXIT_INTERRUPTED)
-    except KeyboardInterrupt:
-        error_line(None, "interrupted")
-        sys.exit(EXIT_INTERRUPTED)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C outside a command (e.g. while parsing)
+        interrupted()
     except UsageError as e:
         error_line(e.item, e.reason)
         sys.exit(EXIT_USAGE)
