@@ -19,7 +19,7 @@ from kpatch.cli.extract import extract_cmd
 from kpatch.cli.revert import revert_cmd
 from kpatch.cli.rules import rules_cmd
 from kpatch.cli.scan import scan_cmd
-from kpatch.errors import KpatchError, UsageError
+from kpatch.errors import KpatchError, UsageError, disk_full_reason
 
 
 def interrupted() -> None:
@@ -86,7 +86,13 @@ def main() -> None:
             traceback.print_exc()
         print(missing_module_line(e), file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
-    except Exception as e:  # a bug in kpatch: one line, traceback only on request
+    except Exception as e:
+        if (full := disk_full_reason(e)) is not None:  # the machine's condition, not a bug
+            if debug():
+                traceback.print_exc()
+            error_line(getattr(e, "filename", None), full)
+            sys.exit(EXIT_SOME_FAILED)
+        # a bug in kpatch: one line, traceback only on request
         if debug():
             traceback.print_exc()
         error_line(None, f"internal error: {type(e).__name__}: {e} (set KPATCH_DEBUG=1 for a traceback)")
