@@ -47,9 +47,27 @@ def entry() -> None:
         run()
     except KeyboardInterrupt:  # while importing, or after a command's own handling
         print(INTERRUPTED_LINE, file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        _exit_interrupted()
+    except SystemExit as e:
+        if e.code == EXIT_INTERRUPTED:  # the command cleaned up and said so
+            _exit_interrupted()
+        raise
     except ImportError as e:  # the CLI itself could not be imported
         if os.environ.get("KPATCH_DEBUG"):
             raise
         print(missing_module_line(e), file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
+
+
+def _exit_interrupted() -> None:
+    """Exit with status 130 now that everything is cleaned up.  Not through
+    ``sys.exit``: under ``python -m kpatch`` CPython turns the exit into a
+    death by SIGINT (status -2) when the KeyboardInterrupt was raised inside
+    code run by ``exec`` of a string (e.g. a dataclass being created while a
+    module is imported), even though it was caught."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)

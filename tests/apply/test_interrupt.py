@@ -18,8 +18,9 @@ import pytest
 from kpatch.containers.kdb import KernelDB, write_kdb
 from kpatch.data import expand
 
-#: Copies of the sample DB's entries in the big source DB: enough for a run of several seconds.
-COPIES = 60
+#: Copies of the sample DB's entries in the big source DB: enough for a run of several seconds
+#: (about 10 s on one CPU here), more where more CPUs patch in parallel.
+COPIES = 60 * max(1, len(os.sched_getaffinity(0)) // 2)
 
 
 def sample_rows() -> list[tuple[str, str, bytes]]:
@@ -91,3 +92,31 @@ def test_ctrl_c_during_apply(tmp_path, big_db, serial, delay):
         time.sleep(0.05)
     assert snapshot(str(out)) == before  # no staging, temporary or backup file; the DB unchanged
     assert os.listdir(tmp) == []
+
+
+def test_ctrl_c_while_starting(tmp_path, big_db):
+    """SIGINT at many moments of start-up (imports, reading the command line, opening the DBs): always
+    130 and one line.  CPython exits by SIGINT itself (status -2) under `python -m` when the
+    KeyboardInterrupt hit code run by `exec` of a string (dataclasses do that while a module is
+    imported), even though kpatch caught it; kpatch must exit 130 all the same."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("KPATCH_DEBUG", "HSA_OVERRIDE_GFX_VERSION")}
+    env |= {"KPATCH_NO_PROGRESS": "1"}
+    seen = []
+    for i in range(14):
+        delay = 0.04 * (i + 1)
+        p = subprocess.Popen([sys.executable, "-m", "kpatch", "apply", "--db", big_db, "--mode", "override", "--cu",
+                              "18", "--out-dir", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, env=env, start_new_session=True, preexec_fn=as_from_a_terminal(False))
+        try:
+            time.sleep(delay)
+            os.killpg(p.pid, signal.SIGINT)
+            _, stderr = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        seen.append((delay, p.returncode, stderr))
+    assert [s for s in seen if s[1:] != (130, "error: interrupted\n")] == []
+    assert os.listdir(out) == []
