@@ -43,3 +43,38 @@ def internal_reason(error: BaseException) -> str:
     if os.environ.get("KPATCH_DEBUG"):
         traceback.print_exception(error, file=sys.stderr)
     return f"internal error: {type(error).__name__}: {error} (set KPATCH_DEBUG=1 for a traceback)"
+
+
+#: SQLite's result code for "database or disk is full" (SQLITE_FULL: a write() failed with ENOSPC).
+_SQLITE_FULL = 13
+#: SQLITE_IOERR_SHMSIZE: SQLite could not grow the ``-shm`` file of a WAL DB.  os_unix.c returns it
+#: when writing one byte into each new page of that file fails (ENOSPC, EDQUOT; the only other
+#: source is fstat() failing on a file SQLite has open).
+_SQLITE_IOERR_SHMSIZE = 4874
+
+
+def disk_full_reason(error: BaseException) -> str | None:
+    """``"no space left on device"`` (or ``"disk quota exceeded"``) when
+    ``error`` means the file system ran out of room while kpatch was writing:
+    an OSError with ENOSPC or EDQUOT, or SQLite's SQLITE_FULL ("database or
+    disk is full", how SQLite reports ENOSPC) or SQLITE_IOERR_SHMSIZE (it
+    could not grow a DB's ``-shm`` file); else None.  A full disk is a
+    condition of the machine, not a bug: every writer removes what it had
+    half-written, and the CLI says so in one line (exit status 1)."""
+    import errno
+
+    if isinstance(error, OSError):
+        if error.errno == errno.ENOSPC:
+            return "no space left on device"
+        if error.errno == errno.EDQUOT:
+            return "disk quota exceeded"
+        return None
+    import sqlite3
+
+    if isinstance(error, sqlite3.Error):
+        code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+
+        if code == _SQLITE_IOERR_SHMSIZE:
+            return "no space left on device (SQLite could not grow the -shm file beside the DB)"
+        if (code is not None and code & 0xFF == _SQLITE_FULL) or "database or disk is full" in str(error):
+            return "no space left on device"
+    return None

@@ -2,16 +2,32 @@
 
 :func:`entry` is the installed entry point.  It imports the CLI only inside a
 ``try``, so a broken installation (a dependency missing from the
-environment) is reported in one line instead of a traceback.
+environment) is reported in one line instead of a traceback.  It also
+takes Ctrl-C over from the start (:func:`on_sigint`), so that an interrupt
+at any moment, even while the CLI is still being imported, ends with one
+line and exit status 130.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 #: Exit status when kpatch cannot start or hits an internal error.
 EXIT_INTERNAL = 3
+#: Exit status after Ctrl-C (128 + SIGINT; :mod:`kpatch.cli.common` says the same).
+EXIT_INTERRUPTED = 130
+INTERRUPTED_LINE = "error: interrupted"
+
+
+def on_sigint(signum: int, frame: object) -> None:
+    """kpatch's SIGINT handler: the first Ctrl-C raises KeyboardInterrupt
+    (every command then cleans up and exits 130); later ones are ignored,
+    so that the clean-up (removing temporary files, stopping worker
+    processes) is never cut short half-way."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def missing_module_line(e: ImportError) -> str:
@@ -23,11 +39,35 @@ def missing_module_line(e: ImportError) -> str:
 
 
 def entry() -> None:
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when Ctrl-C is ignored already
+        signal.signal(signal.SIGINT, on_sigint)
     try:
         from kpatch.cli.main import main as run
-    except ImportError as e:
+
+        run()
+    except KeyboardInterrupt:  # while importing, or after a command's own handling
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        _exit_interrupted()
+    except SystemExit as e:
+        if e.code == EXIT_INTERRUPTED:  # the command cleaned up and said so
+            _exit_interrupted()
+        raise
+    except ImportError as e:  # the CLI itself could not be imported
         if os.environ.get("KPATCH_DEBUG"):
             raise
         print(missing_module_line(e), file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
-    run()
+
+
+def _exit_interrupted() -> None:
+    """Exit with status 130 now that everything is cleaned up.  Not through
+    ``sys.exit``: under ``python -m kpatch`` CPython turns the exit into a
+    death by SIGINT (status -2) when the KeyboardInterrupt was raised inside
+    code run by ``exec`` of a string (e.g. a dataclass being created while a
+    module is imported), even though it was caught."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)

@@ -14,7 +14,7 @@ from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, err_console, error_line
 from kpatch.containers.kdb import KernelDB
 from kpatch.containers.uri import Uri, parse_uri
 from kpatch.data import expand
-from kpatch.errors import KpatchError, UsageError
+from kpatch.errors import KpatchError, UsageError, disk_full_reason
 from kpatch.outputs.apply_db import EntryReport, apply_to_db
 from kpatch.outputs.apply_file import apply_to_file
 from kpatch.outputs.blobpatch import written_with_unchanged
@@ -116,6 +116,20 @@ def entry_progress(total: int | None):
                   console=err_console, transient=True) as p:
         task = p.add_task("apply", total=total)
         yield lambda: p.advance(task)
+
+
+@contextmanager
+def disk_full_is_an_error(item: str, what: str):
+    """A full disk (or quota) met meanwhile becomes one ``ITEM: no space
+    left on device; WHAT`` error (exit status 1) instead of an internal
+    error; the writers have already removed what they had half-written."""
+    try:
+        yield
+    except Exception as e:
+        reason = disk_full_reason(e)
+        if reason is None:
+            raise
+        raise KpatchError(f"{reason}; {what}", item) from None
 
 
 def _count_entries(paths: list[str]) -> int | None:
@@ -225,7 +239,9 @@ class ReportPairs:
             try:
                 write_html(report, self.path)
             except OSError as e:
-                raise KpatchError(f"cannot write the HTML report: {e.strerror or e}", self.path) from None
+                full = disk_full_reason(e)
+                raise KpatchError(f"{full}; the HTML report was not written" if full else
+                                  f"cannot write the HTML report: {e.strerror or e}", self.path) from None
             kernels = sum(1 for r in info.refusals if r.kernel is not None)
             note = (f"{len(self.pairs)} changed code objects, {kernels} kernels refused" if self.pairs else
                     f"nothing changed; {info.already_patched} {info.unit} already patched, {kernels} kernels refused")
@@ -258,8 +274,10 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
             if not as_json:
                 print_item(rep.uri, rep.status, rep.reason, rep.note, rep.kernels)
 
-        result = apply_to_db(dbs, output, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
-                             is_patched=is_patched, dry_run=dry_run, on_entry=on_entry, on_change=report.on_change)
+        with disk_full_is_an_error(output, "nothing was written: the user DB, if any, is as it was"):
+            result = apply_to_db(dbs, output, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
+                                 is_patched=is_patched, dry_run=dry_run, on_entry=on_entry,
+                                 on_change=report.on_change)
     errors = [{"uri": src, "error": why} for src, why in result.source_errors]
     errors += [{"uri": e.uri, "error": e.reason} for e in result.entries if e.status == "error"]
     counts = result.counts()
@@ -305,9 +323,10 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
              patch_fn: Callable, is_patched: Callable, report: ReportPairs | None = None,
              drop_other_targets: bool = False) -> int:
     report = report or ReportPairs(None)
-    result = apply_to_file(path, out, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
-                           is_patched=is_patched, dry_run=dry_run, on_change=report.on_change,
-                           drop_other_targets=drop_other_targets)
+    with disk_full_is_an_error(out, "it was not written"):
+        result = apply_to_file(path, out, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
+                               is_patched=is_patched, dry_run=dry_run, on_change=report.on_change,
+                               drop_other_targets=drop_other_targets)
     counts = result.counts()
     errors = [{"uri": p.uri, "error": p.reason} for p in result.parts if p.status == "error"]
     unit = "bundles" if result.kind == "hostelf" else "files"
@@ -395,7 +414,10 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     \b
     The user DB directory is MIOPEN_CUSTOM_CACHE_DIR (with the MIOpen version
     appended from MIOpen 3.5 on), else ~/.cache/miopen/<version> of the newest
-    MIOpen found, else give --out-dir.  Only entries that changed are written;
+    MIOpen found, else give --out-dir; ~ is $HOME, or the temporary directory
+    ($TMPDIR, $TMP, $TEMP, $TEMPDIR or /tmp) when HOME is unset, empty or /,
+    and a networked home means the temporary directory itself, as in MIOpen.
+    Only entries that changed are written;
     other entries of an existing user DB stay as they are.  The changed rows
     go into the DB in one SQLite transaction, after a backup of the rows they
     replace (each `kpatch revert` steps back one apply); MIOpen may keep
@@ -412,10 +434,12 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     \b
     Exit status: 0 when every input was read (refused kernels are results,
     not failures); 1 when some input could not be read (each named on
-    stderr; the rest is still done); 2 for usage errors (also: mode or CU
-    count that cannot be detected, output in a system directory or a
-    symbolic link, user DB locked by MIOpen for over 60 s; nothing is
-    written); 3 on an internal error; 130 when interrupted.
+    stderr; the rest is still done), or the disk is full (nothing
+    half-written is left, the user DB is as it was); 2 for usage errors
+    (also: mode or CU count that cannot be detected, output in a system
+    directory or a symbolic link, user DB locked by MIOpen for over 60 s;
+    nothing is written); 3 on an internal error; 130 on Ctrl-C (nothing
+    half-written is left, the user DB is as it was).
     """
     if file and dbs:
         raise click.UsageError("give either FILE -o OUT or --db SRC, not both")

@@ -22,7 +22,8 @@ Exit status (every command):
   1    some input could not be read: missing, unreadable or malformed
        (each gets one `error: ITEM: REASON` line on stderr and an entry
        under "errors" with --json; the rest is still done); also `diff`
-       found a control-flow problem or, with --exit-code, a difference
+       found a control-flow problem or, with --exit-code, a difference;
+       or the disk filled up while writing (nothing half-written is left)
   2    usage: a wrong command line, or a request kpatch will not carry
        out as asked (input of the wrong kind, output in a system
        directory or already there, user DB in use, no backup left to

@@ -8,7 +8,7 @@ import traceback
 import click
 
 from kpatch import __version__
-from kpatch.cli import EXIT_INTERNAL, missing_module_line
+from kpatch.cli import missing_module_line
 from kpatch.cli.apply import apply_cmd
 from kpatch.cli.common import (
     EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SOME_FAILED, EXIT_STATUS_HELP, EXIT_USAGE, debug, error_line)
@@ -19,10 +19,27 @@ from kpatch.cli.extract import extract_cmd
 from kpatch.cli.revert import revert_cmd
 from kpatch.cli.rules import rules_cmd
 from kpatch.cli.scan import scan_cmd
-from kpatch.errors import KpatchError, UsageError
+from kpatch.errors import KpatchError, UsageError, disk_full_reason
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUS_HELP)
+def interrupted() -> None:
+    """Ctrl-C: the one line and exit status 130 (the command's own clean-up has run)."""
+    error_line(None, "interrupted")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+class KpatchGroup(click.Group):
+    """The command group; a Ctrl-C inside a command is handled here, before
+    click would turn it into an Abort after printing a blank line."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
+
+
+@click.group(cls=KpatchGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUS_HELP)
 @click.version_option(__version__, prog_name="kpatch")
 def cli() -> None:
     """kpatch: make gfx1030 (RDNA2) GPU kernels safe on gfx1010 (RX 5600 XT / 5700 XT).
@@ -54,12 +71,8 @@ def main() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(EXIT_USAGE)
-    except click.exceptions.Abort:
-        error_line(None, "interrupted")
-        sys.exit(EXIT_INTERRUPTED)
-    except KeyboardInterrupt:
-        error_line(None, "interrupted")
-        sys.exit(EXIT_INTERRUPTED)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C outside a command (e.g. while parsing)
+        interrupted()
     except UsageError as e:
         error_line(e.item, e.reason)
         sys.exit(EXIT_USAGE)
@@ -73,7 +86,13 @@ def main() -> None:
             traceback.print_exc()
         print(missing_module_line(e), file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
-    except Exception as e:  # a bug in kpatch: one line, traceback only on request
+    except Exception as e:
+        if (full := disk_full_reason(e)) is not None:  # the machine's condition, not a bug
+            if debug():
+                traceback.print_exc()
+            error_line(getattr(e, "filename", None), full)
+            sys.exit(EXIT_SOME_FAILED)
+        # a bug in kpatch: one line, traceback only on request
         if debug():
             traceback.print_exc()
         error_line(None, f"internal error: {type(e).__name__}: {e} (set KPATCH_DEBUG=1 for a traceback)")

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from kpatch.containers import limits
 from kpatch.containers.uri import Uri
-from kpatch.errors import FormatError, UsageError
+from kpatch.errors import FormatError, UsageError, disk_full_reason
 
 #: What MIOpen executes to create a kernel DB (``KernelConfig::CreateQuery``).
 SCHEMA_SQL = (
@@ -620,7 +620,7 @@ def _sql_reason(e: Exception, conn: sqlite3.Connection) -> str:
     budget = getattr(conn, "_kpatch_budget", None)
     if budget is not None and budget.exceeded:
         return f"SQLite query stopped after {limits.MAX_SQL_STEPS} steps (the limit for one statement)"
-    return f"SQLite error: {e}"
+    return disk_full_reason(e) or f"SQLite error: {e}"  # a full disk is not a broken file
 
 
 class _Connection(sqlite3.Connection):

@@ -27,7 +27,10 @@ with kpatch's own patch functions and a DB of more than a few entries it
 runs in worker processes, one per CPU (:func:`jobs_for`), which also
 bzip2-compress each changed blob for the DB (unless the output DB already
 holds it); everything else (order, reports, staging, errors) stays in the
-calling process, in entry order, exactly as when run serially.  A second
+calling process, in entry order, exactly as when run serially.  The workers
+ignore SIGINT: Ctrl-C reaches the whole process group, and the calling
+process alone handles it: it hands out no more entries, lets the workers
+finish the few they hold, and shuts the pool down.  A second
 run finds nothing to change: patched blobs carry a provenance record (or,
 for relabelled code, a gfx1030 label) and identical bytes are not written
 again.
@@ -39,6 +42,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import tempfile
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
@@ -269,11 +273,14 @@ def _apply_source(src: str, result: DbApplyResult, existing: KernelDB | None, st
         if n > 1 and db.count() < MIN_PARALLEL_ENTRIES:
             n = 1
         outcomes = _patched(db.entries(), kw, n, keep_pairs=on_change is not None, existing=existing)
-        for entry, outcome in outcomes:
-            report = _entry_report(entry, outcome, base, existing, staged, staged_keys, on_change, mode)
-            result.entries.append(report)
-            if on_entry:
-                on_entry(report)
+        try:
+            for entry, outcome in outcomes:
+                report = _entry_report(entry, outcome, base, existing, staged, staged_keys, on_change, mode)
+                result.entries.append(report)
+                if on_entry:
+                    on_entry(report)
+        finally:
+            outcomes.close()  # shuts the pool down now if this loop was left early (Ctrl-C, a full disk)
     except KpatchError as e:  # the DB itself broke while being read
         result.source_errors.append((src, e.reason))
     finally:
@@ -307,7 +314,25 @@ _WORKER_KW: dict = {}
 
 
 def _init_worker(kw: dict, keep_pairs: bool) -> None:
+    """Set up a worker: it ignores SIGINT (forked with SIGINT blocked by
+    :func:`_sigint_held`, so none arrives before this), leaving Ctrl-C to the
+    calling process, which shuts the pool down."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _WORKER_KW.update(kw, keep_pairs=keep_pairs)
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile and delivered right after:
+    worker processes forked meanwhile start with it blocked (until
+    :func:`_init_worker` ignores it), and the pool's own state is never left
+    half-updated by a KeyboardInterrupt."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _patch_in_worker(entry, stored_hash: str | None) -> Outcome:
@@ -359,7 +384,9 @@ def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool,
                     pending.append((entry, _patch_entry(entry, kw, keep_pairs), None))
                 else:
                     stored = _stored_hash(existing, entry.kernel_name, out_args)
-                    pending.append((entry, None, pool.submit(_patch_in_worker, entry, stored)))
+                    with _sigint_held():  # the first submit forks the workers
+                        fut = pool.submit(_patch_in_worker, entry, stored)
+                    pending.append((entry, None, fut))
             if not pending:
                 if broke is not None:
                     raise broke
@@ -372,6 +399,9 @@ def _patched(entries: Iterator, kw: dict, jobs: int, *, keep_pairs: bool,
                     outcome = "error", internal_reason(e)
             yield entry, outcome
     finally:
+        # On Ctrl-C, an error or an early stop (this generator closed), entries not yet handed to a
+        # worker are dropped and the few being patched are let finish: a worker killed half-way
+        # through sending its result would leave the pool's pipe half-written and hang it.
         pool.shutdown(wait=True, cancel_futures=True)
 
 

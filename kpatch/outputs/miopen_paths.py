@@ -8,6 +8,17 @@
   ``MIOPEN_CUSTOM_CACHE_DIR`` replaces ``~/.cache/miopen/<version>`` up to
   MIOpen 3.4 and replaces only ``~/.cache/miopen`` from 3.5 on (the version
   is appended).
+* ``~`` (MIOpen's ``ExpandUser``, src/expanduser.cpp): EVERY ``~`` in the
+  path string, also in ``MIOPEN_CUSTOM_CACHE_DIR``, is replaced by the home
+  directory: ``$HOME``, unless it is unset, empty or exactly ``/``; then
+  ``std::filesystem::temp_directory_path()`` (:func:`temp_directory_path`).
+  Never the passwd entry (Python's ``os.path.expanduser`` falls back to it;
+  MIOpen does not).
+* Networked home (MIOpen >= 2.20, ``IsNetworkedFilesystem``): when the
+  first existing ancestor of ``~/.cache/miopen/<version>`` is on NFS,
+  SMB/CIFS, Coda, OCFS2, AFS, Lustre or Ceph (``statfs`` ``f_type``), MIOpen
+  uses ``temp_directory_path()`` itself, with no version directory.  Not for
+  ``MIOPEN_CUSTOM_CACHE_DIR``.
 * The MIOpen version comes from ``include/miopen/version.h`` of an installed
   MIOpen (``/opt/rocm*``, ``/usr``) or, failing that, from the version-named
   directories MIOpen has already created in the cache directory; the newest
@@ -138,22 +149,124 @@ def _newest(found: list[tuple[MiopenVersion, str]]) -> tuple[MiopenVersion, str]
     return max(found, key=key)
 
 
-def resolve_cache_dir(env: Mapping[str, str], *, home: str | None = None,
-                      rocm_roots: Iterable[str] = DEFAULT_ROCM_ROOTS) -> CacheDir:
-    """MIOpen's user cache directory (see the module doc); UsageError asking
-    for ``--out-dir`` when it cannot be known.
+# --- MIOpen's home directory and file-system check (src/expanduser.cpp) -------------
+
+#: Where ``std::filesystem::temp_directory_path()`` looks, in order (libstdc++:
+#: the first that is set, even to "", wins; else ``/tmp``).
+TEMP_DIR_VARS = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
+#: First MIOpen version that leaves a networked home for the temporary directory.
+NETWORK_CHECK_VERSION = (2, 20)
+#: ``statfs`` f_type values MIOpen's ``IsNetworked`` treats as networked (linux/magic.h,
+#: MIOpen's own defines for the rest), with the names MIOpen logs.
+NETWORKED_FS_TYPES = {
+    0x6969: "NFS", 0x517B: "SMB", 0xFE534D42: "SMB2", 0xFF534D42: "CIFS", 0x73757245: "Coda",
+    0x7461636F: "OCFS2", 0x5346414F: "AFS", 0x0BD00BD0: "Lustre", 0x00C36400: "Ceph",
+}
+#: How many parents MIOpen walks up to find an existing directory to ``statfs``.
+_ANCESTOR_STEPS = 32
+
+
+def temp_directory_path(env: Mapping[str, str]) -> tuple[str, str]:
+    """(path, why) of libstdc++'s ``std::filesystem::temp_directory_path()``
+    under ``env``: the first of TMPDIR, TMP, TEMP, TEMPDIR that is set (an
+    empty value counts as set), else ``/tmp``.  libstdc++ throws when that
+    is not a directory (MIOpen then cannot start), and a relative path means
+    a directory relative to the working directory of whatever program loads
+    MIOpen: both are UsageErrors asking for ``--out-dir``."""
+    name = next((n for n in TEMP_DIR_VARS if n in env), None)
+    path = env[name] if name else "/tmp"
+    what = f"{name}={path!r}" if name else "/tmp (TMPDIR, TMP, TEMP, TEMPDIR unset)"
+    if not os.path.isabs(path):
+        raise UsageError(f"MIOpen would use the temporary directory {what}, which is not an absolute path "
+                         "(std::filesystem::temp_directory_path() fails on \"\", and a relative one depends on "
+                         "the working directory of the program that runs MIOpen); pass --out-dir DIR")
+    if not os.path.isdir(path):
+        raise UsageError(f"MIOpen would use the temporary directory {what}, which is not a directory "
+                         "(std::filesystem::temp_directory_path() throws, MIOpen cannot start); pass --out-dir DIR")
+    return path, what
+
+
+def home_dir(env: Mapping[str, str]) -> tuple[str, str]:
+    """(home, why): what MIOpen's ``ExpandUser`` puts for ``~``: ``$HOME``
+    unless it is unset, empty or ``/``, else :func:`temp_directory_path`."""
+    home = env.get("HOME")
+    if home is not None and home not in ("", "/"):
+        return home, ""
+    state = "unset" if home is None else f"{home!r}"
+    tmp, what = temp_directory_path(env)
+    return tmp, f"HOME is {state}, so MIOpen uses the temporary directory {what} for ~"
+
+
+def expand_user(path: str, home: str) -> str:
+    """MIOpen's ``ExpandUser``: every ``~`` in ``path`` replaced by ``home``
+    (not only a leading one)."""
+    return path.replace("~", home)
+
+
+def _tidy(path: str) -> str:
+    """``path`` with repeated and trailing slashes dropped (the same file for
+    the kernel; ``..`` is kept: it depends on symbolic links)."""
+    path = re.sub(r"/{2,}", "/", path)
+    return path.rstrip("/") or "/"
+
+
+def fs_type(path: str) -> int | None:
+    """``statfs(path).f_type`` (the file-system magic MIOpen checks), or None
+    when statfs fails (MIOpen then treats the file system as local)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        statfs = libc.statfs
+    except (OSError, AttributeError):
+        return None
+    buf = ctypes.create_string_buffer(512)  # struct statfs: 120 bytes on 64-bit Linux
+    if statfs(os.fsencode(path), buf) != 0:
+        return None
+    # f_type is the first member, a __fsword_t (long) on Linux; the magics are 32-bit values
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def networked_fs(path: str, fs_type_of=fs_type) -> tuple[str, int] | None:
+    """(the directory checked, its f_type) when MIOpen's
+    ``IsNetworkedFilesystem(path)`` is true: the first existing ancestor of
+    ``path`` (at most 32 steps up) is on a file system of
+    :data:`NETWORKED_FS_TYPES`; else None."""
+    p = path
+    for _ in range(_ANCESTOR_STEPS):
+        if os.path.exists(p):
+            break
+        p = os.path.dirname(p)
+    t = fs_type_of(p)
+    return (p, t) if t in NETWORKED_FS_TYPES else None
+
+
+def resolve_cache_dir(env: Mapping[str, str], *, rocm_roots: Iterable[str] = DEFAULT_ROCM_ROOTS,
+                      fs_type_of=fs_type) -> CacheDir:
+    """MIOpen's user cache directory under the environment ``env`` (see the
+    module doc); UsageError asking for ``--out-dir`` when it cannot be known.
 
     Candidates are the installed MIOpen versions (``version.h``) and the
     version directories already in ``~/.cache/miopen`` (an MIOpen shipped
     inside e.g. a PyTorch wheel has no version.h, but creates its directory
-    when it runs); the newest wins."""
-    home = home if home is not None else os.path.expanduser("~")
+    when it runs); the newest wins.  ``fs_type_of(path)`` gives a
+    directory's statfs f_type (a test hook)."""
     installed = installed_versions(rocm_roots)
     custom = env.get("MIOPEN_CUSTOM_CACHE_DIR", "")
+    home, home_why = home_dir(env)  # MIOpen works it out on its first ExpandUser, whatever the path
+    prefix = f"{home_why}; " if home_why and (not custom or "~" in custom) else ""
     if custom:
-        custom = os.path.join(home, custom[2:]) if custom.startswith("~/") else custom
-        return _custom_dir(os.path.abspath(custom), _newest(installed) if installed else None)
-    root = os.path.join(home, ".cache", "miopen")
+        expanded = _tidy(expand_user(custom, home))
+        if not os.path.isabs(expanded):
+            raise UsageError(f"MIOPEN_CUSTOM_CACHE_DIR={custom!r} is the relative path {expanded}: MIOpen takes it "
+                             "relative to the working directory of the program that runs it; pass --out-dir DIR")
+        got = _custom_dir(expanded, _newest(installed) if installed else None)
+        return CacheDir(got.path, prefix + got.why)
+    root = _tidy(expand_user(DEFAULT_CACHE_ROOT, home))
+    if not os.path.isabs(root):
+        raise UsageError(f"HOME={home!r} is a relative path: MIOpen would take {root} relative to the working "
+                         "directory of the program that runs it; pass --out-dir DIR")
     candidates = [(v, os.path.join(root, str(v))) for v, _ in installed] + version_dirs(root)
     if not candidates:
         raise UsageError(f"cannot find MIOpen's user cache directory: no MIOpen version.h under "
@@ -164,7 +277,15 @@ def resolve_cache_dir(env: Mapping[str, str], *, home: str | None = None,
     source = f"MIOpen {v} installed ({headers[0]})" if headers else f"existing MIOpen cache directory {v}"
     others = sorted({str(cv) for cv, _ in candidates} - {str(v)})
     more = f"; also found {', '.join(others)}" if others else ""
-    return CacheDir(path, f"newest MIOpen: {source}{more}")
+    why = f"{prefix}newest MIOpen: {source}{more}"
+    if v.numbers[:2] >= NETWORK_CHECK_VERSION and (net := networked_fs(path, fs_type_of)) is not None:
+        checked, magic = net
+        tmp, what = temp_directory_path(env)
+        return CacheDir(_tidy(tmp), f"{why}; but {checked} is on a networked file system "
+                                    f"({NETWORKED_FS_TYPES[magic]}, statfs f_type 0x{magic:x}), so MIOpen "
+                                    f"{'.'.join(map(str, NETWORK_CHECK_VERSION))}+ uses the temporary directory "
+                                    f"{what} instead, without a version directory")
+    return CacheDir(path, why)
 
 
 def _custom_dir(custom: str, installed: tuple[MiopenVersion, str] | None) -> CacheDir:

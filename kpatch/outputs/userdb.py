@@ -17,7 +17,9 @@ touched.
    with the ``kernel_hash`` of the row the user DB held under its key when
    kpatch decided to replace it (or none), wait in a staging DB in the same
    directory (:class:`StagedRows`);
-2. the live DB is opened (never through a symbolic link: :func:`refuse_links`)
+2. the live DB is opened (never through a symbolic link: :func:`refuse_links`;
+   a DB that does not exist yet is built whole in a temporary file and
+   linked into place, so a failed apply leaves none behind)
    and a write transaction begins (``BEGIN IMMEDIATE``, waiting up to
    :data:`BUSY_TIMEOUT` seconds while MIOpen writes);
 3. a staged row whose key now holds something else than what kpatch saw
@@ -60,6 +62,7 @@ from typing import Iterator
 from kpatch.containers.kdb import (
     INSERT_SQL, SCHEMA_SQL, KdbEntry, KernelDB, encode_blob, key_param, key_text)
 from kpatch.errors import FormatError, KpatchError, UsageError
+from kpatch.outputs.files import new_file_mode
 
 BACKUP_TAG = ".kpatch-backup-"
 #: Suffix of the "there was no DB" markers older kpatch versions wrote (listed, never restored).
@@ -168,15 +171,20 @@ class StagedRows:
 
     def __init__(self, directory: str, base: str = "ukdb"):
         self.path = _temp_path(directory, base, "staging")
-        self._conn = sqlite3.connect(self.path, isolation_level=None)
-        self._conn.text_factory = bytes
-        self._conn.execute("PRAGMA journal_mode=OFF;")
-        self._conn.execute("PRAGMA synchronous=OFF;")
-        self._conn.execute(
-            "CREATE TABLE staged (id INTEGER PRIMARY KEY, kernel_name TEXT NOT NULL, kernel_args TEXT NOT NULL,"
-            " kernel_blob BLOB NOT NULL, kernel_hash TEXT NOT NULL, uncompressed_size INT NOT NULL,"
-            " expected_hash TEXT, UNIQUE(kernel_name, kernel_args));")
-        self._conn.execute("BEGIN;")
+        self._conn = None
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None)
+            self._conn.text_factory = bytes
+            self._conn.execute("PRAGMA journal_mode=OFF;")
+            self._conn.execute("PRAGMA synchronous=OFF;")
+            self._conn.execute(
+                "CREATE TABLE staged (id INTEGER PRIMARY KEY, kernel_name TEXT NOT NULL, kernel_args TEXT NOT NULL,"
+                " kernel_blob BLOB NOT NULL, kernel_hash TEXT NOT NULL, uncompressed_size INT NOT NULL,"
+                " expected_hash TEXT, UNIQUE(kernel_name, kernel_args));")
+            self._conn.execute("BEGIN;")
+        except BaseException:  # e.g. a full disk: leave nothing behind
+            self.close()
+            raise
 
     def add(self, kernel_name: str, kernel_args: str, code: bytes, expected_hash: str | None = None) -> None:
         blob, md5, size = encode_blob(code)
@@ -396,38 +404,99 @@ class CommitResult:
     conflicts: list[tuple[str, str, str]] = field(default_factory=list)
 
 
+def _plan_row(db: KernelDB, row: StagedRow, result: CommitResult) -> KdbEntry | None | bool:
+    """The row ``db`` holds under the staged row's key (None: none), or False
+    when the staged row is not to be written (recorded in ``result``)."""
+    name, args, _blob, md5, _size, expected = row
+    now = db.get(name, args)
+    held = now.kernel_hash if now is not None else None
+    if held != expected:
+        what = "added" if expected is None else ("removed" if held is None else "replaced")
+        result.conflicts.append((name, args, f"another process {what} this row while kpatch was "
+                                 "patching; its row is kept (run kpatch apply again)"))
+        return False
+    if now is not None and now.error:
+        result.conflicts.append((name, args, f"its row in the user DB cannot be read ({now.error}); "
+                                 "not replaced, so that nothing is lost"))
+        return False
+    if held == md5:
+        return False
+    return now
+
+
+def _create_with_rows(db_path: str, staged: StagedRows, backup: bool) -> CommitResult | None:
+    """A user DB that did not exist is made whole in a temporary file (MIOpen's
+    schema, WAL mode, the staged rows) and linked into place, which fails if
+    another process (MIOpen) created the DB meanwhile: then None, nothing
+    changed, and the caller writes into that DB instead.  So a failed apply
+    never leaves a DB behind."""
+    directory = os.path.dirname(db_path)
+    tmp = _temp_path(directory, os.path.basename(db_path), "new")
+    taken: Backup | None = None
+    result = CommitResult(db_path, 0, None, True)
+    try:
+        db = KernelDB.open(tmp, writable=True, create=True)
+        try:
+            with db.write_transaction():
+                plan = []
+                for row in staged.rows():
+                    before = _plan_row(db, row, result)
+                    if before is not False:
+                        plan.append(row)
+                        db.put_row(*row[:5])
+        finally:
+            db.close()
+        _remove(*(tmp + s for s in _SIDE_FILES))
+        os.chmod(tmp, new_file_mode())
+        _fsync_file(tmp)
+        if backup and plan:
+            taken = write_backup(db_path, [Written(r[0], r[1], r[3], None) for r in plan], db_existed=False)
+        try:
+            os.link(tmp, db_path)  # never replaces: fails if the DB exists now
+        except FileExistsError:
+            if taken is not None:
+                _remove(taken.path)
+            return None
+        result.written, result.backup = len(plan), taken
+        return result
+    except KpatchError as e:  # name the DB, not the temporary file it was being built in
+        if taken is not None:
+            _remove(taken.path)
+        raise type(e)(e.reason, db_path) from None
+    except BaseException:
+        if taken is not None:
+            _remove(taken.path)
+        raise
+    finally:
+        _remove(tmp, *(tmp + s for s in _SIDE_FILES))
+        _fsync_dir(directory)
+
+
 def commit_rows(db_path: str, staged: StagedRows, *, backup: bool = True) -> CommitResult:
-    """Store the staged rows in the user DB ``db_path`` (created if missing)
-    in one write transaction beside any other writer, with a backup first
-    (see the module doc)."""
+    """Store the staged rows in the user DB ``db_path`` in one write
+    transaction beside any other writer, with a backup first (see the
+    module doc); a DB that does not exist is created whole
+    (:func:`_create_with_rows`)."""
     db_path = os.path.abspath(db_path)
-    existed = os.path.exists(db_path)
+    refuse_links(db_path)
+    if not os.path.lexists(db_path):
+        done = _create_with_rows(db_path, staged, backup)
+        if done is not None:
+            return done
     db = open_live(db_path)
     taken: Backup | None = None
     committed = False
-    result = CommitResult(db_path, 0, None, not existed)
+    result = CommitResult(db_path, 0, None, False)
     try:
         with db.write_transaction():
             plan: list[tuple[StagedRow, KdbEntry | None]] = []
             for row in staged.rows():
-                name, args, _blob, md5, _size, expected = row
-                now = db.get(name, args)
-                held = now.kernel_hash if now is not None else None
-                if held != expected:
-                    what = "added" if expected is None else ("removed" if held is None else "replaced")
-                    result.conflicts.append((name, args, f"another process {what} this row while kpatch was "
-                                             "patching; its row is kept (run kpatch apply again)"))
-                    continue
-                if now is not None and now.error:
-                    result.conflicts.append((name, args, f"its row in the user DB cannot be read ({now.error}); "
-                                             "not replaced, so that nothing is lost"))
-                    continue
-                if held == md5:
-                    continue
-                plan.append((row, now))
+                before = _plan_row(db, row, result)
+                if before is not False:
+                    plan.append((row, before))
             if backup and plan:
                 taken = write_backup(db_path, [Written(r[0], r[1], r[3], before) for r, before in plan],
-                                     db_existed=existed)
+                                     db_existed=True)
             for (name, args, blob, md5, size, _), _before in plan:
                 db.put_row(name, args, blob, md5, size)
         committed = True
