@@ -331,7 +331,139 @@ def batchnorm_jobs(target: str) -> list[Job]:
     return jobs
 
 
-SOLVER_FAMILIES = [winograd_jobs, naive_conv_jobs, activation_jobs, softmax_jobs, pooling_jobs, batchnorm_jobs]
+def tensor_op_jobs(target: str) -> list[Job]:
+    """OpTensor4d (src/ocl/tensorocl.cpp, what convolution bias, residual adds and
+    element-wise products run): MIOpenTensorKernels.cl with `-DMIOPEN_TYPE=float
+    -DMAX_NUM_WG=4096`, the fp32 type defines, the operation (add, mul, min, max) and the
+    kernel variant the tensor shapes select (fwd conv bias, packed-equal lite with read block
+    4/2/1, leading ones, generic)."""
+    jobs = []
+    for op in ("miopenAdd", "miopenMul", "miopenMin", "miopenMax"):
+        base = " -DMIOPEN_TYPE=float -DMAX_NUM_WG=4096" + general_compile_options("fp32") + " -DMIOPEN_TENSOR_OP=" + op
+        variants = [" -DUSE_4D_TENSOR_LITE -DRD_BLCK=4 -DREAD_TYPE=float4", " -DUSE_4D_TENSOR_GENERIC"]
+        if op == "miopenAdd":
+            variants += [" -DUSE_FWD_BIAS", " -DUSE_FWD_BIAS_GENERIC", " -DUSE_LEADING_ONES",
+                         " -DUSE_LEADING_ONES_GENERIC", " -DUSE_4D_TENSOR_LITE -DRD_BLCK=2 -DREAD_TYPE=float2",
+                         " -DUSE_4D_TENSOR_LITE -DRD_BLCK=1 -DREAD_TYPE=float"]
+        for v in variants:
+            jobs.append(Job("tensor ops (OpenCL)", "MIOpenTensorKernels.cl", base + v, target))
+    return jobs
+
+
+def _gcd(*v: int) -> int:
+    import math
+    g = 0
+    for x in v:
+        g = math.gcd(g, abs(x))
+    return g
+
+
+def igemm_v4r4_fwd_options(c: dict, params: str, target: str) -> str | None:
+    """ConvHipImplicitGemmV4R4Fwd::GetSolution (conv_hip_implicit_gemm_fwd_v4r4.cpp) with the
+    PerformanceImplicitGemmV4R4Fwd Calculate* helpers, 2-D fp32 NCHW forward: the comp_options
+    string, or None where a helper rejects the config."""
+    bs, mpb, npb, kpb, mpt, npt = map(int, params.split(","))
+    n, k, ch = c["batchsize"], c["out_channels"], c["in_channels"]
+    hi, wi, y, x = c["in_h"], c["in_w"], c["fil_h"], c["fil_w"]
+    ph, pw, sh, sw = c["pad_h"], c["pad_w"], c["conv_stride_h"], c["conv_stride_w"]
+    dh, dw = c["dilation_h"], c["dilation_w"]
+    ho = (hi + 2 * ph - (dh * (y - 1) + 1)) // sh + 1
+    wo = (wi + 2 * pw - (dw * (x - 1) + 1)) // sw + 1
+    sh, sw = (sh if ho > 1 else 1), (sw if wo > 1 else 1)
+    dh, dw = (dh if y > 1 else 1), (dw if x > 1 else 1)
+    rph = max(0, 1 + (y - 1) * dh + (ho - 1) * sh - (ph + hi))
+    rpw = max(0, 1 + (x - 1) * dw + (wo - 1) * sw - (pw + wi))
+    gemm_m, gemm_n, gemm_k = k, n * ho * wo, ch * y * x
+    if gemm_m % mpb or gemm_n % npb or gemm_k % kpb:
+        return None
+    grid = (gemm_m // mpb) * (gemm_n // npb)
+    clusters = {64: (4, 4, 2, 2), 128: (4, 4, 4, 2), 256: (4, 4, 4, 4)}.get(bs)
+    if clusters is None or mpb % mpt or npb % npt:
+        return None
+    m0, n0, m1, n1 = clusters
+    # A block copy (weights): amd_buffer_load_max_length<float> = amd_lds_write_max_length<float> = 4.
+    a_src = _gcd(4, kpb)
+    a_per_thread = (kpb * mpb) // bs
+    if a_per_thread <= 0:
+        return None
+    a_src = _gcd(a_src, a_per_thread)
+    a_m = a_per_thread // a_src
+    a_dst = _gcd(4, a_m)
+    a_cl_k, a_cl_m = kpb // a_src, mpb // a_m if a_m else 0
+    if a_cl_k <= 0 or a_cl_m <= 0:
+        return None
+    # B block copy (input).
+    b_src = _gcd(4, npb)
+    if y == 1 and x == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0 and rph == 0 and rpw == 0:
+        b_src = _gcd(b_src, hi * wi)
+    elif sw == 1:
+        b_src = _gcd(b_src, pw, wi, rpw, dw)
+    else:
+        b_src = 1
+    b_per_thread = (kpb * npb) // bs
+    if b_per_thread <= 0:
+        return None
+    b_src = _gcd(b_src, b_per_thread)
+    b_k = b_per_thread // b_src
+    b_dst = _gcd(4, b_src)
+    if b_k == 0:
+        return None
+    b_cl_k, b_cl_n = kpb // b_k, npb // b_src
+    if b_cl_k <= 0 or b_cl_n <= 0:
+        return None
+    c_dst = _gcd(_gcd(4, npt), ho * wo)
+    fmac = "1" if target.startswith("gfx103") else "0"
+    buf = "0" if target.startswith("gfx103") else "1"
+    v = [("CK_PARAM_PROBLEM_N", n), ("CK_PARAM_PROBLEM_K", k), ("CK_PARAM_PROBLEM_C", ch),
+         ("CK_PARAM_PROBLEM_HI", hi), ("CK_PARAM_PROBLEM_WI", wi), ("CK_PARAM_PROBLEM_HO", ho),
+         ("CK_PARAM_PROBLEM_WO", wo), ("CK_PARAM_PROBLEM_Y", y), ("CK_PARAM_PROBLEM_X", x),
+         ("CK_PARAM_PROBLEM_CONV_STRIDE_H", sh), ("CK_PARAM_PROBLEM_CONV_STRIDE_W", sw),
+         ("CK_PARAM_PROBLEM_CONV_DILATION_H", dh), ("CK_PARAM_PROBLEM_CONV_DILATION_W", dw),
+         ("CK_PARAM_PROBLEM_IN_LEFT_PAD_H", ph), ("CK_PARAM_PROBLEM_IN_LEFT_PAD_W", pw),
+         ("CK_PARAM_PROBLEM_IN_RIGHT_PAD_H", rph), ("CK_PARAM_PROBLEM_IN_RIGHT_PAD_W", rpw),
+         ("CK_PARAM_PROBLEM_CONV_DIRECTION_FORWARD", 1), ("CK_PARAM_PROBLEM_CONV_DIRECTION_BACKWARD_DATA", 0),
+         ("CK_PARAM_PROBLEM_CONV_DIRECTION_BACKWARD_WEIGHT", 0), ("CK_PARAM_TUNABLE_BLOCK_SIZE", bs),
+         ("CK_PARAM_TUNABLE_GEMM_M_PER_BLOCK", mpb), ("CK_PARAM_TUNABLE_GEMM_N_PER_BLOCK", npb),
+         ("CK_PARAM_TUNABLE_GEMM_K_PER_BLOCK", kpb), ("CK_PARAM_TUNABLE_GEMM_M_PER_THREAD", mpt),
+         ("CK_PARAM_TUNABLE_GEMM_N_PER_THREAD", npt), ("CK_PARAM_TUNABLE_GEMM_M_LEVEL0_CLUSTER", m0),
+         ("CK_PARAM_TUNABLE_GEMM_N_LEVEL0_CLUSTER", n0), ("CK_PARAM_TUNABLE_GEMM_M_LEVEL1_CLUSTER", m1),
+         ("CK_PARAM_TUNABLE_GEMM_N_LEVEL1_CLUSTER", n1),
+         ("CK_PARAM_TUNABLE_GEMM_A_BLOCK_COPY_CLUSTER_LENGTHS_GEMM_K", a_cl_k),
+         ("CK_PARAM_TUNABLE_GEMM_A_BLOCK_COPY_CLUSTER_LENGTHS_GEMM_M", a_cl_m),
+         ("CK_PARAM_TUNABLE_GEMM_A_BLOCK_COPY_SRC_DATA_PER_READ_GEMM_K", a_src),
+         ("CK_PARAM_TUNABLE_GEMM_A_BLOCK_COPY_DST_DATA_PER_WRITE_GEMM_M", a_dst),
+         ("CK_PARAM_TUNABLE_GEMM_B_BLOCK_COPY_CLUSTER_LENGTHS_GEMM_K", b_cl_k),
+         ("CK_PARAM_TUNABLE_GEMM_B_BLOCK_COPY_CLUSTER_LENGTHS_GEMM_N", b_cl_n),
+         ("CK_PARAM_TUNABLE_GEMM_B_BLOCK_COPY_SRC_DATA_PER_READ_GEMM_N", b_src),
+         ("CK_PARAM_TUNABLE_GEMM_B_BLOCK_COPY_DST_DATA_PER_WRITE_GEMM_N", b_dst),
+         ("CK_PARAM_TUNABLE_GEMM_C_THREAD_COPY_DST_DATA_PER_WRITE_GEMM_N1", c_dst),
+         ("CK_PARAM_DEPENDENT_GRID_SIZE", grid), ("CK_THREADWISE_GEMM_USE_AMD_INLINE_ASM", 1),
+         ("CK_USE_AMD_INLINE_ASM", 1)]
+    # get_static_ck_common_compiler_flag (implicitgemm_util.hpp): WORKAROUND_MIOPEN_ISSUE_557
+    # turns buffer addressing off on gfx103x, v_fmac_f32 is on there.
+    common = (" --std=c++14 -DCK_USE_AMD_BUFFER_ATOMIC_FADD=0 -DCK_BLOCK_SYNC_LDS_WITHOUT_SYNC_VMEM=1"
+              " -DCK_WORKAROUND_SWDEV_229564=1 -DCK_WORKAROUND_SWDEV_231101=1"
+              f" -DCK_USE_AMD_BUFFER_ADDRESSING={buf} -DCK_USE_AMD_V_FMAC_F32={fmac}")
+    return "".join(f" -D{a}={b}" for a, b in v) + common + general_compile_options("fp32")
+
+
+def igemm_jobs(target: str, src: str, limit: int = 12) -> list[Job]:
+    """ConvHipImplicitGemmV4R4Fwd (static_kernel_gridwise_convolution_implicit_gemm_v4r4_nchw_kcyx_nkhw.cpp)
+    for tuned fp32 forward configs of MIOpen's gfx1030 perf DB.  The solver's hardware list
+    (IsComposableKernelSupportedHardware) has gfx103x but not gfx1010: gfx1030 only."""
+    if not target.startswith("gfx103"):
+        return []
+    jobs = []
+    for c, params in perf_db_rows(src, "ConvHipImplicitGemmV4R4Fwd", limit * 3):
+        o = igemm_v4r4_fwd_options(c, params, target)
+        if o is not None and len(jobs) < limit:
+            jobs.append(Job("conv implicit GEMM fwd (HIP)",
+                            "static_kernel_gridwise_convolution_implicit_gemm_v4r4_nchw_kcyx_nkhw.cpp", o, target))
+    return jobs
+
+
+SOLVER_FAMILIES = [winograd_jobs, naive_conv_jobs, activation_jobs, softmax_jobs, pooling_jobs, batchnorm_jobs,
+                   tensor_op_jobs]
 
 
 def all_jobs(src: str, targets) -> list[Job]:
@@ -340,6 +472,7 @@ def all_jobs(src: str, targets) -> list[Job]:
         for fam in SOLVER_FAMILIES:
             jobs += fam(t)
         jobs += conv_dir_uni_jobs(t, src)
+        jobs += igemm_jobs(t, src)
     return jobs
 
 
@@ -401,7 +534,9 @@ def compile_job(job: Job, kernels: str, hip_flat: int) -> bytes:
             if job.target.startswith(("gfx10", "gfx11")) and "-mwavefrontsize64" not in opts:
                 extra.append("-DWORKAROUND_ISSUE_1431=1")
             bundle = os.path.join(d, "out.bundle")
-            cmd = [HIPCC, f"--offload-arch={tid}", "--cuda-device-only", "-c", "-O3", "-std=c++17",
+            if not any(o.startswith(("-std=", "--std=")) for o in opts):
+                extra.append("-std=c++17")
+            cmd = [HIPCC, f"--offload-arch={tid}", "--cuda-device-only", "-c", "-O3",
                    "-fno-gpu-rdc", *opts, *extra, "-Wno-everything", "-I", kernels, "-x", "hip", src, "-o", bundle]
         else:
             raise CompileError(f"unknown source kind {job.file}")
@@ -509,10 +644,10 @@ def main() -> int:
     # Summary: objects per source file and per target.
     per = collections.Counter((j.file, j.target) for t in targets for j, _ in built[t])
     files = sorted({f for f, _ in per})
-    print(f"{'source file':58s}" + "".join(f"{t:>9s}" for t in targets))
+    print(f"{'source file':72s}" + "".join(f"{t:>9s}" for t in targets))
     for fn in files:
-        print(f"{fn:58s}" + "".join(f"{per[(fn, t)]:9d}" for t in targets))
-    print(f"{'total (' + str(len(files)) + ' source files)':58s}" + "".join(f"{len(built[t]):9d}" for t in targets))
+        print(f"{fn:72s}" + "".join(f"{per[(fn, t)]:9d}" for t in targets))
+    print(f"{'total (' + str(len(files)) + ' source files)':72s}" + "".join(f"{len(built[t]):9d}" for t in targets))
     for t in targets:
         p = os.path.join(a.out_dir, f"{t}.kdb")
         print(f"wrote {p}: {len(built[t])} entries, {os.path.getsize(p):,} bytes")
