@@ -222,3 +222,35 @@ def test_gfx1010_builds_have_no_findings(scan_gfx1010):
         for k in co["kernels"]:
             for f in k.get("findings", []):
                 assert f["class"].endswith(("Hazard", "Bug")), (co["kernel_name"], f)
+
+
+def test_keys_have_the_shape_of_real_miopen_keys():
+    """Keys seen in real MIOpen DBs (reference/miopen-kdb.md): the Winograd assembly's args are
+    exactly `-Wa,-defsym,ROCM_METADATA_VERSION=5 -Wa,-defsym,FORCE_CACHE_BYPASS_ON_STORE=0
+    -mcumode -mwavefrontsize64 -mcpu=<device>` (seen with gfx1031), the OpenCL direct
+    convolution's start with ` -DMLO_HW_WAVE_SZ=64` (seen with gfx908)."""
+    for target in DBS:
+        rows = manifest()["dbs"][f"{target}.kdb"]["entries"]
+        wino = [e for e in rows if e["source"].startswith("Conv_Winograd_v30_3_1_")]
+        assert wino and all(e["kernel_args"] == "-Wa,-defsym,ROCM_METADATA_VERSION=5 -Wa,-defsym,"
+                            f"FORCE_CACHE_BYPASS_ON_STORE=0 -mcumode -mwavefrontsize64 -mcpu={target}"
+                            for e in wino)
+        uni = [e for e in rows if e["source"] == "MIOpenConvDirUni.cl"]
+        assert uni and all(e["kernel_args"].startswith(" -DMLO_HW_WAVE_SZ=64 -DMLO_DIR_FORWARD=1 ") for e in uni)
+
+
+def test_builder_reports_a_failed_compile_with_the_compilers_reason(tmp_path):
+    """tools/build_miopen_kdb.py lists a failed compile with its reason instead of hiding it:
+    a kernel source that does not compile gives CompileError carrying clang's error line."""
+    need_tool("clang-15")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("build_miopen_kdb", os.path.join(ROOT, "tools", "build_miopen_kdb.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / "broken.cl").write_text("__kernel void k(__global float* p) { p[0] = undeclared_name; }\n")
+    job = tool.Job("test", "broken.cl", "-DMIOPEN_USE_FP32=1", "gfx1030")
+    with pytest.raises(tool.CompileError, match="undeclared_name"):
+        tool.compile_job(job, str(tmp_path), 0)
+    (tmp_path / "empty.cl").write_text("#if 0\n__kernel void k(__global float* p) { p[0] = 1; }\n#endif\n")
+    with pytest.raises(tool.CompileError, match="no kernels"):
+        tool.compile_job(tool.Job("test", "empty.cl", "", "gfx1030"), str(tmp_path), 0)

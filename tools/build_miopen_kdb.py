@@ -70,7 +70,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from kpatch.codeobject.model import CodeObject  # noqa: E402
 from kpatch.containers.kdb import write_kdb  # noqa: E402
+from kpatch.errors import FormatError  # noqa: E402
 
 CLANG = "clang-15"
 HIPCC = "hipcc"
@@ -554,7 +556,11 @@ def compile_job(job: Job, kernels: str, hip_flat: int) -> bytes:
             data = f.read()
     if data[:4] != b"\x7fELF":
         raise CompileError("output is not an ELF code object")
-    if b"amdhsa.kernels" not in data:
+    try:
+        kernels_found = CodeObject.from_bytes(data, name=job.file).kernels
+    except FormatError as e:
+        raise CompileError(f"output does not parse as a code object: {e}") from None
+    if not kernels_found:
         raise CompileError("code object has no kernels (the options select nothing in the source)")
     return data
 
