@@ -8,6 +8,11 @@ unit, and finds every PC-relative construct:
 * ``s_getpc_b64 s[N:N+1]`` immediately followed by ``s_add_u32 sN, sN, lo``
   and ``s_addc_u32 sN+1, sN+1, hi`` (what LLVM emits for every reference to
   a symbol: target = address of the ``s_add_u32`` + the 64-bit constant);
+* Tensile's long branch (rocBLAS' generated assembly): ``s_getpc_b64
+  s[N:N+1]; s_add_i32 sT, LIT, C; s_add_u32 sN, sN, sT; s_addc_u32 sN+1,
+  sN+1, 0`` (target = address of the ``s_add_i32`` + the 32-bit value
+  LIT + C, zero-extended), accepted only when sT is dead after the sequence
+  on every path (relocation changes the value it holds: :func:`_tmp_dead`);
 * ``s_setpc_b64`` / ``s_swappc_b64``, whose register pair is followed back
   through the unit's control flow to such a pattern (a direct call or tail
   call), or is ``s[30:31]`` in a non-kernel function (a return: the AMDGPU
@@ -108,12 +113,21 @@ class Gap:
 
 @dataclass
 class GetPc:
-    """``s_getpc_b64 s[N:N+1]; s_add_u32 sN, sN, lo; s_addc_u32 sN+1, sN+1, hi``."""
+    """``s_getpc_b64 s[N:N+1]; s_add_u32 sN, sN, lo; s_addc_u32 sN+1, sN+1, hi``
+    (``tmp`` None), or Tensile's long branch ``s_getpc_b64 s[N:N+1]; s_add_i32
+    sT, LIT, C; s_add_u32 sN, sN, sT; s_addc_u32 sN+1, sN+1, 0`` (``tmp`` = T)."""
 
     index: int  # instruction index of s_getpc_b64
     reg: int  # N
     target: int  # address the pair holds after the s_addc_u32
     hi_literal: bool  # the high half is a 32-bit literal (else an inline constant)
+    tmp: int | None = None  # T of Tensile's form
+    addend: int = 0  # C of Tensile's form (the literal is LIT = offset - C)
+
+    @property
+    def last(self) -> int:
+        """Instruction index of the s_addc_u32 that completes the address."""
+        return self.index + (3 if self.tmp is not None else 2)
 
 
 @dataclass
@@ -147,6 +161,7 @@ class TextScan:
     edges: dict[int, set[int]] = field(default_factory=dict)  # unit -> units it reaches
     problems: list[Problem] = field(default_factory=list)
     index_at: dict[int, int] = field(default_factory=dict)  # address -> instruction index
+    jumps: dict[int, int] = field(default_factory=dict)  # s_setpc_b64 index -> target index (known)
     _starts: list[int] = field(default_factory=list)
 
     def unit_at(self, address: int) -> int | None:
@@ -312,12 +327,42 @@ def _inline_u32(code: int) -> int | None:
     return None
 
 
+def _sources(ins: Instruction) -> tuple[int, int]:
+    f = ins.fields
+    return f["ssrc0"], f["ssrc1"]
+
+
+def _tensile_pattern(insts: list[Instruction], g: int, last: int, n: int):
+    """GetPc for Tensile's long branch at insts[g], or a reason."""
+    gp = insts[g]
+    if g + 3 > last:
+        return f"s_getpc_b64 s[{n}:{n + 1}] at {gp.address:#x} is not followed by a whole long branch"
+    imm, add, addc = insts[g + 1], insts[g + 2], insts[g + 3]
+    t = imm.field("sdst")
+    s0, s1 = _sources(imm)
+    consts = [imm.literal if c == 255 else _inline_u32(c) for c in (s0, s1)]
+    if t > 105 or t in (n, n + 1) or None in consts or (s0 == 255) == (s1 == 255):
+        return (f"s_add_i32 at {imm.address:#x} after s_getpc_b64 does not add a 32-bit literal and an inline "
+                f"constant into another SGPR")
+    if add.mnemonic != "s_add_u32" or add.field("sdst") != n or set(_sources(add)) != {n, t}:
+        return f"s_add_u32 at {add.address:#x} does not add s{t} to s{n}"
+    if (addc.mnemonic != "s_addc_u32" or addc.field("sdst") != n + 1
+            or sorted(_sources(addc)) != sorted((n + 1, 128))):
+        return f"s_addc_u32 at {addc.address:#x} does not add 0 and the carry to s{n + 1}"
+    addend = consts[1] if s0 == 255 else consts[0]
+    offset = (consts[0] + consts[1]) & 0xFFFFFFFF  # s_add_u32 + carry: a zero-extended 32-bit offset
+    return GetPc(g, n, imm.address + offset, False, tmp=t, addend=addend)
+
+
 def _getpc_pattern(insts: list[Instruction], g: int, last: int):
-    """(reg, target, hi_literal) if insts[g] starts the getpc/add/addc pattern, else a reason."""
+    """A GetPc if insts[g] starts the getpc/add/addc pattern (or Tensile's
+    long branch), else a reason."""
     gp = insts[g]
     n = gp.field("sdst")
     if n > 104 or n % 2:
         return f"s_getpc_b64 at {gp.address:#x} writes {gp.text().split(' ', 1)[-1]}, not an SGPR pair"
+    if g + 1 <= last and insts[g + 1].mnemonic == "s_add_i32":
+        return _tensile_pattern(insts, g, last, n)
     if g + 2 > last:
         return f"s_getpc_b64 at {gp.address:#x} is not followed by s_add_u32/s_addc_u32"
     add, addc = insts[g + 1], insts[g + 2]
@@ -341,7 +386,7 @@ def _getpc_pattern(insts: list[Instruction], g: int, last: int):
     delta = (hi << 32) | add.literal
     if delta & (1 << 63):
         delta -= 1 << 64
-    return n, add.address + delta, hi_literal
+    return GetPc(g, n, add.address + delta, hi_literal)
 
 
 _SCALAR_CONTROL = frozenset({"SOPP", "SOPK", "SOP1"})  # the formats PC-relative instructions use
@@ -414,10 +459,9 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
             if isinstance(got, str):
                 _problem(scan, ui, ins.address, "A", "pc-relative", got)
                 continue
-            reg, t, hi_lit = got
-            gp = GetPc(i, reg, t, hi_lit)
+            gp, t = got, got.target
             scan.getpcs.append(gp)
-            for k in (i, i + 1, i + 2):
+            for k in range(i, gp.last + 1):
                 scan.getpc_at[k] = gp
             if scan.start <= t < scan.end:
                 j = scan.index_at.get(t)
@@ -432,6 +476,11 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
                      f"{m} at {ins.address:#x} is PC-relative and kpatch does not relocate it")
     if jumps:
         _computed_jumps(scan, ui, u, jumps)
+    for gp in scan.getpcs:
+        if gp.tmp is not None and first <= gp.index <= last:
+            why = _tmp_dead(scan, ui, gp)
+            if why:
+                _problem(scan, ui, insts[gp.index].address, "A", "pc-relative", why)
 
 
 # ---------------------------------------------------------------------------
@@ -451,7 +500,7 @@ def _transfer(scan: TextScan, i: int, state: dict) -> dict:
     ins = scan.insts[i]
     m = ins.mnemonic
     gp = scan.getpc_at.get(i)
-    if gp is not None and i == gp.index + 2:
+    if gp is not None and i == gp.last:
         state = dict(state)
         state[gp.reg] = ("lo", gp.target)
         state[gp.reg + 1] = ("hi", gp.target)
@@ -553,6 +602,8 @@ def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict) -> None:
     if lo is not None and hi is not None and lo[0] == "lo" and hi[0] == "hi" and lo[1] == hi[1]:
         t = lo[1]
         j = scan.index_at.get(t)
+        if j is not None and ins.mnemonic == "s_setpc_b64":
+            scan.jumps[i] = j
         if j is None:
             _problem(scan, ui, ins.address, "A", "branch-target",
                      f"{ins.mnemonic} at {ins.address:#x} jumps to {t:#x}, which is not an instruction")
@@ -565,3 +616,61 @@ def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict) -> None:
     _problem(scan, ui, ins.address, "B", "computed-jump",
              f"{ins.mnemonic} at {ins.address:#x} in {u.name} {what} to s[{n}:{n + 1}], an address "
              f"computed at run time that kpatch cannot bound")
+
+
+# ---------------------------------------------------------------------------
+# Tensile's long branch: is its temporary register dead after it?
+
+#: Steps :func:`_tmp_dead` takes before giving up (then the pattern is refused).
+TMP_WALK_LIMIT = 200_000
+
+
+def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
+    """'' when no path from the end of ``gp``'s sequence reads its temporary
+    sT before writing all of it (relocation changes the value sT holds, so a
+    later read would see another number); else why not.  Paths follow
+    branches and the jumps whose targets are known; ``s_endpgm`` ends a path;
+    a call, a return, a jump to an unknown address or code outside the unit
+    count as reads (anything may read sT there)."""
+    insts = scan.insts
+    u = scan.units[ui]
+    t = gp.tmp
+    where = f"s_getpc_b64 at {insts[gp.index].address:#x}"
+    seen: set[int] = set()
+    work = [gp.last + 1]
+    steps = 0
+    while work:
+        i = work.pop()
+        while True:
+            if i in seen:
+                break
+            if not u.first <= i <= u.last:
+                return f"{where}: after its long branch, execution leaves {u.name} while s{t} may still be read"
+            seen.add(i)
+            steps += 1
+            if steps > TMP_WALK_LIMIT:
+                return f"{where}: cannot tell whether s{t} is read after its long branch (too many paths)"
+            ins = insts[i]
+            m = ins.mnemonic
+            if any(r.file == "s" and r.index <= t < r.index + r.count for r in ins.reads):
+                return (f"{where}: s{t}, which holds the long branch's offset, is read at {ins.address:#x} "
+                        f"({ins.text()}) before it is written")
+            if any(r.file == "s" and r.index <= t < r.index + r.count for r in ins.writes):
+                break  # written whole (SGPR writes are whole registers): dead on this path
+            if m in ("s_endpgm", "s_endpgm_saved", "s_endpgm_ordered_ps_done", "s_trap"):
+                break
+            if m == "s_setpc_b64":
+                j = scan.jumps.get(i)
+                if j is None:
+                    return f"{where}: s{t} may be read where s_setpc_b64 at {ins.address:#x} goes"
+                i = j
+                continue
+            if m in ("s_swappc_b64", "s_call_b64"):
+                return f"{where}: s{t} may be read by the function called at {ins.address:#x}"
+            target = scan.branches.get(i)
+            if target is not None:
+                work.append(scan.index_at[target])
+                if m == "s_branch":
+                    break
+            i += 1
+    return ""

@@ -165,9 +165,9 @@ def _edit_problem(scan: TextScan, idx: int, slot: Slot) -> Refusal | None:
             return Refusal(f"cannot relocate: rule {slot.replace.rule} replaces {ins.mnemonic} at "
                            f"{a:#x}, part of the s_getpc_b64 sequence at {g:#x}",
                            kind="edit-pc-relative", address=a)
-        inside = (slot.before if idx > gp.index else []) + (slot.after if idx < gp.index + 2 else [])
+        inside = (slot.before if idx > gp.index else []) + (slot.after if idx < gp.last else [])
         for e in inside:
-            clobbered = _clobbers(_decode_code(bytes(e.code), scan.target, a), gp.reg)
+            clobbered = _clobbers(_decode_code(bytes(e.code), scan.target, a), gp.reg, gp.tmp)
             if clobbered:
                 return Refusal(f"cannot relocate: rule {e.rule} puts code that writes {clobbered} "
                                f"inside the s_getpc_b64/s_add_u32/s_addc_u32 sequence at {g:#x}",
@@ -175,14 +175,17 @@ def _edit_problem(scan: TextScan, idx: int, slot: Slot) -> Refusal | None:
     return None
 
 
-def _clobbers(insts, reg: int) -> str:
-    """Which of s[reg], s[reg+1] and SCC (what the getpc sequence carries) the code writes."""
+def _clobbers(insts, reg: int, tmp: int | None = None) -> str:
+    """Which of s[reg], s[reg+1], SCC and the temporary s[tmp] (what the
+    getpc sequence carries) the code writes."""
     hit = []
     for c in insts:
         for r in c.writes:
             if r.file == "scc":
                 hit.append("scc")
             elif r.file == "s" and r.index <= reg + 1 and reg < r.index + r.count:
+                hit.append(str(r))
+            elif r.file == "s" and tmp is not None and r.index <= tmp < r.index + r.count:
                 hit.append(str(r))
     return ", ".join(dict.fromkeys(hit))
 
@@ -502,6 +505,9 @@ def _fix_getpc(scan: TextScan, lay: TextLayout, text: bytearray, amap: AddressMa
                 raise Refusal(f"{e.reason} (s_getpc_b64 at {scan.insts[gp.index].address:#x})",
                               kind="data-target", address=scan.insts[gp.index].address) from None
         pc = lay.new_addr[gp.index] + 4 + d
+        if gp.tmp is not None:
+            fixed += _fix_long_branch(scan, lay, text, gp, new_t - pc)
+            continue
         delta = (new_t - pc) & (2**64 - 1)
         lo, hi = delta & 0xFFFFFFFF, delta >> 32
         add, addc = scan.insts[gp.index + 1], scan.insts[gp.index + 2]
@@ -527,6 +533,24 @@ def _fix_getpc(scan: TextScan, lay: TextLayout, text: bytearray, amap: AddressMa
                 changed = True
         fixed += changed
     return fixed
+
+
+def _fix_long_branch(scan: TextScan, lay: TextLayout, text: bytearray, gp, offset: int) -> int:
+    """Rewrite the literal of Tensile's long branch (``s_add_i32 sT, LIT, C``)
+    for the new ``offset`` from the pc to the target; 1 if it changed.  The
+    offset is added as a zero-extended 32-bit value, so it must stay in
+    [0, 2**32)."""
+    imm = scan.insts[gp.index + 1]
+    if not 0 <= offset < 1 << 32:
+        raise Refusal(f"cannot relocate: Tensile's long branch at {imm.address:#x} adds an unsigned 32-bit "
+                      f"offset, and its target would now be {offset:+#x} away", kind="pc-relative",
+                      address=imm.address)
+    lit = (offset - gp.addend) & 0xFFFFFFFF
+    if imm.literal == lit:
+        return 0
+    at = lay.new_addr[gp.index + 1] - scan.start
+    text[at + 4:at + 8] = lit.to_bytes(4, "little")
+    return 1
 
 
 def _inline_code(value: int) -> int | None:
