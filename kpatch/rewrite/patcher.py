@@ -50,7 +50,7 @@ from kpatch.isa import decode, encode
 from kpatch.rewrite import headers, residency
 from kpatch.rewrite.edits import Edit, Refusal
 from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext, InstructionMatch
-from kpatch.rewrite.codescan import scan_text
+from kpatch.analysis.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
 from kpatch.rewrite.rules import Rule, RuleSet, load_all
@@ -143,7 +143,7 @@ def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
 def reachable_units(co: CodeObject) -> dict[str, set[str]]:
     """For each kernel, the names of the other units of ``.text`` it can reach
     (device functions, other kernels, and ``<code@ADDR>`` runs no symbol
-    names), following the rewriter's call edges (:mod:`kpatch.rewrite.codescan`:
+    names), following the rewriter's call edges (:mod:`kpatch.analysis.codescan`:
     calls, tail calls, branches into other units, addresses taken by getpc
     patterns).  A kernel that reaches a computed jump kpatch cannot bound
     reaches every unit."""
