@@ -34,6 +34,7 @@ share which functions.
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, is_
@@ -497,11 +498,29 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
 # rewrites its constant for T), ("r", T) (a return address s_call_b64 wrote:
 # the hardware writes pc+4 at run time, so it follows the code) or ("in", 0)
 # (a function's incoming return address in s[30:31]).  Anything else is a
-# string: why the register may hold any number (what wrote it).  A key that
-# is absent holds a value from outside the unit.
+# tuple (why, instruction index): why the register may hold any number (what
+# wrote it; :func:`_why` says it in words).  A key that is absent holds a
+# value from outside the unit.  Only the registers a computed jump reads, and
+# those copied into them, are tracked (``track``).
 
-_OUTSIDE = "a value from outside the unit"
-_UNREACHED = "code the unit's entry does not reach by any path kpatch follows"
+_OUTSIDE = ("outside", -1)
+_UNREACHED = ("unreached", -1)
+
+
+def _why(scan: TextScan, why: tuple) -> str:
+    kind, i = why
+    if kind == "outside":
+        return "a value from outside the unit"
+    if kind == "unreached":
+        return "anything: the unit's entry does not reach it by any path kpatch follows"
+    ins = scan.insts[i]
+    if kind == "undecodable":
+        return f"anything after the word at {ins.address:#x}, which does not decode"
+    if kind == "halves":
+        return "values from different paths in its two halves"
+    if kind == "call":
+        return f"what the call {ins.text()} at {ins.address:#x} leaves there"
+    return f"the value {ins.text()} at {ins.address:#x} writes"
 
 
 def _written_sgprs(ins: Instruction) -> list[int]:
@@ -525,29 +544,40 @@ def _set_pair(state: dict, n: int, values: frozenset) -> None:
     state[("p", n)] = values
 
 
-def _transfer(scan: TextScan, i: int, state: dict, internal_call: bool) -> dict:
+def _transfer(scan: TextScan, i: int, state: dict, internal_call: bool, track: frozenset) -> dict:
     """State after instruction i (see above); ``internal_call``: an s_call_b64
     whose target is inside the unit (its callee's code is followed, not skipped)."""
     ins = scan.insts[i]
     m = ins.mnemonic
     gp = scan.getpc_at.get(i)
     if gp is not None and i == gp.last:
+        if gp.reg not in track:
+            return state
         state = dict(state)
         _set_pair(state, gp.reg, frozenset({("g", gp.target)}))
         return state
     if ins.is_unknown:
-        return {k: f"the word at {ins.address:#x}, which does not decode" for k in state}
-    written = _written_sgprs(ins)
-    if not written and m not in ("s_swappc_b64", "s_call_b64"):
+        return {k: ("undecodable", i) for k in set(state) | set(track)}
+    written = [r for r in _written_sgprs(ins) if r in track]
+    if m in ("s_swappc_b64", "s_call_b64"):
+        if m == "s_call_b64" and internal_call:
+            d = ins.field("sdst")
+            if d not in track:
+                return state
+            new = dict(state)
+            _set_pair(new, d, frozenset({("r", ins.address + ins.size)}))
+            return new
+        # a callee kpatch does not follow may change these
+        written += [r for r in CALL_CLOBBERED_SGPRS if r in track]
+        if not written:
+            return state
+        new = dict(state)
+        _kill(new, written, ("call", i))
+        return new
+    if not written:
         return state
     new = dict(state)
-    where = f"{ins.text()} at {ins.address:#x}"
-    if m == "s_call_b64" and internal_call:
-        _set_pair(new, ins.field("sdst"), frozenset({("r", ins.address + ins.size)}))
-        return new
-    if m in ("s_swappc_b64", "s_call_b64"):  # a callee kpatch does not follow may change these
-        _kill(new, list(CALL_CLOBBERED_SGPRS) + written, f"the call {where}")
-        return new
+    where = ("write", i)
     if m in ("s_mov_b64", "s_mov_b32") and ins.fields.get("ssrc0", 999) <= 105:
         n = ins.fields["ssrc0"]
         d = ins.fields["sdst"]
@@ -566,12 +596,14 @@ def _transfer(scan: TextScan, i: int, state: dict, internal_call: bool) -> dict:
 
 def _join(cur: dict, st: dict) -> dict:
     """What either state may hold."""
+    if cur is st:
+        return cur
     out = {}
     for k in cur.keys() | st.keys():
         a, b = cur.get(k, _OUTSIDE), st.get(k, _OUTSIDE)
-        if isinstance(a, str):
+        if a is b or isinstance(a, tuple):
             out[k] = a
-        elif isinstance(b, str):
+        elif isinstance(b, tuple):
             out[k] = b
         else:
             out[k] = a | b
@@ -579,7 +611,7 @@ def _join(cur: dict, st: dict) -> dict:
 
 
 def _pair_values(state: dict, n: int):
-    """The values s[n:n+1] may hold (a frozenset), or why it may hold any number (a str)."""
+    """The values s[n:n+1] may hold (a frozenset), or why it may hold any number (a tuple)."""
     p = state.get(("p", n), _OUTSIDE)
     if isinstance(p, frozenset):
         return p
@@ -590,10 +622,10 @@ def _pair_values(state: dict, n: int):
         if v == w and (a, b) == ("lo", "hi"):
             return frozenset({v})
     for x in (p, lo, hi):
-        if isinstance(x, str) and x is not _OUTSIDE:
+        if isinstance(x, tuple) and x != _OUTSIDE:
             return x
     if isinstance(lo, frozenset) and isinstance(hi, frozenset):
-        return "values from different paths in its two halves"
+        return ("halves", -1)
     return _OUTSIDE
 
 
@@ -645,9 +677,43 @@ def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
                 out.append(e + 1)
         succs[b] = out
 
+    # the registers worth tracking: those the jumps read, and (transitively)
+    # those s_mov copies into them
+    track = set()
+    for i in jumps:
+        n = insts[i].field("ssrc0")
+        track |= {n, n + 1}
+    movs = [ins for ins in insts[first:last + 1] if ins.mnemonic in ("s_mov_b64", "s_mov_b32")
+            and ins.fields.get("ssrc0", 999) <= 105]
+    while True:
+        more = set()
+        for ins in movs:
+            d, n = ins.fields["sdst"], ins.fields["ssrc0"]
+            width = 2 if ins.mnemonic == "s_mov_b64" else 1
+            if any(d + k in track for k in range(width)):
+                more |= {n + k for k in range(width)}
+        if more <= track:
+            break
+        track |= more
+    track |= {r + 1 for r in track if r % 2 == 0} | {r - 1 for r in track if r % 2}
+    track = frozenset(track)
+
+    # the instructions that can change the tracked state, per block
+    getpc_last = {gp.last for gp in scan.getpcs}
+    acts: dict[int, list[int]] = {b: [] for b in order}
+    bi = 0
+    for i in range(first, last + 1):
+        while bi + 1 < len(order) and order[bi + 1] <= i:
+            bi += 1
+        ins = insts[i]
+        if (i in getpc_last or ins.is_unknown or ins.mnemonic in ("s_call_b64", "s_swappc_b64")
+                or any(r.file == "s" and any(r.index + k in track for k in range(r.count))
+                       for r in ins.writes)):
+            acts[order[bi]].append(i)
+
     def run(b: int, st: dict) -> dict:
-        for i in range(b, block_end[b] + 1):
-            st = _transfer(scan, i, st, i in internal)
+        for i in acts[b]:
+            st = _transfer(scan, i, st, i in internal, track)
         return st
 
     def dynamic(b: int, st: dict) -> list[int]:
@@ -656,7 +722,7 @@ def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
         if insts[e].mnemonic != "s_setpc_b64":
             return []
         vals = _pair_values(st, insts[e].field("ssrc0"))
-        if isinstance(vals, str):
+        if isinstance(vals, tuple):
             return []
         return [j for kind, t in vals if kind in ("g", "r") and (j := inside(t)) is not None]
 
@@ -665,26 +731,31 @@ def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
     if u.kind != "kernel":
         _set_pair(start, RETURN_ADDRESS, frozenset({("in", 0)}))
     entry_state[first] = start
-    work = [first]
+    work = [first]  # a heap: blocks in address order, each once
+    queued = {first}
     while work:
-        b = work.pop()
+        b = heapq.heappop(work)
+        queued.discard(b)
         st = run(b, entry_state[b])
         for s in succs[b] + dynamic(b, st):
             cur = entry_state[s]
             merged = st if cur is None else _join(cur, st)
             if cur is None or merged != cur:
                 entry_state[s] = merged
-                work.append(s)
+                if s not in queued:
+                    queued.add(s)
+                    heapq.heappush(work, s)
     for b in order:
         st = entry_state[b]
         reached = st is not None
         if not reached:  # unreachable from the entry: unknown inputs
             st = {}
+        acted = set(acts[b])
         for i in range(b, block_end[b] + 1):
-            ins = insts[i]
-            if ins.mnemonic in ("s_setpc_b64", "s_swappc_b64"):
+            if insts[i].mnemonic in ("s_setpc_b64", "s_swappc_b64"):
                 _check_jump(scan, ui, u, i, st if reached else None)
-            st = _transfer(scan, i, st, i in internal)
+            if i in acted:
+                st = _transfer(scan, i, st, i in internal, track)
 
 
 def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict | None) -> None:
@@ -715,7 +786,7 @@ def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict | None) ->
     if returns:
         return  # a return: s[30:31] holds the address s_swappc_b64 wrote at run time
     what = "jumps" if setpc else "calls"
-    why = vals if isinstance(vals, str) else "the caller's return address, in another pair"
+    why = _why(scan, vals) if isinstance(vals, tuple) else "the caller's return address, in another pair"
     _problem(scan, ui, ins.address, "B", "computed-jump",
              f"{ins.mnemonic} at {ins.address:#x} in {u.name} {what} to s[{n}:{n + 1}], an address "
              f"computed at run time that kpatch cannot bound (it may hold {why})")
