@@ -228,3 +228,24 @@ def test_scan_and_apply_agree_on_every_gfx1030_kernel():
         for k in r.kernels:
             v = verdicts[k.name]
             assert k.status == want[v.status], (name, k.name, str(v), k.status, k.reason)
+
+
+def test_harden_mode_patches_gfx1010_winograd_and_keeps_the_label(tmp_path):
+    """--mode harden: in MIOpen's gfx1010 build only the Winograd assembly has
+    findings; those objects patch with none left, and llvm-readelf-16 still
+    reads them as gfx1010 (EF_AMDGPU_MACH_AMDGCN_GFX1010 = 0x33)."""
+    need_tool("llvm-readelf-16")
+    for name, args, code in entries("gfx1010"):
+        co = CodeObject.from_bytes(code)
+        has = any(k.findings for k in analyse(co, "gfx1010").kernels)
+        assert has == name.startswith("Conv_Winograd_v30_3_1_fp32_"), name
+        if not has:
+            continue
+        r = patch_code_object(code, mode="harden")
+        assert [k.status for k in r.kernels] == ["patched"], (name, [k.reason for k in r.kernels])
+        assert all(k.verdict.status == "ok" for k in analyse(CodeObject.from_bytes(r.data), "gfx1010").kernels)
+        p = tmp_path / "h.co"
+        p.write_bytes(r.data)
+        out = subprocess.run(["llvm-readelf-16", "-h", str(p)], capture_output=True, text=True, check=True).stdout
+        flags = int(re.search(r"Flags:\s+(0x[0-9a-f]+)", out).group(1), 16)
+        assert flags & 0xFF == 0x33, (name, hex(flags))
