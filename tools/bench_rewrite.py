@@ -24,7 +24,7 @@ from kpatch.codeobject import CodeObject  # noqa: E402
 from kpatch.containers.bundle import open_bundle_bytes  # noqa: E402
 from kpatch.containers.hostelf import find_fatbin_bundles, has_fatbin  # noqa: E402
 from kpatch.isa import build  # noqa: E402
-from kpatch.rewrite.codescan import scan_text  # noqa: E402
+from kpatch.analysis.codescan import scan_text  # noqa: E402
 from kpatch.rewrite.edits import Edit, Refusal  # noqa: E402
 from kpatch.rewrite.relocate import apply_edits  # noqa: E402
 

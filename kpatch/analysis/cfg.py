@@ -11,7 +11,13 @@
   ``s_swappc_b64`` / ``s_call_b64`` are calls: execution resumes after them,
   as LLVM's hazard recognizer assumes (listed in ``calls``);
 * no edge crosses a function boundary: a branch whose target is outside its
-  function, or not an instruction boundary, is listed in ``bad_targets``.
+  function, or not an instruction boundary, is listed in ``bad_targets``;
+* ``jumps`` (address pairs, from :mod:`kpatch.analysis.codescan`) add the
+  edges of bounded control flow: an ``s_setpc_b64`` to every address its
+  register pair may hold (getpc targets, return addresses), an
+  ``s_call_b64`` to its callee inside the same function.  Such a source
+  ends its block; these edges are kept apart from ``succ1``/``succ2``
+  (``extra_src``/``extra_dst`` block arrays, ``extra_succ`` per block).
 
 Loop back edges are the retreating edges of a depth-first search from each
 function's entry (:meth:`CFG.back_edges`).  Blocks are numpy arrays
@@ -49,7 +55,7 @@ class CFG:
     :class:`~kpatch.analysis.facts.FactsView`) are indexed alike."""
 
     def __init__(self, insts: list, facts: FactsView, func_starts: list[int],
-                 addresses: np.ndarray | None = None):
+                 addresses: np.ndarray | None = None, jumps=()):
         self.insts = insts
         self.facts = facts
         self.n = n = len(insts)
@@ -89,6 +95,22 @@ class CFG:
                 tgt_of = np.full(n, -1, dtype=np.int64)
                 tgt_of[br[ok]] = jc[ok]
                 leader[jc[ok]] = True
+        extra: list[tuple[int, int]] = []  # (source, target) instruction indices
+        if jumps and n:
+            if addresses is None:
+                addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=n)
+            src_a = np.array([a for a, _ in jumps], dtype=np.int64)
+            dst_a = np.array([b for _, b in jumps], dtype=np.int64)
+            si = np.minimum(np.searchsorted(addresses, src_a), n - 1)
+            di = np.minimum(np.searchsorted(addresses, dst_a), n - 1)
+            fsa = np.array(self.func_starts, dtype=np.int64)
+            ok = ((addresses[si] == src_a) & (addresses[di] == dst_a)  # inside one function only
+                  & (np.searchsorted(fsa, si, "right") == np.searchsorted(fsa, di, "right")))
+            extra = list(zip(si[ok].tolist(), di[ok].tolist()))
+            partial = set(si[~ok].tolist())  # a source with a target elsewhere stays unresolved
+            for a, b in extra:
+                leader[a + 1] = True
+                leader[b] = True
         leader = leader[:n]
         self.block_start = bs = np.flatnonzero(leader)
         nb = self.nblocks = len(bs)
@@ -111,10 +133,17 @@ class CFG:
         self._succ = self.succ_arrays = (succ1.astype(np.int64), succ2.astype(np.int64))
         self.succ1 = succ1.tolist()
         self.succ2 = succ2.tolist()
+        pairs = sorted({(int(self.block_of[a]), int(self.block_of[b])) for a, b in extra})
+        self.extra_src = np.array([a for a, _ in pairs], dtype=np.int64)
+        self.extra_dst = np.array([b for _, b in pairs], dtype=np.int64)
+        self.resolved = {a for a, _ in extra} - (partial if jumps and n else set())  # instruction indices whose targets the extra edges give
+        self.extra_succ: dict[int, list[int]] = {}
+        for a, b in pairs:
+            self.extra_succ.setdefault(a, []).append(b)
 
     # -- navigation ---------------------------------------------------------------
     def succs(self, b: int) -> list[int]:
-        return [s for s in (self.succ1[b], self.succ2[b]) if s >= 0]
+        return [s for s in (self.succ1[b], self.succ2[b]) if s >= 0] + self.extra_succ.get(b, [])
 
     @cached_property
     def preds(self) -> list[list[int]]:
@@ -124,6 +153,9 @@ class CFG:
                 out[s1].append(b)
             if s2 >= 0:
                 out[s2].append(b)
+        for a, b in zip(self.extra_src.tolist(), self.extra_dst.tolist()):
+            if a not in out[b]:
+                out[b].append(a)
         return out
 
     def block_at(self, k: int) -> int:
@@ -185,15 +217,18 @@ class CFG:
         if not len(r):
             return 0
         idx = np.arange(r.start, r.stop)
-        return int(sum(np.count_nonzero((s[r.start:r.stop] >= 0) & (s[r.start:r.stop] <= idx)) for s in self._succ))
+        return int(sum(np.count_nonzero((s[r.start:r.stop] >= 0) & (s[r.start:r.stop] <= idx)) for s in self._succ)
+                   + sum(1 for a, b in zip(self.extra_src.tolist(), self.extra_dst.tolist())
+                         if r.start <= a < r.stop and b <= a))
 
     def ends_with_branch(self, b: int) -> bool:
         return self.branchy[b]
 
 
 def build_cfg(insts: list, facts: FactsView, func_starts: list[int] | None = None,
-              addresses: np.ndarray | None = None) -> CFG:
+              addresses: np.ndarray | None = None, jumps=()) -> CFG:
     """Blocks and edges of ``insts`` (functions starting at ``func_starts``
     instruction indices; default: one function; ``addresses``: theirs, if
-    already known)."""
-    return CFG(insts, facts, func_starts if func_starts is not None else [0], addresses)
+    already known; ``jumps``: (source, target) address pairs of bounded
+    computed jumps and calls inside a function)."""
+    return CFG(insts, facts, func_starts if func_starts is not None else [0], addresses, jumps)

@@ -338,10 +338,16 @@ class HazardEngine:
                 HazardEngine._propagate_worklist(cfg, rule, local, through, out, inn, frontier.tolist())
                 break
             touched = []
-            for S in (S1, S2):
-                succ = S[frontier]
-                ok = succ >= 0
-                succ, src = succ[ok], frontier[ok]
+            for S in (S1, S2, None):
+                if S is None:  # bounded computed jumps (few): edges kept apart
+                    if not cfg.extra_src.size:
+                        continue
+                    ok = np.isin(cfg.extra_src, frontier)
+                    succ, src = cfg.extra_dst[ok], cfg.extra_src[ok]
+                else:
+                    succ = S[frontier]
+                    ok = succ >= 0
+                    succ, src = succ[ok], frontier[ok]
                 if succ.size:
                     for ch in range(nch):
                         np.bitwise_or.at(inn[ch], succ, out[ch][src])
@@ -378,10 +384,11 @@ class HazardEngine:
         branchy = cfg.branchy
         on_branch = rule.on_branch
         succ1, succ2 = cfg.succ1, cfg.succ2
+        extra = cfg.extra_succ
         while work:
             b = work.pop()
             ob = o[b]
-            for s in (succ1[b], succ2[b]):
+            for s in (succ1[b], succ2[b], *extra.get(b, ())):
                 if s < 0:
                     continue
                 new = i_[s] | ob

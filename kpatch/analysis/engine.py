@@ -25,12 +25,13 @@ from operator import attrgetter
 import numpy as np
 
 from kpatch.analysis.cfg import build_cfg
+from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
 from kpatch.analysis.decodememo import decode_ranges
 from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
-from kpatch.analysis.verdict import UNPATCHABLE, Verdict, combine, verdict_of
+from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
 
 SUPPORTED_TARGETS = ("gfx1010",)
@@ -149,8 +150,11 @@ def _analyse(co, target: str) -> Report:
             report.kernels.append(_not_analysable(k.name, "kernel", k.entry, k.code_size or 0, why))
         return report
     ranges = function_ranges(co)
-    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0])
+    scan = scan_text(co, source)
+    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=bounded_jumps(scan))
     _function_reports(report, ctx, run_detectors(ctx))
+    if scan is not None:
+        _relocation_verdicts(report, scan)
     why = "kernel code not found in .text" if co.text else "the code object has no .text section (no code)"
     for name, kind, kernel, _, _ in (r for r in ranges if r[3] < 0):
         report.kernels.append(_not_analysable(name, kind, kernel.entry, 0, kernel.entry_problem or why))
@@ -164,8 +168,61 @@ def _analyse(co, target: str) -> Report:
     return report
 
 
-def unit_context(co, source: str, processor: str, ranges) -> Context:
-    """Decode the functions, identify their encodings, build the CFG."""
+#: Rule sets whose fixes change headers only (no code moves, so what pins the
+#: code's addresses does not stop them).
+HEADER_ONLY_RULE_SETS = frozenset({"cu-mode", "retarget-gfx1010"})
+
+
+def bounded_jumps(scan: TextScan | None) -> list[tuple[int, int]]:
+    """(source, target) addresses of the control flow :mod:`~kpatch.analysis.codescan`
+    bounds inside a unit: every target of a bounded ``s_setpc_b64``, and the
+    callee of an ``s_call_b64`` inside the caller's unit."""
+    if scan is None:
+        return []
+    insts = scan.insts
+    out = [(insts[i].address, insts[j].address) for i, js in scan.jumps.items() for j in sorted(js)]
+    for i, t in scan.branches.items():
+        if insts[i].mnemonic == "s_call_b64":
+            j = scan.index_at.get(t)
+            if j is not None and scan.unit_of[j] == scan.unit_of[i]:
+                out.append((insts[i].address, t))
+    return out
+
+
+def _relocation_verdicts(report: Report, scan: TextScan) -> None:
+    """What apply would refuse for the relocation facts of ``scan``: a
+    patchable kernel (or function) that reaches a computed jump kpatch cannot
+    bound (class B), or whose fixes move code in an object where something
+    pins every address (class A), is unpatchable with apply's reason."""
+    start_of = {u.start: ui for ui, u in enumerate(scan.units)}
+    class_a = scan.problems_of("A")
+    class_b = scan.problems_of("B")
+    if not class_a and not class_b:
+        return
+    for rep in report.kernels + report.functions:
+        if rep.verdict.status != PATCHABLE:
+            continue
+        ui = start_of.get(rep.address)
+        if ui is None:
+            continue
+        reach, todo = {ui}, [ui]
+        while todo:
+            for v in scan.edges.get(todo.pop(), ()):
+                if v not in reach:
+                    reach.add(v)
+                    todo.append(v)
+        reasons = [p.reason for p in class_b if p.ui in reach]
+        if class_a and set(rep.verdict.rules) - HEADER_ONLY_RULE_SETS:
+            a = class_a[0]
+            reasons.append(f"cannot relocate: {a.reason.removeprefix('cannot relocate: ')} (in {a.unit}); "
+                           f"no code in this object can move")
+        if reasons:
+            rep.verdict = Verdict(UNPATCHABLE, rep.verdict.rules, tuple(dict.fromkeys(reasons)))
+
+
+def unit_context(co, source: str, processor: str, ranges, jumps=()) -> Context:
+    """Decode the functions, identify their encodings, build the CFG
+    (``jumps``: see :func:`bounded_jumps`)."""
     insts, spans = build_unit(co, source, ranges)
     addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
     ends = np.full(len(insts), -1, dtype=np.int64)
@@ -175,7 +232,7 @@ def unit_context(co, source: str, processor: str, ranges) -> Context:
     text = co.text
     facts = facts_of(insts, source, addresses=addresses, code=text[:len(text) // 4 * 4],
                      base=co.text_vaddr or 0, ends=ends)
-    cfg = build_cfg(insts, facts, [s.start for s in spans], addresses)
+    cfg = build_cfg(insts, facts, [s.start for s in spans], addresses, jumps)
     ctx = Context(co, cfg, source, processor, spans)
     ctx.addresses = addresses
     return ctx
@@ -213,7 +270,7 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
         m = (succ >= 0) & (succ <= idx)
         back += np.bincount(fb[m], minlength=nf)
     back = back.tolist()
-    calls = sorted(cfg.calls + cfg.indirect)
+    calls = sorted(k for k in cfg.calls + cfg.indirect if k not in cfg.resolved)
     bad = sorted(cfg.bad_targets)
     for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):
         if len(findings) > 1:

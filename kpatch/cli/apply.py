@@ -364,7 +364,7 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False), help="Where FILE's patched copy goes.")
 @click.option("--db", "dbs", multiple=True, metavar="SRC",
               help="A MIOpen kernel DB to patch (.kdb, .kdb.bz2 or .ukdb); repeatable.")
-@click.option("--mode", type=click.Choice(MODES), help="override, native or relabel (default: from the machine).")
+@click.option("--mode", type=click.Choice(MODES), help="override, native, relabel or harden (default: from the machine; harden only when asked).")
 @click.option("--cu", type=int, help="The CU count MIOpen uses in DB names (CUs / 2 on RDNA; default: detected).")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Directory of the user kernel DB to write.")
 @click.option("--rules", multiple=True, metavar="SETS",
@@ -408,6 +408,10 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
                 keys ending -mcpu=gfx1010
       relabel   code compiled for gfx1010 (keys ending -mcpu=gfx1010) is
                 relabelled gfx1030, code unchanged, into gfx1030_<CU>.ukdb
+      harden    code labelled gfx1010 (keys ending -mcpu=gfx1010, e.g. MIOpen's
+                assembly kernels, assembled unchanged for gfx1010) gets the
+                hazard fixes and keeps its label: gfx1010_<CU>.ukdb, same keys
+                (all or nothing per object, as native)
     <CU> is what MIOpen uses: MIOPEN_DEVICE_CU, else CUs / 2 on RDNA (18 for an
     RX 5600 XT); `--cu N` sets it.
 

@@ -63,7 +63,7 @@ def blob_kind(data: bytes) -> str | None:
 #: Modes whose output replaces code the runtime would otherwise build or pick
 #: for gfx1010: a code object is written whole or not at all.  (Override mode
 #: may write an object with refused kernels, whose code is the original's.)
-ALL_OR_NOTHING = ("native", "relabel")
+ALL_OR_NOTHING = ("native", "relabel", "harden")
 
 
 def _processor(target_id: str) -> str:

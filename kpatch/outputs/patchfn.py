@@ -26,12 +26,13 @@ from typing import Any, Callable
 from kpatch.errors import UsageError
 from kpatch.rewrite.patcher import DEFAULT_RULE_SETS as ENGINE_DEFAULTS
 
-#: The three modes of `kpatch apply` (see kpatch/outputs/device.py for the default).
-MODES = ("override", "native", "relabel")
+#: The modes of `kpatch apply` (see kpatch/outputs/device.py for the default;
+#: ``harden`` is only chosen by ``--mode``).
+MODES = ("override", "native", "relabel", "harden")
 
 #: Processor whose code each mode takes as input, and the label it produces.
-SOURCE_PROCESSOR = {"override": "gfx1030", "native": "gfx1030", "relabel": "gfx1010"}
-RESULT_PROCESSOR = {"override": "gfx1030", "native": "gfx1010", "relabel": "gfx1030"}
+SOURCE_PROCESSOR = {"override": "gfx1030", "native": "gfx1030", "relabel": "gfx1010", "harden": "gfx1010"}
+RESULT_PROCESSOR = {"override": "gfx1030", "native": "gfx1010", "relabel": "gfx1030", "harden": "gfx1010"}
 
 #: Rule sets used when the user gives no ``--rules``: the rules engine's
 #: defaults (relabel changes no code and uses none).

@@ -50,7 +50,7 @@ from kpatch.isa import decode, encode
 from kpatch.rewrite import headers, residency
 from kpatch.rewrite.edits import Edit, Refusal
 from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext, InstructionMatch
-from kpatch.rewrite.codescan import scan_text
+from kpatch.analysis.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
 from kpatch.rewrite.rules import Rule, RuleSet, load_all
@@ -58,11 +58,17 @@ from kpatch.rewrite.rules import Rule, RuleSet, load_all
 MADE_SAFE_FOR = "gfx1010"
 KEEPS = ("keep-legacy-mad",)  # approximation fixes that leave the instruction as it is
 SOURCE_ISA = "gfx1030"
-MODES = ("override", "native")
+MODES = ("override", "native", "harden")
 DEFAULT_RULE_SETS = {
     "override": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
     "native": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc", "retarget-gfx1010"),
+    # gfx1010-labelled code (e.g. MIOpen's hand-written assembly, assembled
+    # unchanged for gfx1010): the same hardware fixes, and the label stays
+    "harden": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
 }
+#: Modes whose output replaces what the runtime builds for gfx1010 itself: an
+#: object is written whole or not at all.
+ALL_OR_NOTHING = ("native", "harden")
 # in override mode the object keeps its gfx1030 label, which the loader reads
 # as "no XNACK"; the hardware's XNACK mode is the driver's (amdgpu.noretry)
 OVERRIDE_ACCEPTS = ("Xnack",)
@@ -125,6 +131,8 @@ def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[Rul
     if mode == "override" and labels:
         raise UsageError(f"{labels[0]} labels code {MADE_SAFE_FOR}, which the override mode's loader rejects; "
                          "use --mode native")
+    if mode == "harden" and labels:
+        raise UsageError(f"{labels[0]} changes the label; harden mode keeps the {MADE_SAFE_FOR} label as it is")
     if mode == "native" and not labels:
         raise UsageError(f"native mode writes code labelled {MADE_SAFE_FOR}: the rule sets need one that "
                          f"labels it (mach = \"{MADE_SAFE_FOR}\", e.g. retarget-gfx1010)")
@@ -143,7 +151,7 @@ def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
 def reachable_units(co: CodeObject) -> dict[str, set[str]]:
     """For each kernel, the names of the other units of ``.text`` it can reach
     (device functions, other kernels, and ``<code@ADDR>`` runs no symbol
-    names), following the rewriter's call edges (:mod:`kpatch.rewrite.codescan`:
+    names), following the rewriter's call edges (:mod:`kpatch.analysis.codescan`:
     calls, tail calls, branches into other units, addresses taken by getpc
     patterns).  A kernel that reaches a computed jump kpatch cannot bound
     reaches every unit."""
@@ -338,12 +346,35 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
     return out, used
 
 
-def _check_source(co: CodeObject) -> None:
+def _check_source(co: CodeObject, mode: str = "override") -> None:
     if co.is_legacy:
         raise Refusal("cannot patch: code object V2 (legacy) is not supported", kind="layout")
-    if co.target is None or co.target.processor != SOURCE_ISA:
-        raise Refusal(f"cannot patch: kpatch makes gfx1030 code safe for gfx1010; this object is "
-                      f"{co.target_id or 'of an unknown target'}", kind="unsupported")
+    want = MADE_SAFE_FOR if mode == "harden" else SOURCE_ISA
+    if co.target is None or co.target.processor != want:
+        what = ("harden mode patches hazards in gfx1010 code" if mode == "harden"
+                else "kpatch makes gfx1030 code safe for gfx1010")
+        raise Refusal(f"cannot patch: {what}; this object is {co.target_id or 'of an unknown target'}",
+                      kind="unsupported")
+
+
+def _same_on_both(co: CodeObject) -> None:
+    """Harden mode: kpatch's fixes and rewriter read code as gfx1030 code, so
+    every word of a gfx1010 object's .text must decode to the same
+    instruction for both (the GFX10 encodings differ in a few opcodes, e.g.
+    VOP2 0x06); Refusal naming the first that does not."""
+    text = co.section(".text")
+    if text is None or not co.text:
+        return
+    a = decode(co.text, MADE_SAFE_FOR, text.addr)
+    b = decode(co.text, SOURCE_ISA, text.addr)
+    for x, y in zip(a, b):
+        if x.size != y.size or x.is_unknown != y.is_unknown or (not x.is_unknown and x.text() != y.text()):
+            raise Refusal(f"cannot harden: the word at {x.address:#x} is {x.text()} on {MADE_SAFE_FOR} but "
+                          f"{y.text()} on {SOURCE_ISA}, and kpatch's fixes read code as {SOURCE_ISA} code",
+                          kind="unsupported", address=x.address)
+    if len(a) != len(b):
+        raise Refusal(f"cannot harden: .text does not decode alike for {MADE_SAFE_FOR} and {SOURCE_ISA}",
+                      kind="unsupported")
 
 
 def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
@@ -364,7 +395,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         return PatchResult(None, [KernelOutcome(n, "untouched", "already patched by kpatch") for n in names],
                            False, provenance=prov, note="already patched by kpatch")
     try:
-        _check_source(co)
+        _check_source(co, mode)
     except Refusal as e:
         return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
 
@@ -374,6 +405,11 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     contexts: dict[str, FixContext] = {}
     pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
     report = analyse(co, MADE_SAFE_FOR)
+    if mode == "harden" and any(r.findings or r.unseen for r in (*report.kernels, *report.functions)):
+        try:  # something to change: the code must read the same as gfx1030 code
+            _same_on_both(co)
+        except Refusal as e:
+            return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
     ranges = _kernel_ranges(co)
     outcomes: dict[str, KernelOutcome] = {}
     fn_outcomes: dict[str, KernelOutcome] = {}
@@ -460,8 +496,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                 outcomes[name] = KernelOutcome(name, "refused", why)
                 edits_by_kernel.pop(name, None)
                 changed = True
-    if mode == "native":
-        refused = _all_or_nothing(outcomes, fn_outcomes)
+    if mode in ALL_OR_NOTHING:
+        refused = _all_or_nothing(outcomes, fn_outcomes, mode)
         if refused is not None:
             return refused
     for name, o in fn_outcomes.items():
@@ -514,8 +550,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                            note=done.get("note", e.reason))
     relocated, rec = done["relocations"], done.get("record")
     fns = [fn_outcomes[n] for n in fn_outcomes]
-    if mode == "native":
-        refused = _all_or_nothing(outcomes, fn_outcomes)
+    if mode in ALL_OR_NOTHING:
+        refused = _all_or_nothing(outcomes, fn_outcomes, mode)
         if refused is not None:
             return refused
     if rec is None:
@@ -529,15 +565,16 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                        functions=fns)
 
 
-def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, KernelOutcome]) -> PatchResult | None:
-    """Native mode: the whole object refused when any kernel or device
+def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, KernelOutcome],
+                    mode: str = "native") -> PatchResult | None:
+    """Native and harden modes: the whole object refused when any kernel or device
     function is (None when none is).  The refused ones keep their reasons;
     the others say why they were not written."""
     bad = [o for o in (*outcomes.values(), *fn_outcomes.values()) if o.status == "refused"]
     if not bad:
         return None
     first = bad[0]
-    why = (f"not written: native mode writes a code object only when all of it is safe for gfx1010, and "
+    why = (f"not written: {mode} mode writes a code object only when all of it is safe for gfx1010, and "
            f"{len(bad)} of its kernels and device functions {'was' if len(bad) == 1 else 'were'} refused "
            f"({first.name}: {first.reason})")
     kernels = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in outcomes.values()]

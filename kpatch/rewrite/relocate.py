@@ -10,7 +10,7 @@ kernel (its edits are dropped, its code stays as it was) or, when the
 object cannot be kept consistent at all, for the whole object (a
 :class:`~kpatch.rewrite.edits.Refusal` is raised).
 
-Refusal rules (see :mod:`kpatch.rewrite.codescan` for the problem classes):
+Refusal rules (see :mod:`kpatch.analysis.codescan` for the problem classes):
 
 * an unrecognised PC-relative use anywhere (class A) pins every address:
   every kernel whose code (or a function it calls) has a size-changing edit
@@ -66,7 +66,7 @@ from kpatch.codeobject import CodeObject
 from kpatch.codeobject.elf import ET_REL, SHT_NULL
 from kpatch.errors import UsageError
 from kpatch.isa import TARGETS, decode, encode
-from kpatch.rewrite.codescan import Problem, TextScan, is_pc_relative, scan_text
+from kpatch.analysis.codescan import Problem, TextScan, is_pc_relative, scan_text
 from kpatch.rewrite.edits import Edit, Refusal, Slot, group_edits
 from kpatch.rewrite.elfpatch import AddressMap, ElfLayout, write
 from kpatch.rewrite.textlayout import TextLayout, layout_text

@@ -27,7 +27,7 @@ import numpy as np
 
 from kpatch.isa import build
 from kpatch.isa.formats import SOPP
-from kpatch.rewrite.codescan import TextScan
+from kpatch.analysis.codescan import TextScan
 from kpatch.rewrite.edits import Slot
 
 OFFSET3F = 0x3F

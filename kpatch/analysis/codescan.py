@@ -34,6 +34,7 @@ share which functions.
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, is_
@@ -161,7 +162,9 @@ class TextScan:
     edges: dict[int, set[int]] = field(default_factory=dict)  # unit -> units it reaches
     problems: list[Problem] = field(default_factory=list)
     index_at: dict[int, int] = field(default_factory=dict)  # address -> instruction index
-    jumps: dict[int, int] = field(default_factory=dict)  # s_setpc_b64 index -> target index (known)
+    #: s_setpc_b64 index -> the indices of every instruction it may jump to (bounded
+    #: jumps only; a return to a caller adds none)
+    jumps: dict[int, frozenset[int]] = field(default_factory=dict)
     _starts: list[int] = field(default_factory=list)
 
     def unit_at(self, address: int) -> int | None:
@@ -484,7 +487,40 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
 
 
 # ---------------------------------------------------------------------------
-# computed jumps: follow register pairs back to getpc patterns
+# computed jumps: which addresses can a register pair hold?
+#
+# A forward may-analysis over the unit's control flow.  The state maps an SGPR
+# (int key) to the set of (value, half) it may hold, and an even SGPR N (key
+# ("p", N)) to the set of values the pair s[N:N+1] may hold when it was
+# written whole (by a getpc sequence, s_call_b64 or s_mov_b64 of such a
+# pair): only then do both halves come from the same value on every path.  A
+# value is ("g", T) (an address built by a getpc sequence: relocation
+# rewrites its constant for T), ("r", T) (a return address s_call_b64 wrote:
+# the hardware writes pc+4 at run time, so it follows the code) or ("in", 0)
+# (a function's incoming return address in s[30:31]).  Anything else is a
+# tuple (why, instruction index): why the register may hold any number (what
+# wrote it; :func:`_why` says it in words).  A key that is absent holds a
+# value from outside the unit.  Only the registers a computed jump reads, and
+# those copied into them, are tracked (``track``).
+
+_OUTSIDE = ("outside", -1)
+_UNREACHED = ("unreached", -1)
+
+
+def _why(scan: TextScan, why: tuple) -> str:
+    kind, i = why
+    if kind == "outside":
+        return "a value from outside the unit"
+    if kind == "unreached":
+        return "anything: the unit's entry does not reach it by any path kpatch follows"
+    ins = scan.insts[i]
+    if kind == "undecodable":
+        return f"anything after the word at {ins.address:#x}, which does not decode"
+    if kind == "halves":
+        return "values from different paths in its two halves"
+    if kind == "call":
+        return f"what the call {ins.text()} at {ins.address:#x} leaves there"
+    return f"the value {ins.text()} at {ins.address:#x} writes"
 
 
 def _written_sgprs(ins: Instruction) -> list[int]:
@@ -495,56 +531,133 @@ def _written_sgprs(ins: Instruction) -> list[int]:
     return out
 
 
-def _transfer(scan: TextScan, i: int, state: dict) -> dict:
-    """State after instruction i: SGPR -> ("lo"|"hi", target) known to hold a getpc result."""
+def _kill(state: dict, regs, why: str) -> None:
+    """Registers ``regs`` may now hold any number (``why``); so may the pairs they are part of."""
+    for r in regs:
+        state[r] = why
+        state[("p", r - r % 2)] = why
+
+
+def _set_pair(state: dict, n: int, values: frozenset) -> None:
+    state[n] = frozenset((v, "lo") for v in values)
+    state[n + 1] = frozenset((v, "hi") for v in values)
+    state[("p", n)] = values
+
+
+def _transfer(scan: TextScan, i: int, state: dict, internal_call: bool, track: frozenset) -> dict:
+    """State after instruction i (see above); ``internal_call``: an s_call_b64
+    whose target is inside the unit (its callee's code is followed, not skipped)."""
     ins = scan.insts[i]
     m = ins.mnemonic
     gp = scan.getpc_at.get(i)
     if gp is not None and i == gp.last:
+        if gp.reg not in track:
+            return state
         state = dict(state)
-        state[gp.reg] = ("lo", gp.target)
-        state[gp.reg + 1] = ("hi", gp.target)
+        _set_pair(state, gp.reg, frozenset({("g", gp.target)}))
         return state
     if ins.is_unknown:
-        return {}
-    written = _written_sgprs(ins)
-    if m == "s_swappc_b64":
-        written = list(CALL_CLOBBERED_SGPRS) + written
-    if not written or not state:
+        return {k: ("undecodable", i) for k in set(state) | set(track)}
+    written = [r for r in _written_sgprs(ins) if r in track]
+    if m in ("s_swappc_b64", "s_call_b64"):
+        if m == "s_call_b64" and internal_call:
+            d = ins.field("sdst")
+            if d not in track:
+                return state
+            new = dict(state)
+            _set_pair(new, d, frozenset({("r", ins.address + ins.size)}))
+            return new
+        # a callee kpatch does not follow may change these
+        written += [r for r in CALL_CLOBBERED_SGPRS if r in track]
+        if not written:
+            return state
+        new = dict(state)
+        _kill(new, written, ("call", i))
+        return new
+    if not written:
         return state
     new = dict(state)
+    where = ("write", i)
     if m in ("s_mov_b64", "s_mov_b32") and ins.fields.get("ssrc0", 999) <= 105:
         n = ins.fields["ssrc0"]
+        d = ins.fields["sdst"]
         width = 2 if m == "s_mov_b64" else 1
-        copied = [state.get(n + k) for k in range(width)]
-        for k, r in enumerate(written):
-            new.pop(r, None)
+        copied = [state.get(n + k, _OUTSIDE) for k in range(width)]
+        pair = state.get(("p", n), _OUTSIDE) if width == 2 and n % 2 == 0 else None
+        _kill(new, written, where)
         for k in range(width):
-            if copied[k] is not None:
-                new[ins.fields["sdst"] + k] = copied[k]
+            new[d + k] = copied[k]
+        if isinstance(pair, frozenset) and d % 2 == 0:
+            new[("p", d)] = pair
         return new
-    for r in written:
-        new.pop(r, None)
+    _kill(new, written, where)
     return new
 
 
+def _join(cur: dict, st: dict) -> dict:
+    """What either state may hold."""
+    if cur is st:
+        return cur
+    out = {}
+    for k in cur.keys() | st.keys():
+        a, b = cur.get(k, _OUTSIDE), st.get(k, _OUTSIDE)
+        if a is b or isinstance(a, tuple):
+            out[k] = a
+        elif isinstance(b, tuple):
+            out[k] = b
+        else:
+            out[k] = a | b
+    return out
+
+
+def _pair_values(state: dict, n: int):
+    """The values s[n:n+1] may hold (a frozenset), or why it may hold any number (a tuple)."""
+    p = state.get(("p", n), _OUTSIDE)
+    if isinstance(p, frozenset):
+        return p
+    lo, hi = state.get(n, _OUTSIDE), state.get(n + 1, _OUTSIDE)
+    if isinstance(lo, frozenset) and isinstance(hi, frozenset) and len(lo) == 1 and len(hi) == 1:
+        (v, a), = lo
+        (w, b), = hi
+        if v == w and (a, b) == ("lo", "hi"):
+            return frozenset({v})
+    for x in (p, lo, hi):
+        if isinstance(x, tuple) and x != _OUTSIDE:
+            return x
+    if isinstance(lo, frozenset) and isinstance(hi, frozenset):
+        return ("halves", -1)
+    return _OUTSIDE
+
+
 def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
-    """Follow each s_setpc_b64/s_swappc_b64 register pair back through the unit's
-    control flow (a forward must-analysis of SGPRs holding getpc results)."""
+    """Bound each s_setpc_b64/s_swappc_b64 register pair (a forward may-analysis
+    of the values register pairs hold, see above); an s_setpc_b64 goes on to
+    every address its pair may hold (those inside the unit are followed)."""
     insts = scan.insts
     first, last = u.first, u.last
-    # basic blocks: leaders are the start, branch targets inside the unit, and
-    # the instruction after any branch or terminator
+    index_at = scan.index_at
+
+    def inside(addr: int) -> int | None:
+        j = index_at.get(addr)
+        return j if j is not None and first <= j <= last else None
+
+    internal: dict[int, int] = {}  # s_call_b64 index -> its target's index, inside the unit
     leaders = {first}
     for i in range(first, last + 1):
         ins = insts[i]
         t = scan.branches.get(i)
-        if t is not None and ins.mnemonic != "s_call_b64":
-            j = scan.index_at[t]
-            if first <= j <= last:
+        if t is not None:
+            j = inside(t)
+            if j is not None:
                 leaders.add(j)
-        if (ins.is_branch or ins.mnemonic in TERMINATORS) and i < last:
+                if ins.mnemonic == "s_call_b64":
+                    internal[i] = j
+        if (ins.is_branch or ins.mnemonic in TERMINATORS or ins.mnemonic == "s_call_b64") and i < last:
             leaders.add(i + 1)
+    for gp in scan.getpcs:  # every place a jump through a pair can land
+        j = inside(gp.target)
+        if j is not None:
+            leaders.add(j)
     order = sorted(leaders)
     block_end = {b: (order[k + 1] - 1 if k + 1 < len(order) else last) for k, b in enumerate(order)}
     succs: dict[int, list[int]] = {}
@@ -552,70 +665,131 @@ def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
         e = block_end[b]
         ins = insts[e]
         out = []
-        t = scan.branches.get(e)
-        if t is not None and ins.mnemonic != "s_call_b64":
-            j = scan.index_at[t]
-            if first <= j <= last:
-                out.append(j)
-        if ins.mnemonic not in TERMINATORS and e < last:
-            out.append(e + 1)
+        if e in internal:
+            out.append(internal[e])  # the callee; it comes back through its s_setpc_b64
+        else:
+            t = scan.branches.get(e)
+            if t is not None and ins.mnemonic != "s_call_b64":
+                j = inside(t)
+                if j is not None:
+                    out.append(j)
+            if ins.mnemonic not in TERMINATORS and e < last:
+                out.append(e + 1)
         succs[b] = out
-    TOP = None  # not yet reached
-    entry_state: dict[int, dict | None] = {b: TOP for b in order}
-    entry_state[first] = {}
-    work = [first]
+
+    # the registers worth tracking: those the jumps read, and (transitively)
+    # those s_mov copies into them
+    track = set()
+    for i in jumps:
+        n = insts[i].field("ssrc0")
+        track |= {n, n + 1}
+    movs = [ins for ins in insts[first:last + 1] if ins.mnemonic in ("s_mov_b64", "s_mov_b32")
+            and ins.fields.get("ssrc0", 999) <= 105]
+    while True:
+        more = set()
+        for ins in movs:
+            d, n = ins.fields["sdst"], ins.fields["ssrc0"]
+            width = 2 if ins.mnemonic == "s_mov_b64" else 1
+            if any(d + k in track for k in range(width)):
+                more |= {n + k for k in range(width)}
+        if more <= track:
+            break
+        track |= more
+    track |= {r + 1 for r in track if r % 2 == 0} | {r - 1 for r in track if r % 2}
+    track = frozenset(track)
+
+    # the instructions that can change the tracked state, per block
+    getpc_last = {gp.last for gp in scan.getpcs}
+    acts: dict[int, list[int]] = {b: [] for b in order}
+    bi = 0
+    for i in range(first, last + 1):
+        while bi + 1 < len(order) and order[bi + 1] <= i:
+            bi += 1
+        ins = insts[i]
+        if (i in getpc_last or ins.is_unknown or ins.mnemonic in ("s_call_b64", "s_swappc_b64")
+                or any(r.file == "s" and any(r.index + k in track for k in range(r.count))
+                       for r in ins.writes)):
+            acts[order[bi]].append(i)
+
+    def run(b: int, st: dict) -> dict:
+        for i in acts[b]:
+            st = _transfer(scan, i, st, i in internal, track)
+        return st
+
+    def dynamic(b: int, st: dict) -> list[int]:
+        """Where the s_setpc_b64 ending block b goes, inside the unit."""
+        e = block_end[b]
+        if insts[e].mnemonic != "s_setpc_b64":
+            return []
+        vals = _pair_values(st, insts[e].field("ssrc0"))
+        if isinstance(vals, tuple):
+            return []
+        return [j for kind, t in vals if kind in ("g", "r") and (j := inside(t)) is not None]
+
+    entry_state: dict[int, dict | None] = {b: None for b in order}  # None: not reached (yet)
+    start: dict = {}
+    if u.kind != "kernel":
+        _set_pair(start, RETURN_ADDRESS, frozenset({("in", 0)}))
+    entry_state[first] = start
+    work = [first]  # a heap: blocks in address order, each once
+    queued = {first}
     while work:
-        b = work.pop()
-        st = entry_state[b]
-        for i in range(b, block_end[b] + 1):
-            st = _transfer(scan, i, st)
-        for s in succs[b]:
+        b = heapq.heappop(work)
+        queued.discard(b)
+        st = run(b, entry_state[b])
+        for s in succs[b] + dynamic(b, st):
             cur = entry_state[s]
-            if cur is TOP:
-                merged = st
-            else:
-                merged = {k: v for k, v in cur.items() if st.get(k) == v}
-            if cur is TOP or merged != cur:
+            merged = st if cur is None else _join(cur, st)
+            if cur is None or merged != cur:
                 entry_state[s] = merged
-                work.append(s)
+                if s not in queued:
+                    queued.add(s)
+                    heapq.heappush(work, s)
     for b in order:
         st = entry_state[b]
-        if st is TOP:
-            continue  # unreachable from the entry
+        reached = st is not None
+        if not reached:  # unreachable from the entry: unknown inputs
+            st = {}
+        acted = set(acts[b])
         for i in range(b, block_end[b] + 1):
-            ins = insts[i]
-            if ins.mnemonic in ("s_setpc_b64", "s_swappc_b64"):
-                _check_jump(scan, ui, u, i, st)
-            st = _transfer(scan, i, st)
-    # jumps in blocks unreachable from the entry have unknown inputs
-    for b in order:
-        if entry_state[b] is TOP:
-            for i in range(b, block_end[b] + 1):
-                if insts[i].mnemonic in ("s_setpc_b64", "s_swappc_b64"):
-                    _check_jump(scan, ui, u, i, {})
+            if insts[i].mnemonic in ("s_setpc_b64", "s_swappc_b64"):
+                _check_jump(scan, ui, u, i, st if reached else None)
+            if i in acted:
+                st = _transfer(scan, i, st, i in internal, track)
 
 
-def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict) -> None:
+def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict | None) -> None:
+    """Record where the s_setpc_b64/s_swappc_b64 at i goes (``state``: before it;
+    None if the unit's entry does not reach it), or the problem."""
     ins = scan.insts[i]
     n = ins.field("ssrc0")
-    lo, hi = state.get(n), state.get(n + 1)
-    if lo is not None and hi is not None and lo[0] == "lo" and hi[0] == "hi" and lo[1] == hi[1]:
-        t = lo[1]
-        j = scan.index_at.get(t)
-        if j is not None and ins.mnemonic == "s_setpc_b64":
-            scan.jumps[i] = j
-        if j is None:
-            _problem(scan, ui, ins.address, "A", "branch-target",
-                     f"{ins.mnemonic} at {ins.address:#x} jumps to {t:#x}, which is not an instruction")
-        else:
+    vals = _UNREACHED if state is None else _pair_values(state, n)
+    setpc = ins.mnemonic == "s_setpc_b64"
+    returns = setpc and n == RETURN_ADDRESS and u.kind != "kernel"
+    if isinstance(vals, frozenset) and (returns or ("in", 0) not in vals):
+        targets = set()
+        for kind, t in sorted(vals):
+            if kind == "in":
+                continue  # the caller's return address
+            j = scan.index_at.get(t)
+            if j is None:
+                what = "a getpc sequence's target" if kind == "g" else "a return address"
+                _problem(scan, ui, ins.address, "A", "branch-target",
+                         f"{ins.mnemonic} at {ins.address:#x} jumps to {t:#x} ({what}), which is not "
+                         f"an instruction")
+                continue
+            targets.add(j)
             scan.edges[ui].add(scan.unit_of[j])
+        if setpc:
+            scan.jumps[i] = frozenset(targets)
         return
-    if ins.mnemonic == "s_setpc_b64" and n == RETURN_ADDRESS and u.kind != "kernel":
+    if returns:
         return  # a return: s[30:31] holds the address s_swappc_b64 wrote at run time
-    what = "jumps" if ins.mnemonic == "s_setpc_b64" else "calls"
+    what = "jumps" if setpc else "calls"
+    why = _why(scan, vals) if isinstance(vals, tuple) else "the caller's return address, in another pair"
     _problem(scan, ui, ins.address, "B", "computed-jump",
              f"{ins.mnemonic} at {ins.address:#x} in {u.name} {what} to s[{n}:{n + 1}], an address "
-             f"computed at run time that kpatch cannot bound")
+             f"computed at run time that kpatch cannot bound (it may hold {why})")
 
 
 # ---------------------------------------------------------------------------
@@ -660,11 +834,13 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
             if m in ("s_endpgm", "s_endpgm_saved", "s_endpgm_ordered_ps_done", "s_trap"):
                 break
             if m == "s_setpc_b64":
-                j = scan.jumps.get(i)
-                if j is None:
+                js = scan.jumps.get(i)
+                if js is None:
                     return f"{where}: s{t} may be read where s_setpc_b64 at {ins.address:#x} goes"
-                i = j
-                continue
+                if not js or any(not u.first <= j <= u.last for j in js):
+                    return f"{where}: after its long branch, execution leaves {u.name} while s{t} may still be read"
+                work.extend(js)
+                break
             if m in ("s_swappc_b64", "s_call_b64"):
                 return f"{where}: s{t} may be read by the function called at {ins.address:#x}"
             target = scan.branches.get(i)
