@@ -10,6 +10,7 @@ llvm-objdump-16's disassembly of the original and the patched object.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import json
 import os
@@ -87,12 +88,18 @@ MITIGATIONS = {"s_nop", "v_nop", "s_waitcnt_depctr", "s_waitcnt", "s_waitcnt_vsc
                "s_waitcnt_vmcnt", "s_inst_prefetch"}
 
 
-def long_branches(path: str) -> tuple[list[int], dict[int, str], dict[int, str]]:
-    """(target of each long branch in order, label at each address, mnemonic at each address)."""
+def long_branches(path: str) -> tuple[list[int], dict[int, tuple[str, int]], dict[int, str]]:
+    """(target of each long branch in order, label at each address, mnemonic
+    at each address).  A label is (name, how many labels of that name come
+    before it): every Tensile kernel repeats the same label names."""
     text = subprocess.run(["llvm-objdump-16", "-d", "--mcpu=gfx1030", path], capture_output=True, text=True,
                           check=True).stdout
     targets = [int(m.group(5), 16) + int(m.group(3), 0) + int(m.group(4)) for m in LONG_BRANCH.finditer(text)]
-    labels = {int(a, 16): n for a, n in LABEL.findall(text)}
+    seen: dict[str, int] = {}
+    labels = {}
+    for a, n in LABEL.findall(text):
+        labels[int(a, 16)] = (n, seen.get(n, 0))
+        seen[n] = seen.get(n, 0) + 1
     mnemonics = {int(a, 16): m for m, a in INSTRUCTION.findall(text)}
     return targets, labels, mnemonics
 
@@ -116,11 +123,13 @@ def test_a_tensile_library_patches_with_nothing_left(tmp_path):
     after, labels1, mnemonics1 = long_branches(out)
     assert before and len(after) == len(before)
     where = {n: a for a, n in labels1.items()}
+    addresses = sorted(mnemonics1)
     for t0, t1 in zip(before, after):
         name = labels0[t0]  # Tensile's long branches go to labels
         at = where[name]
         assert t1 <= at, (name, hex(t0), hex(t1), hex(at))
-        a = t1
-        while a < at:  # only mitigations between where the branch lands and the label
-            assert mnemonics1[a] in MITIGATIONS, (name, hex(a), mnemonics1[a])
-            a = min(x for x in mnemonics1 if x > a)
+        k = bisect.bisect_left(addresses, t1)
+        assert addresses[k] == t1  # it lands on an instruction
+        while addresses[k] < at:  # only mitigations between where the branch lands and the label
+            assert mnemonics1[addresses[k]] in MITIGATIONS, (name, hex(addresses[k]), mnemonics1[addresses[k]])
+            k += 1
