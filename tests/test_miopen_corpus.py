@@ -254,3 +254,32 @@ def test_builder_reports_a_failed_compile_with_the_compilers_reason(tmp_path):
     (tmp_path / "empty.cl").write_text("#if 0\n__kernel void k(__global float* p) { p[0] = 1; }\n#endif\n")
     with pytest.raises(tool.CompileError, match="no kernels"):
         tool.compile_job(tool.Job("test", "empty.cl", "", "gfx1030"), str(tmp_path), 0)
+
+
+def test_the_gfx1030_corpus_patches_with_nothing_left(tmp_path):
+    """Every MIOpen kernel of the corpus is patched (fp32 ones all: none
+    refused) or refused for an instruction gfx1010 lacks; the patched DB has
+    no finding left for gfx1010, and `kpatch diff` finds no control-flow
+    problem between source and output."""
+    import sys
+
+    _json = json
+    src = DBS["gfx1030"]
+    out_dir = tmp_path / "out"
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "kpatch", *args], capture_output=True, text=True,
+                              timeout=900, env=dict(os.environ, KPATCH_NO_PROGRESS="1"))
+
+    p = run("apply", "--db", src, "--mode", "override", "--cu", "18", "--out-dir", str(out_dir), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = _json.loads(p.stdout)
+    refused = [(e["kernel_name"], k["reason"]) for e in doc["entries"] for k in e["kernels"]
+               if k["status"] == "refused"]
+    assert all("fp16" in name and "UnsupportedInstruction" in reason for name, reason in refused), refused
+    assert sum(k["status"] == "patched" for e in doc["entries"] for k in e["kernels"]) > 150
+    scan = _json.loads(run("scan", "--json", "--target", "gfx1010", doc["output"]).stdout)
+    left = [(o["uri"], k["name"]) for o in scan["code_objects"] for k in o["kernels"] if k.get("findings")]
+    assert left == []
+    diff = _json.loads(run("diff", "--json", src, doc["output"]).stdout)
+    assert diff["summary"]["changed"] > 100 and diff["summary"]["control_flow_problems"] == 0

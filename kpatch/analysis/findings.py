@@ -34,6 +34,8 @@ class FindingClass:
     limits: str
     rule_set: str | None  # the rule set that fixes it; None: kpatch cannot fix it
     mitigation: str  # short default mitigation text
+    seen_in: str = ""  # where it stops kernels of the real ROCm stack (measured), if it does
+
 
     def explain(self) -> str:
         """The full text `kpatch explain NAME` prints."""
@@ -42,7 +44,8 @@ class FindingClass:
                 f"What it is:\n  {self.what}\n\n"
                 f"Why it breaks gfx1010:\n  {self.why}\n\n"
                 f"How it is fixed ({fixed_by}):\n  {self.fix}\n\n"
-                f"What kpatch cannot verify without the GPU:\n  {self.limits}\n")
+                f"What kpatch cannot verify without the GPU:\n  {self.limits}\n"
+                + (f"\nWhere it appears in the real ROCm stack:\n  {self.seen_in}\n" if self.seen_in else ""))
 
 
 _C = FindingClass
@@ -59,7 +62,16 @@ CLASSES: tuple[FindingClass, ...] = (
        "registers kpatch does not allocate), so a kernel with one is unpatchable: use a gfx1010 build.",
        "Nothing to verify: the instruction is absent from gfx1010's instruction set (llvm-mc-16 "
        "rejects it for gfx1010).",
-       None, "no exact gfx1010 replacement: rebuild for gfx1010"),
+       None, "no exact gfx1010 replacement: rebuild for gfx1010",
+       "The dot products are the only kind measured on real code (tools/realstack_report.py). MIOpen: "
+       "v_dot2_f32_f16 in the fp16 gfx10 Winograd assembly (Conv_Winograd_v30_3_1_fp16_dot2_*.s: solvers "
+       "ConvBinWinogradRxSf2x3, ConvBinWinogradRxSf2x3g1 and ConvBinWinogradRxSf3x2 for half-precision "
+       "convolutions; MIOpen then falls back to its next solver, or use --allow-approx dot2-fma-mix); no "
+       "fp32 MIOpen kernel. rocBLAS 4.4.1: v_dot2 in the HH_HPA Tensile libraries (half-precision GEMM "
+       "with fp32 accumulation, torch.float16 matmul) and v_dot4c_i32_i8 in the I8I_HPA libraries (int8 "
+       "GEMM); the fp32 (SS) and plain half (HH) libraries patch completely. The integer dot products "
+       "(v_dot4_i32_i8, v_dot4c_i32_i8, v_dot8_i32_i4) have an exact expansion (no rounding: byte "
+       "extracts and 24-bit multiply-adds) that needs spare registers; kpatch does not have it yet."),
     _C("I002", "OpcodeReuse", "bytes that mean something else on gfx1010",
        "An encoding valid on both targets with a different meaning: VOP2 0x06 / VOP3 0x106 are "
        "v_fmac_legacy_f32 on gfx1030 but v_mac_legacy_f32 on gfx1010, VOP3 0x140 is v_fma_legacy_f32 "
