@@ -131,13 +131,14 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def check_dirs(src: str, out: str, *, force: bool) -> tuple[str, str, bool]:
+def check_dirs(src: str, out: str, *, force: bool, create: bool = False) -> tuple[str, str, bool]:
     """(real path of DIR, path OUTDIR will have, whether an OUTDIR is to be
     replaced); UsageError when kpatch must not write there (see the module
-    doc)."""
+    doc).  With ``create``, a missing parent directory of OUTDIR is made."""
     if not os.path.isdir(src):
         raise UsageError("not a directory", src)
     src_real = os.path.realpath(src)
+    out = os.path.abspath(out)  # also without a trailing slash, which would follow a link
     if os.path.islink(out):
         raise UsageError("is a symbolic link: kpatch never writes through one; give the directory itself", out)
     parent = check_output_dir(os.path.dirname(os.path.abspath(out)))
@@ -156,6 +157,8 @@ def check_dirs(src: str, out: str, *, force: bool) -> tuple[str, str, bool]:
                 raise UsageError(f"exists and was not written by kpatch (no {MANIFEST} in it): --force replaces "
                                  "only kpatch's own output; remove it yourself or choose another -o", out)
             replace = True
+    if create:  # all checks passed: make the parent directory if it is missing
+        check_output_dir(parent, create=True)
     return src_real, out_real, replace
 
 
@@ -317,7 +320,7 @@ def apply_to_dir(src: str, out: str, *, mode: str, rule_sets: list[str], patch_f
     if mode not in DIR_MODES:
         raise UsageError(f"--mode {mode} does not apply to a library directory: rocBLAS loads a code object "
                          f"by the GPU name in its file name ({', '.join(DIR_MODES)} only)", src)
-    src_real, out_real, replace = check_dirs(src, out, force=force)
+    src_real, out_real, replace = check_dirs(src, out, force=force, create=not dry_run)
     items = list(_walk(src_real))
     result = DirApplyResult(src_real, out_real, dry_run=dry_run)
     if total:

@@ -352,3 +352,20 @@ def test_real_rocblas_files(monkeypatch, tmp_path):
     assert (code, exc, stderr) == (0, None, "")
     code_files, others = check_output(monkeypatch, src, out, tmp_path)
     assert code_files == {n for n in ROCBLAS_FILES if n.endswith("gfx1030.hsaco")}
+
+
+def test_json_report_and_missing_parent(monkeypatch, tmp_path):
+    """--json lists every file; --report diffs each changed code object against OUTDIR's copy; a
+    missing parent of OUTDIR is made (after the checks)."""
+    src = library(tmp_path / "library")
+    out = tmp_path / "new" / "parent" / "patched"
+    html = tmp_path / "report.html"
+    code, stdout, stderr, exc = invoke(monkeypatch, ["apply", "--mode", "override", "--json", "--report", str(html),
+                                                     str(src), "-o", str(out) + "/"])
+    assert (code, exc) == (0, None), stderr
+    doc = json.loads(stdout)
+    assert {f["path"] for f in doc["files"]} == set(files_under(src))
+    assert doc["written"] and doc["output"] == str(out) and doc["report"]["written"]
+    assert doc["summary"]["patched"] == 4 and doc["summary"]["error"] == 0
+    text = html.read_text()
+    assert f"file://{out}/sub/TensileLibrary_x_gfx1030.co" in text and "half2_dot" in text
