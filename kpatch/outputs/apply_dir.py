@@ -52,7 +52,6 @@ import os
 import shutil
 import stat
 import tempfile
-from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -332,9 +331,8 @@ def apply_to_dir(src: str, out: str, *, mode: str, rule_sets: list[str], patch_f
         if not dry_run:
             _make_dirs(items, work)
         n = jobs if jobs is not None else jobs_for(patch_fn, is_patched)
-        for item, kind, outcome, pairs in _outcomes(items, work, kw, n, keep_pairs=on_change is not None, mode=mode):
-            rep = _finish(item, kind, outcome, work, dry_run)
-            if on_change is not None and rep.status in ("patched", "error") and rep.written == "patched":
+        for rep, pairs in _reports(items, work, kw, n, keep_pairs=on_change is not None, mode=mode):
+            if on_change is not None and rep.written == "patched":
                 for label, old, new in pairs:
                     on_change(label, old, new)
             result.files.append(rep)
@@ -373,11 +371,10 @@ def _copy_dir_stat(src: str, dst: str) -> None:
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def _outcomes(items: list[_Item], work: str, kw: dict, jobs: int, *, keep_pairs: bool, mode: str):
-    """(item, kind, outcome, pairs) for every item but directories, in
-    order; the files to patch are patched in ``jobs`` worker processes, a
-    few ahead of the one yielded."""
-    todo: list[tuple[_Item, str, str]] = []  # (item, kind, why not patched)
+def _todo(items: list[_Item], mode: str) -> list[tuple[_Item, str, str]]:
+    """(item, kind, why it is not patched: '' for a file to patch) for every
+    item but directories, in order."""
+    todo = []
     for i in items:
         if i.what == "dir":
             continue
@@ -390,50 +387,60 @@ def _outcomes(items: list[_Item], work: str, kw: dict, jobs: int, *, keep_pairs:
             todo.append((_Item(i.rel, "error", reason=f"cannot read: {e.strerror or e}"), "error", ""))
             continue
         todo.append((i, kind, why))
-    patch = [t for t in todo if t[0].what == "file" and not t[2]]
+    return todo
+
+
+def _reports(items: list[_Item], work: str, kw: dict, jobs: int, *, keep_pairs: bool, mode: str):
+    """(report, changed pairs) of every item but directories, in order, each
+    put into ``work`` (see :func:`_finish`).  With ``jobs`` > 1 every file to
+    patch is handed to the worker processes at once, largest first (one big
+    Tensile library takes as long as hundreds of small objects), and the
+    files that are only copied are copied meanwhile; the reports still come
+    in order."""
+    todo = _todo(items, mode)
+    dry_run = kw["dry_run"]
+    patch = [n for n, (i, _k, why) in enumerate(todo) if i.what == "file" and not why]
     if len(patch) < 2:
         jobs = 1
-    pool = None
-    if jobs > 1:
-        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
-                                   initializer=apply_db._init_worker, initargs=(kw, keep_pairs))
+    if jobs <= 1:
+        for item, kind, why in todo:
+            got = _patch_file(item.path, os.path.join(work, item.rel), kw, keep_pairs) \
+                if item.what == "file" and not why else (("copy", why), [])
+            yield _finish(item, kind, got[0], work, dry_run), got[1]
+        return
+    # fork: the workers inherit kw (functions included) instead of pickling it
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
+                               initializer=apply_db._init_worker, initargs=(kw, keep_pairs))
     try:
-        pending: deque = deque()  # (item, kind, (outcome, pairs) or None, future or None)
-        it = iter(todo)
-        done = False
-        while True:
-            while not done and len(pending) < (1 if pool is None else jobs * 2):
-                t = next(it, None)
-                if t is None:
-                    done = True
-                    break
-                item, kind, why = t
-                out = os.path.join(work, item.rel)
-                if item.what != "file":
-                    pending.append((item, kind, (("skip", item.reason), []), None))
-                elif why:
-                    pending.append((item, kind, (("copy", why), []), None))
-                elif pool is None:
-                    pending.append((item, kind, _patch_file(item.path, out, kw, keep_pairs), None))
-                else:
-                    with apply_db._sigint_held():  # the first submit forks the workers
-                        pending.append((item, kind, None, pool.submit(_patch_in_worker, item.path, out)))
-            if not pending:
-                return
-            item, kind, got, fut = pending.popleft()
-            if fut is not None:
-                try:
-                    got = fut.result()
-                except Exception as e:  # e.g. the result could not be sent back
-                    if disk_full_reason(e) is not None:
-                        raise
-                    got = ("error", internal_reason(e)), []
-            yield item, kind, got[0], got[1]
+        futures = {}
+        with apply_db._sigint_held():  # the first submit forks the workers
+            for n in sorted(patch, key=lambda n: -_size(todo[n][0].path)):
+                item = todo[n][0]
+                futures[n] = pool.submit(_patch_in_worker, item.path, os.path.join(work, item.rel))
+        done = {n: _finish(item, kind, ("copy", why), work, dry_run)
+                for n, (item, kind, why) in enumerate(todo) if n not in futures}
+        for n, (item, kind, _why) in enumerate(todo):
+            if n not in futures:
+                yield done.pop(n), []
+                continue
+            try:
+                outcome, pairs = futures.pop(n).result()
+            except Exception as e:  # e.g. the result could not be sent back
+                if disk_full_reason(e) is not None:
+                    raise
+                outcome, pairs = ("error", internal_reason(e)), []
+            yield _finish(item, kind, outcome, work, dry_run), pairs
     finally:
         # Ctrl-C, an error or an early stop: the files being patched are let finish (they write into the
         # temporary directory, which the caller removes after this), the others are not started
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _finish(item: _Item, kind: str, outcome, work: str, dry_run: bool) -> DirFileReport:
@@ -445,8 +452,6 @@ def _finish(item: _Item, kind: str, outcome, work: str, dry_run: bool) -> DirFil
         if not dry_run:
             os.symlink(item.link, dst)
         return DirFileReport(item.rel, "copied", f"symbolic link to {item.link}", "link", written="link")
-    if isinstance(outcome, tuple) and outcome[0] == "skip":
-        return DirFileReport(item.rel, "error", outcome[1], kind)
     rep = _file_report(item, kind, outcome)
     if isinstance(outcome, FileApplyResult) and outcome.written:
         os.chmod(dst, stat.S_IMODE(os.stat(item.path).st_mode))
