@@ -368,18 +368,25 @@ def dir_summary_text(counts: dict[str, int]) -> str:
             f"{counts['kernels_refused']} refused, {counts['kernels_untouched']} untouched")
 
 
-def print_dir_file(source: str, rep: DirFileReport) -> None:
+def print_dir_file(source: str, rep: DirFileReport, dry_run: bool = False) -> None:
     """A library directory's file: an error is one line on stderr; code
     kpatch read gets a file line and its kernels' lines; plain copies get
     none (the summary counts them, --json lists them)."""
     if rep.status == "error":
         what = {"copied": "; copied unchanged", "patched": "; its other parts patched"}.get(rep.written, "")
+        what = what.replace("; ", "; would be ", 1) if dry_run and what else what
         error_line(os.path.join(source, rep.path), rep.reason + what)
         return
     if rep.status == "copied":
         return
-    what = {"patched": "patched", "unchanged": "nothing to change: copied",
-            "refused": "copied unchanged: kernels refused"}[rep.status]
+    ks = rep.kernels()
+    n_patched, n_refused = (sum(1 for k in ks if k.status == s) for s in ("patched", "refused"))
+    if rep.status == "patched":
+        what = f"{n_patched} kernels patched" + (f", {n_refused} refused keep their original code" if n_refused else "")
+    elif rep.status == "refused":
+        what = f"copied unchanged: {n_refused} of {len(ks)} kernels refused"
+    else:
+        what = "nothing to change: copied unchanged"
     out_console.print(f"{rep.status:<9} {rep.path}: {what}", markup=False)
     for p in rep.parts:
         print_item(p.uri, p.status, p.reason, p.note, p.kernels)
@@ -413,10 +420,8 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
 
         def on_file(rep: DirFileReport) -> None:
             advance()
-            if not as_json:
-                print_dir_file(source, rep)
-            elif rep.status == "error":
-                print_dir_file(source, rep)
+            if not as_json or rep.status == "error":
+                print_dir_file(source, rep, dry_run)
 
         with disk_full_is_an_error(out, "nothing was written: the output directory, if any, is as it was"):
             result = apply_to_dir(src, out, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
