@@ -187,6 +187,8 @@ def _walk(root: str) -> Iterator[_Item]:
         dirs.sort()
         rel_here = os.path.relpath(here, root)
         for name in sorted(dirs + files):
+            if name == MANIFEST and here == root:
+                continue  # DIR is an earlier output: its record is written anew
             path = os.path.join(here, name)
             rel = os.path.normpath(os.path.join(rel_here, name))
             try:

@@ -369,3 +369,16 @@ def test_json_report_and_missing_parent(monkeypatch, tmp_path):
     assert doc["summary"]["patched"] == 4 and doc["summary"]["error"] == 0
     text = html.read_text()
     assert f"file://{out}/sub/TensileLibrary_x_gfx1030.co" in text and "half2_dot" in text
+
+
+def test_output_as_input(tmp_path):
+    """An OUTDIR given back as DIR: its record is written anew, not copied; nothing is patched twice."""
+    src = library(tmp_path / "library")
+    first, second = tmp_path / "first", tmp_path / "second"
+    kw = dict(mode="override", rule_sets=[], patch_fn=FakePatcher(), is_patched=fake_is_patched, jobs=1)
+    apply_to_dir(str(src), str(first), **kw)
+    r = apply_to_dir(str(first), str(second), **kw)
+    assert MANIFEST not in {f.path for f in r.files}
+    assert r.counts()["patched"] == 0 and r.counts()["unchanged"] == 4
+    assert files_under(second) | {MANIFEST: ""} == files_under(first) | {MANIFEST: ""}
+    assert json.loads((second / MANIFEST).read_text())["source"] == str(first)
