@@ -58,7 +58,6 @@ from typing import Callable, Iterator
 
 from kpatch import __version__
 from kpatch.containers.discover import sniff
-from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError, disk_full_reason, internal_reason
 from kpatch.outputs import apply_db
 from kpatch.outputs.apply_db import ChangeFn, jobs_for
