@@ -16,6 +16,7 @@ from kpatch.containers.uri import Uri, parse_uri
 from kpatch.data import expand
 from kpatch.errors import KpatchError, UsageError, disk_full_reason
 from kpatch.outputs.apply_db import EntryReport, apply_to_db
+from kpatch.outputs.apply_dir import DirFileReport, apply_to_dir
 from kpatch.outputs.apply_file import apply_to_file
 from kpatch.outputs.blobpatch import written_with_unchanged
 from kpatch.outputs.device import Choice, detect_cu, detect_mode, read_gpu_nodes
@@ -359,9 +360,107 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
     return EXIT_SOME_FAILED if errors else EXIT_OK
 
 
+def dir_summary_text(counts: dict[str, int]) -> str:
+    n = sum(counts[s] for s in ("patched", "unchanged", "refused", "copied", "error"))
+    return (f"{n} files: {counts['patched']} patched, {counts['unchanged']} gfx1030 code with nothing to change, "
+            f"{counts['refused']} copied unchanged with refusals, {counts['copied']} copied as is, "
+            f"{counts['error']} errors; kernels: {counts['kernels_patched']} patched, "
+            f"{counts['kernels_refused']} refused, {counts['kernels_untouched']} untouched")
+
+
+def print_dir_file(source: str, rep: DirFileReport, dry_run: bool = False) -> None:
+    """A library directory's file: an error is one line on stderr; code
+    kpatch read gets a file line and its kernels' lines; plain copies get
+    none (the summary counts them, --json lists them)."""
+    if rep.status == "error":
+        what = {"copied": "; copied unchanged", "patched": "; its other parts patched"}.get(rep.written, "")
+        what = what.replace("; ", "; would be ", 1) if dry_run and what else what
+        error_line(os.path.join(source, rep.path), rep.reason + what)
+        return
+    if rep.status == "copied":
+        return
+    ks = rep.kernels()
+    n_patched, n_refused = (sum(1 for k in ks if k.status == s) for s in ("patched", "refused"))
+    if rep.status == "patched":
+        what = f"{n_patched} kernels patched" + (f", {n_refused} refused keep their original code" if n_refused else "")
+    elif rep.status == "refused":
+        what = f"copied unchanged: {n_refused} of {len(ks)} kernels refused"
+    else:
+        what = "nothing to change: copied unchanged"
+    out_console.print(f"{rep.status:<9} {rep.path}: {what}", markup=False)
+    for p in rep.parts:
+        print_item(p.uri, p.status, p.reason, p.note, p.kernels)
+
+
+@contextmanager
+def file_progress():
+    """A progress bar on stderr (terminal only) of files done / total;
+    yields ``(set_total, advance)``."""
+    if not show_progress():
+        yield (lambda n: None), (lambda: None)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]applying"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                  TimeElapsedColumn(), console=err_console, transient=True) as p:
+        task = p.add_task("apply", total=None)
+        yield (lambda n: p.update(task, total=n)), (lambda: p.advance(task))
+
+
+def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: bool, as_json: bool, force: bool,
+            patch_fn: Callable, is_patched: Callable, report: ReportPairs | None = None) -> int:
+    report = report or ReportPairs(None)
+    source = os.path.realpath(src)
+    with file_progress() as (set_progress_total, advance):
+
+        def set_total(n: int) -> None:  # the output directory passed its checks
+            set_progress_total(n)
+            if not as_json:
+                out_console.print(f"mode {mode.value} ({mode.why}); {n} files in {source}", markup=False)
+
+        def on_file(rep: DirFileReport) -> None:
+            advance()
+            if not as_json or rep.status == "error":
+                print_dir_file(source, rep, dry_run)
+
+        with disk_full_is_an_error(out, "nothing was written: the output directory, if any, is as it was"):
+            result = apply_to_dir(src, out, mode=str(mode.value), rule_sets=rule_sets, patch_fn=patch_fn,
+                                  is_patched=is_patched, dry_run=dry_run, force=force, on_file=on_file,
+                                  on_change=report.on_change, total=set_total)
+    counts = result.counts()
+    errors = [{"uri": os.path.join(result.source, f.path), "error": f.reason} for f in result.files
+              if f.status == "error"]
+
+    def new_uri(part, label: str, old: bytes, new: bytes) -> str:
+        where = parse_uri(label)
+        rel = os.path.relpath(where.path, result.source)
+        return str(where.with_(path=os.path.join(result.output, rel), entry=_renamed_entry(where.entry, old, new)))
+
+    report_kw = dict(sources=[result.source], output=result.output, unit="files", dry_run=dry_run,
+                     errors=[(e["uri"], e["error"]) for e in errors], counts=counts, new_uri=new_uri)
+    parts = result.parts
+    if as_json:
+        doc = {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
+               "kind": "directory", "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
+               "replaced": result.replaced, "files": [f.to_json() for f in result.files], "errors": errors,
+               "summary": counts, "report": report.write(parts, as_json=True, **report_kw)}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        out_console.print(dir_summary_text(counts), markup=False)
+        if dry_run:
+            out_console.print(f"dry run: nothing written to {result.output}", markup=False)
+        else:
+            made = "replaced" if result.replaced else "wrote"
+            out_console.print(f"{made} {result.output} (point rocBLAS at it: "
+                              f"ROCBLAS_TENSILE_LIBPATH={result.output})", markup=False)
+        report.write(parts, as_json=False, **report_kw)
+    return EXIT_SOME_FAILED if errors else EXIT_OK
+
+
 @click.command("apply")
-@click.argument("file", required=False, metavar="[FILE]")
-@click.option("-o", "--output", "out", type=click.Path(dir_okay=False), help="Where FILE's patched copy goes.")
+@click.argument("file", required=False, metavar="[FILE|DIR]")
+@click.option("-o", "--output", "out", type=click.Path(), help="Where FILE's patched copy (or DIR's) goes.")
 @click.option("--db", "dbs", multiple=True, metavar="SRC",
               help="A MIOpen kernel DB to patch (.kdb, .kdb.bz2 or .ukdb); repeatable.")
 @click.option("--mode", type=click.Choice(MODES), help="override, native, relabel or harden (default: from the machine; harden only when asked).")
@@ -376,6 +475,8 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
 @click.option("--drop-other-targets", is_flag=True,
               help="FILE is a host library: when a patched bundle no longer fits its place, keep only its "
                    "host, gfx1030 and gfx1010 entries (the copy then runs on no other GPU).")
+@click.option("--force", is_flag=True,
+              help="DIR: replace an existing, non-empty OUTDIR that an earlier `kpatch apply DIR` wrote.")
 @click.option("--report", type=click.Path(dir_okay=False),
               help="Also write an HTML report: source and output, every refused kernel with its reason first, "
                    "then a diff of every changed code object (its counts are `kpatch diff SRC OUT`'s).  Written "
@@ -384,7 +485,7 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
 def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str | None, cu: int | None,
               out_dir: str | None, rules: tuple[str, ...], approx: tuple[str, ...], drop_other_targets: bool,
-              report: str | None, dry_run: bool, as_json: bool) -> None:
+              force: bool, report: str | None, dry_run: bool, as_json: bool) -> None:
     """Make gfx1030 kernels safe on gfx1010 and put them where MIOpen loads them.
 
     \b
@@ -398,6 +499,16 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         the same for one code object, offload bundle or host library (whose
         bundles are patched in place; one that grows past the next bundle is
         refused unless --drop-other-targets makes room).
+    kpatch apply DIR -o OUTDIR [--force]
+        a rocBLAS/Tensile library directory (rocblas/library/, also
+        torch/lib/rocblas/library/ in PyTorch) as one unit: every file of
+        gfx1030 code (by its bytes) is patched as FILE would be, or copied
+        unchanged with its refusals reported; everything else (.dat
+        catalogues, other GPUs' code) is copied byte for byte.  OUTDIR is
+        built beside itself and renamed into place when complete; an
+        existing non-empty OUTDIR is refused unless --force (and it holds
+        kpatch's record, .kpatch-libdir.json).  Then run rocBLAS with
+        ROCBLAS_TENSILE_LIBPATH=OUTDIR.
 
     \b
     Modes (default: HSA_OVERRIDE_GFX_VERSION=10.3.0 -> override; a gfx1010
@@ -451,6 +562,13 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         raise click.UsageError("give FILE -o OUT or at least one --db SRC")
     if file and not out:
         raise click.UsageError("FILE needs -o OUT")
+    is_dir = bool(file) and os.path.isdir(file)
+    if force and not is_dir:
+        raise click.UsageError("--force is for DIR -o OUTDIR")
+    if is_dir and drop_other_targets:
+        raise click.UsageError("--drop-other-targets is for FILE (a host library), not DIR")
+    if file and not is_dir and out and os.path.isdir(out):
+        raise click.UsageError(f"-o {out}: is a directory (FILE -o OUT writes one file)")
     if file and (cu is not None or out_dir):
         raise click.UsageError("--cu and --out-dir are for --db")
     if dbs and drop_other_targets:
@@ -462,7 +580,9 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     patch_fn = default_patch_fn(str(chosen.value))
     is_patched = default_provenance_fn()
     pairs = ReportPairs(report)
-    if file:
+    if is_dir:
+        code = run_dir(file, out, chosen, rule_sets, dry_run, as_json, force, patch_fn, is_patched, pairs)
+    elif file:
         code = run_file(file, out, chosen, rule_sets, dry_run, as_json, patch_fn, is_patched, pairs,
                         drop_other_targets)
     else:
