@@ -242,6 +242,8 @@ def test_keys_have_the_shape_of_real_miopen_keys():
         uni = [e for e in rows if e["source"] == "MIOpenConvDirUni.cl"]
         # Forward and backward data (ConvOclDirectFwd serves both; MLO_DIR_FORWARD says which).
         assert uni and all(re.match(r" -DMLO_HW_WAVE_SZ=64 -DMLO_DIR_FORWARD=[01] ", e["kernel_args"]) for e in uni)
+        # ConvOclDirectFwd::GetSolution appends the bias flag after the type defines.
+        assert all(e["kernel_args"].endswith(f"-DMIOPEN_FP8_CLIPPING=1 -DMLO_CONV_BIAS=0 -mcpu={target}") for e in uni)
 
 
 def test_builder_reports_a_failed_compile_with_the_compilers_reason(tmp_path):

@@ -199,7 +199,8 @@ def backward_out_hw(c: dict) -> tuple[int, int]:
 
 
 def conv_dir_uni_options(c: dict, params: str) -> str | None:
-    """ConvOclDirectFwd::BaseGetSolution (conv_ocl_dir2Dfwd.cpp), fp32, NCHW packed, group 1,
+    """ConvOclDirectFwd::GetSolution (BaseGetSolution plus ` -DMLO_CONV_BIAS=`;
+    conv_ocl_dir2Dfwd.cpp), fp32, NCHW packed, group 1,
     forward (direction 'F') or backward data ('B': ``in`` is dy, ``out`` is dx, the padding
     is GetBackwardPad = filter - pad - 1, and the output tile is the stride where it is > 1):
     the comp_options string, or None where the solver returns an error."""
@@ -256,7 +257,8 @@ def conv_dir_uni_options(c: dict, params: str) -> str | None:
          ("MLO_N_OUT_TILES", n_out_pix), ("MLO_N_OUT_TILES_PERSTACK", n_out_tiles_perstack),
          ("MLO_N_IN_TILES_PERSTACK", n_in_data), ("MLO_N_READ_PROCS", n_read_procs),
          ("MLO_ALU_VTILE0", alu0), ("MLO_ALU_VTILE1", alu1)]
-    return "".join(f" -D{n}={x}" for n, x in v) + general_compile_options("fp32")
+    # ConvOclDirectFwd::GetSolution appends the bias flag after BaseGetSolution's options.
+    return "".join(f" -D{n}={x}" for n, x in v) + general_compile_options("fp32") + f" -DMLO_CONV_BIAS={c['bias']}"
 
 
 def conv_dir_uni_jobs(target: str, src: str, limit: int = 24, bwd_limit: int = 12) -> list[Job]:
