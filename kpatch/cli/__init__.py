@@ -38,25 +38,52 @@ def missing_module_line(e: ImportError) -> str:
             f"(see the README's quick start)")
 
 
+def caused_by_interrupt(e: BaseException | None) -> bool:
+    """Is ``e`` a KeyboardInterrupt, or an exception Python raised because of
+    one (e.g. the RuntimeError that wraps an exception raised inside
+    ``__set_name__`` while a class is created during an import)?"""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _sigint_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C before any command has started: nothing to clean up, so end now
+    (an exception raised inside an import can surface as another error)."""
+    try:
+        os.write(2, (INTERRUPTED_LINE + "\n").encode())
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
 def entry() -> None:
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when Ctrl-C is ignored already
-        signal.signal(signal.SIGINT, on_sigint)
+    handle = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not when Ctrl-C is ignored already
+    if handle:
+        signal.signal(signal.SIGINT, _sigint_while_starting)
     try:
         from kpatch.cli.main import main as run
-
-        run()
-    except KeyboardInterrupt:  # while importing, or after a command's own handling
-        print(INTERRUPTED_LINE, file=sys.stderr)
-        _exit_interrupted()
-    except SystemExit as e:
-        if e.code == EXIT_INTERRUPTED:  # the command cleaned up and said so
-            _exit_interrupted()
-        raise
     except ImportError as e:  # the CLI itself could not be imported
         if os.environ.get("KPATCH_DEBUG"):
             raise
         print(missing_module_line(e), file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
+    if handle:
+        signal.signal(signal.SIGINT, on_sigint)
+    try:
+        run()
+    except SystemExit as e:
+        if e.code == EXIT_INTERRUPTED:  # the command cleaned up and said so
+            _exit_interrupted()
+        raise
+    except BaseException as e:
+        if not caused_by_interrupt(e):
+            raise
+        print(INTERRUPTED_LINE, file=sys.stderr)  # e.g. while a command imported a module
+        _exit_interrupted()
 
 
 def _exit_interrupted() -> None:

@@ -8,7 +8,7 @@ import traceback
 import click
 
 from kpatch import __version__
-from kpatch.cli import missing_module_line
+from kpatch.cli import caused_by_interrupt, missing_module_line
 from kpatch.cli.apply import apply_cmd
 from kpatch.cli.common import (
     EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SOME_FAILED, EXIT_STATUS_HELP, EXIT_USAGE, debug, error_line)
@@ -87,6 +87,9 @@ def main() -> None:
         print(missing_module_line(e), file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
     except Exception as e:
+        if caused_by_interrupt(e):  # Ctrl-C surfacing as another error (e.g. inside an import)
+            error_line(None, "interrupted")
+            sys.exit(EXIT_INTERRUPTED)
         if (full := disk_full_reason(e)) is not None:  # the machine's condition, not a bug
             if debug():
                 traceback.print_exc()

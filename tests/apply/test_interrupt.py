@@ -120,3 +120,40 @@ def test_ctrl_c_while_starting(tmp_path, big_db):
         seen.append((delay, p.returncode, stderr))
     assert [s for s in seen if s[1:] != (130, "error: interrupted\n")] == []
     assert os.listdir(out) == []
+
+
+def test_an_interrupt_wrapped_by_python_is_still_an_interrupt():
+    """Python wraps an exception raised inside ``__set_name__`` (a Ctrl-C
+    landing while a dataclass is created during an import) in a RuntimeError:
+    it is still Ctrl-C, one line and exit 130, not a traceback."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from kpatch.cli import caused_by_interrupt
+
+    class Named:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    try:
+        type("Owner", (), {"field": Named()})
+    except BaseException as e:  # noqa: BLE001 - what Python raised
+        wrapped = e
+    assert not isinstance(wrapped, KeyboardInterrupt) and caused_by_interrupt(wrapped)
+    assert not caused_by_interrupt(RuntimeError("plain"))
+    code = textwrap.dedent("""
+        import sys
+        import kpatch.cli.main as m
+        class Named:
+            def __set_name__(self, owner, name):
+                raise KeyboardInterrupt
+        def broken(*a, **k):
+            type("Owner", (), {"field": Named()})
+        m.cli.main = broken
+        sys.argv = ["kpatch", "scan"]
+        from kpatch.cli import entry
+        entry()
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130 and p.stderr == "error: interrupted\n", (p.returncode, p.stderr)
