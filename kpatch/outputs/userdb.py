@@ -55,6 +55,7 @@ import os
 import sqlite3
 import stat
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterator
@@ -149,13 +150,21 @@ def open_live(db_path: str) -> KernelDB:
         raise e.with_item(db_path)
 
 
-def _is_busy(e: KpatchError) -> bool:
-    return "database is locked" in e.reason or "database is busy" in e.reason
-
-
-def _busy_reason(what: str) -> str:
-    return (f"another process (MIOpen) kept the DB locked for more than {BUSY_TIMEOUT:g} s; {what}; "
-            "run kpatch again when it is done")
+@contextmanager
+def _live(db_path: str, unchanged: str) -> Iterator[KernelDB]:
+    """The user DB opened by :func:`open_live`, closed afterwards; SQLite
+    giving up on a lock another process held past :data:`BUSY_TIMEOUT`
+    becomes a UsageError saying so and ``unchanged`` (what was left as it was)."""
+    db = open_live(db_path)
+    try:
+        yield db
+    except KpatchError as e:
+        if "database is locked" in e.reason or "database is busy" in e.reason:
+            raise UsageError(f"another process (MIOpen) kept the DB locked for more than {BUSY_TIMEOUT:g} s; "
+                             f"{unchanged}; run kpatch again when it is done", db_path) from None
+        raise
+    finally:
+        db.close()
 
 
 # --- staging ---------------------------------------------------------------------
@@ -483,32 +492,27 @@ def commit_rows(db_path: str, staged: StagedRows, *, backup: bool = True) -> Com
         done = _create_with_rows(db_path, staged, backup)
         if done is not None:
             return done
-    db = open_live(db_path)
     taken: Backup | None = None
     committed = False
     result = CommitResult(db_path, 0, None, False)
-    try:
-        with db.write_transaction():
-            plan: list[tuple[StagedRow, KdbEntry | None]] = []
-            for row in staged.rows():
-                before = _plan_row(db, row, result)
-                if before is not False:
-                    plan.append((row, before))
-            if backup and plan:
-                taken = write_backup(db_path, [Written(r[0], r[1], r[3], before) for r, before in plan],
-                                     db_existed=True)
-            for (name, args, blob, md5, size, _), _before in plan:
-                db.put_row(name, args, blob, md5, size)
-        committed = True
-        result.written, result.backup = len(plan), taken
-    except KpatchError as e:
-        if _is_busy(e):
-            raise UsageError(_busy_reason("nothing was changed"), db_path) from None
-        raise
-    finally:
-        db.close()
-        if taken is not None and not committed:
-            _remove(taken.path)
+    with _live(db_path, "nothing was changed") as db:
+        try:
+            with db.write_transaction():
+                plan: list[tuple[StagedRow, KdbEntry | None]] = []
+                for row in staged.rows():
+                    before = _plan_row(db, row, result)
+                    if before is not False:
+                        plan.append((row, before))
+                if backup and plan:
+                    taken = write_backup(db_path, [Written(r[0], r[1], r[3], before) for r, before in plan],
+                                         db_existed=True)
+                for (name, args, blob, md5, size, _), _before in plan:
+                    db.put_row(name, args, blob, md5, size)
+            committed = True
+            result.written, result.backup = len(plan), taken
+        finally:
+            if taken is not None and not committed:
+                _remove(taken.path)
     _fsync_dir(os.path.dirname(db_path))
     return result
 
@@ -545,35 +549,26 @@ def restore_latest(db_path: str) -> RevertResult:
         raise UsageError(f"does not exist (removed since the apply of {contents.backup.when}); there is "
                          f"nothing to step back; remove {contents.backup.path} if you no longer need it", db_path)
     out = RevertResult(contents.backup, db_existed=contents.db_existed)
-    db = open_live(db_path)
-    try:
-        with db.write_transaction():
-            for w in contents.written:
-                label = _label(w.kernel_name, w.kernel_args)
-                now = db.get(w.kernel_name, w.kernel_args)
-                held = now.kernel_hash if now is not None else None
-                before = w.before.kernel_hash if w.before is not None else None
-                if held == before:
-                    out.already.append(label)
-                elif held != w.written_hash:
-                    out.kept.append(label)
-                elif w.before is None:
-                    db.delete(w.kernel_name, w.kernel_args)
-                    out.removed.append(label)
-                else:
-                    b = w.before
-                    db.put_row(w.kernel_name, w.kernel_args, b.kernel_blob, b.kernel_hash, b.uncompressed_size)
-                    out.restored.append(label)
-    except KpatchError as e:
-        if _is_busy(e):
-            raise UsageError(_busy_reason("nothing was reverted"), db_path) from None
-        raise
-    finally:
-        db.close()
+    with _live(db_path, "nothing was reverted") as db, db.write_transaction():
+        for w in contents.written:
+            label = _label(w.kernel_name, w.kernel_args)
+            now = db.get(w.kernel_name, w.kernel_args)
+            held = now.kernel_hash if now is not None else None
+            before = w.before.kernel_hash if w.before is not None else None
+            if held == before:
+                out.already.append(label)
+            elif held != w.written_hash:
+                out.kept.append(label)
+            elif w.before is None:
+                db.delete(w.kernel_name, w.kernel_args)
+                out.removed.append(label)
+            else:
+                b = w.before
+                db.put_row(w.kernel_name, w.kernel_args, b.kernel_blob, b.kernel_hash, b.uncompressed_size)
+                out.restored.append(label)
     _remove(contents.backup.path)  # consumed: the next revert steps back through the one before
     _fsync_dir(os.path.dirname(db_path))
     return out
-
 
 
 def count_rows(db_path: str) -> int | None:
