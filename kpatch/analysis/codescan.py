@@ -441,6 +441,7 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
                  f"{u.name} does not end with s_endpgm/s_setpc_b64/s_branch "
                  f"({end.mnemonic} at {end.address:#x}): code falls through its end")
     jumps = []
+    long_branches = []  # this unit's Tensile long branches (checked once the jumps are known)
     for i in control:
         ins = insts[i]
         m = ins.mnemonic
@@ -464,6 +465,8 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
                 continue
             gp, t = got, got.target
             scan.getpcs.append(gp)
+            if gp.tmp is not None:
+                long_branches.append(gp)
             for k in range(i, gp.last + 1):
                 scan.getpc_at[k] = gp
             if scan.start <= t < scan.end:
@@ -479,11 +482,10 @@ def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
                      f"{m} at {ins.address:#x} is PC-relative and kpatch does not relocate it")
     if jumps:
         _computed_jumps(scan, ui, u, jumps)
-    for gp in scan.getpcs:
-        if gp.tmp is not None and first <= gp.index <= last:
-            why = _tmp_dead(scan, ui, gp)
-            if why:
-                _problem(scan, ui, insts[gp.index].address, "A", "pc-relative", why)
+    for gp in long_branches:
+        why = _tmp_dead(scan, ui, gp)
+        if why:
+            _problem(scan, ui, insts[gp.index].address, "A", "pc-relative", why)
 
 
 # ---------------------------------------------------------------------------
