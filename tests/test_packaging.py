@@ -62,8 +62,8 @@ def _declared() -> set[str]:
 def test_declared_dependencies_are_exactly_the_imported_ones():
     imported = {m.lower() for m in _third_party_imports()}
     declared = _declared()
-    assert imported - declared == set(), f"kpatch/ imports these but pyproject does not declare them"
-    assert declared - imported == set(), f"pyproject declares these but kpatch/ never imports them"
+    assert imported - declared == set(), "kpatch/ imports these but pyproject does not declare them"
+    assert declared - imported == set(), "pyproject declares these but kpatch/ never imports them"
 
 
 def test_the_import_scan_sees_every_kind_of_import(tmp_path):

@@ -221,3 +221,24 @@ def python_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProce
         e.update(env)
     return subprocess.run([sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, env=e,
                           timeout=300)
+
+
+def db_rows(path) -> dict:
+    """{(kernel_name, kernel_args): (blob, hash, size)} of a kernel DB as
+    stored, read with sqlite3 alone (through the WAL, as MIOpen reads)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.text_factory = bytes
+    try:
+        return {(n, a): (b, h, z) for n, a, b, h, z in conn.execute(
+            "SELECT kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size FROM kern_db")}
+    finally:
+        conn.close()
+
+
+def integrity(path) -> list:
+    """SQLite's ``PRAGMA integrity_check`` rows for the DB at ``path``."""
+    conn = sqlite3.connect(str(path))
+    try:
+        return conn.execute("PRAGMA integrity_check;").fetchall()
+    finally:
+        conn.close()

@@ -147,8 +147,8 @@ def test_a_blob_key_is_one_error_and_the_rest_go_on(tmp_path, monkeypatch, colum
     src = str(tmp_path / "src.kdb")
     make_source(src, rows)
     conn = sqlite3.connect(src)
-    conn.execute(f"INSERT INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) "
-                 f"VALUES (?, ?, ?, ?, ?);", (b"blobkey.cl.o" if column == "kernel_name" else "blobkey.cl.o",
+    conn.execute("INSERT INTO kern_db (kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) "
+                 "VALUES (?, ?, ?, ?, ?);", (b"blobkey.cl.o" if column == "kernel_name" else "blobkey.cl.o",
                                               MCPU if column == "kernel_args" else MCPU.decode(),
                                               *_encode(rows[0][2])))
     conn.commit()

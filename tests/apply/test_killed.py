@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,7 @@ import pytest
 from kpatch.containers.kdb import write_kdb
 from kpatch.data import sample_db_path
 
-from .conftest import FakePatcher, fake_is_patched, invoke
+from .conftest import FakePatcher, db_rows as rows, fake_is_patched, integrity, invoke
 
 CHILD = textwrap.dedent("""
     import sys, time
@@ -93,22 +92,6 @@ CHILD = textwrap.dedent("""
 MOMENTS = ["before-transaction", "after-backup", "after-first-row", "before-commit", "after-commit"]
 
 
-def rows(path) -> dict:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    conn.text_factory = bytes
-    try:
-        return {(n, a): (b, h, z) for n, a, b, h, z in conn.execute(
-            "SELECT kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size FROM kern_db")}
-    finally:
-        conn.close()
-
-
-def integrity(path) -> list:
-    conn = sqlite3.connect(str(path))
-    try:
-        return conn.execute("PRAGMA integrity_check;").fetchall()
-    finally:
-        conn.close()
 
 
 def kill_at(moment: str, what: str, db: str) -> None:

@@ -50,7 +50,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-import pytest
 
 from conftest import ROOT
 

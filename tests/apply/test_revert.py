@@ -17,7 +17,8 @@ import pytest
 
 from kpatch.containers.kdb import write_kdb
 
-from .conftest import FakePatcher, fake_is_patched, fixture, invoke, listing, python_cli, read
+from .conftest import (
+    FakePatcher, db_rows as rows, fake_is_patched, fixture, integrity, invoke, listing, python_cli, read)
 
 SOURCES = [
     ("miopen_like.cl.o", " -DMLO_FILTER_SIZE0=3 -mcpu=gfx1030", "miopen_like.cl.gfx1030.v4.hsaco"),
@@ -44,23 +45,6 @@ def sources(tmp_path) -> list[str]:
     return out
 
 
-def rows(path) -> dict:
-    """{(name, args): (blob, hash, size)} as stored, read with sqlite3 alone."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    conn.text_factory = bytes
-    try:
-        return {(n, a): (b, h, z) for n, a, b, h, z in conn.execute(
-            "SELECT kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size FROM kern_db")}
-    finally:
-        conn.close()
-
-
-def integrity(path) -> list:
-    conn = sqlite3.connect(str(path))
-    try:
-        return conn.execute("PRAGMA integrity_check;").fetchall()
-    finally:
-        conn.close()
 
 
 def apply_once(monkeypatch, src: str, cache) -> None:

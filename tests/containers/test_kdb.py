@@ -9,7 +9,6 @@ import ctypes.util
 import hashlib
 import os
 import shutil
-import re
 import sqlite3
 import subprocess
 
