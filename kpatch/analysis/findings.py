@@ -35,11 +35,19 @@ class FindingClass:
     rule_set: str | None  # the rule set that fixes it; None: kpatch cannot fix it
     mitigation: str  # short default mitigation text
     seen_in: str = ""  # where it stops kernels of the real ROCm stack (measured), if it does
+    partly_fixed_by: str | None = None  # rule_set None, but some occurrences have an exact fix: which
+
+    @property
+    def fixed_by(self) -> str:
+        """Which rule set fixes this class, in a word or two (scan's table)."""
+        return self.rule_set or (f"{self.partly_fixed_by}, some" if self.partly_fixed_by else "-")
 
 
     def explain(self) -> str:
         """The full text `kpatch explain NAME` prints."""
-        fixed_by = f"rule set {self.rule_set}" if self.rule_set else "nothing: kpatch cannot fix it"
+        fixed_by = (f"rule set {self.rule_set}" if self.rule_set else
+                    f"rule set {self.partly_fixed_by}, for some" if self.partly_fixed_by else
+                    "nothing: kpatch cannot fix it")
         return (f"{self.code} {self.name}: {self.title}\n\n"
                 f"What it is:\n  {self.what}\n\n"
                 f"Why it breaks gfx1010:\n  {self.why}\n\n"
@@ -57,9 +65,14 @@ CLASSES: tuple[FindingClass, ...] = (
        "SHADER_CYCLES hardware register (hwreg 29), or a word that is not a valid instruction.",
        "gfx1010 decodes these bytes as an illegal instruction (the wave is killed) or as something else "
        "entirely; the kernel cannot run as it is.",
-       "Only by an exact replacement sequence. kpatch has none for these (the dot products round "
-       "differently when expanded, csub has no gfx1010 atomic, ST mode and the extra image forms need "
-       "registers kpatch does not allocate), so a kernel with one is unpatchable: use a gfx1010 build.",
+       "Only by an exact replacement sequence. The integer dot products have one: rule KI006 "
+       "(int-dot-expand, rule set gfx1010-isa) computes v_dot4c_i32_i8, v_dot4_i32_i8, v_dot4_u32_u8, "
+       "v_dot2_i32_i16 and v_dot2_u32_u16 with SDWA 24-bit multiplies and adds, exactly (integer "
+       "arithmetic, no rounding), when the form is plain (no clamp or modifiers, VGPR multiplicands) and "
+       "a spare VGPR can be had. kpatch has none for the rest (the f16 dots round differently when "
+       "expanded: only the approximation dot2-fma-mix, by choice; the 4-bit dots need nibble extracts "
+       "kpatch does not emit; csub has no gfx1010 atomic; ST mode and the extra image forms need registers "
+       "kpatch does not allocate), so a kernel with one is unpatchable: use a gfx1010 build.",
        "Nothing to verify: the instruction is absent from gfx1010's instruction set (llvm-mc-16 "
        "rejects it for gfx1010).",
        None, "no exact gfx1010 replacement: rebuild for gfx1010",
@@ -68,10 +81,9 @@ CLASSES: tuple[FindingClass, ...] = (
        "ConvBinWinogradRxSf2x3, ConvBinWinogradRxSf2x3g1 and ConvBinWinogradRxSf3x2 for half-precision "
        "convolutions; MIOpen then falls back to its next solver, or use --allow-approx dot2-fma-mix); no "
        "fp32 MIOpen kernel. rocBLAS 4.4.1: v_dot2 in the HH_HPA Tensile libraries (half-precision GEMM "
-       "with fp32 accumulation, torch.float16 matmul) and v_dot4c_i32_i8 in the I8I_HPA libraries (int8 "
-       "GEMM); the fp32 (SS) and plain half (HH) libraries patch completely. The integer dot products "
-       "(v_dot4_i32_i8, v_dot4c_i32_i8, v_dot8_i32_i4) have an exact expansion (no rounding: byte "
-       "extracts and 24-bit multiply-adds) that needs spare registers; kpatch does not have it yet."),
+       "with fp32 accumulation, torch.float16 matmul), refused; v_dot4c_i32_i8 in the I8I_HPA libraries "
+       "(int8 GEMM), expanded by KI006; the fp32 (SS) and plain half (HH) libraries patch completely.",
+       "gfx1010-isa"),
     _C("I002", "OpcodeReuse", "bytes that mean something else on gfx1010",
        "An encoding valid on both targets with a different meaning: VOP2 0x06 / VOP3 0x106 are "
        "v_fmac_legacy_f32 on gfx1030 but v_mac_legacy_f32 on gfx1010, VOP3 0x140 is v_fma_legacy_f32 "

@@ -24,7 +24,7 @@ def explain_cmd(name: str | None) -> None:
     if name is None:
         width = max(len(c.name) for c in CLASSES)
         for c in CLASSES:
-            out_console.print(f"{c.code}  {c.name:<{width}}  {c.title}  [{c.rule_set or 'not fixable'}]",
+            out_console.print(f"{c.code}  {c.name:<{width}}  {c.title}  [{c.rule_set or (f'{c.partly_fixed_by} for some' if c.partly_fixed_by else 'not fixable')}]",
                               markup=False, highlight=False)
         return
     c = lookup(name)

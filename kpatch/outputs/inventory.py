@@ -129,7 +129,7 @@ def _render_analysis(console, summary: dict) -> None:
         for c in CLASSES:
             n = summary["findings"].get(c.name)
             if n:
-                t.add_row(c.code, c.name, f"{n:,}", c.rule_set or "-")
+                t.add_row(c.code, c.name, f"{n:,}", c.fixed_by)
         console.print(t)
     k = summary["kernels"]
     o = summary["code_objects"]

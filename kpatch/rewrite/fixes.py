@@ -26,6 +26,16 @@ Exact fixes (rule sets gfx1010-isa, gfx1010-hazards):
 * ``vsharp-llc-noalloc`` - the ``s_mov_b32`` of a literal that defines word 3
   of a buffer descriptor (the finding's first address) gets the literal with
   bits 26-27 (LLC_NOALLOC) clear; any other definition is refused.
+* ``int-dot-expand`` - the integer dot products gfx1010 lacks
+  (``v_dot4c_i32_i8``, ``v_dot4_i32_i8``, ``v_dot4_u32_u8``,
+  ``v_dot2_i32_i16``, ``v_dot2_u32_u16``) become one
+  ``v_mul_{i32_i24,u32_u24}_sdwa`` per lane pair (SDWA selects and sign- or
+  zero-extends byte/word k of both sources; the product of two 8- or 16-bit
+  values is exact in 32 bits) and one ``v_add_nc_u32`` into the
+  accumulator: the same sum modulo 2^32, as the dot without clamp computes
+  it.  One spare VGPR holds the product (two when the destination is also a
+  source); clamp, modifiers, DPP/SDWA forms and non-VGPR multiplicands are
+  refused, and so are the 4-bit dots (SDWA cannot select a nibble).
 * ``opcode-reuse`` - re-encodes an instruction with the gfx1010 opcode of the
   same mnemonic; the only reused opcodes of gfx1030 (the fused legacy
   multiply-adds) have none, so it refuses them and names the approximation.
@@ -55,6 +65,8 @@ from dataclasses import dataclass
 from kpatch.analysis.detectors.encoding import signed12
 from kpatch.codeobject import CodeObject
 from kpatch.isa import build, decode, encode
+from kpatch.isa import formats as F
+from kpatch.isa.dots import INT_DOTS, int_dot
 from kpatch.rewrite.edits import Edit
 from kpatch.rewrite.spareregs import KernelCode, NoSpareRegisters, VgprBudget
 
@@ -268,6 +280,42 @@ def dot2_fma_mix(ctx: FixContext, finding, rule: str) -> list[Edit]:
     return [Edit(i.address, "replace", hi + lo, rule, note="approximation dot2-fma-mix")]
 
 
+SDWA_BYTE0, SDWA_WORD0, SDWA_DWORD, SDWA_UNUSED_PAD = 0, 4, 6, 0
+
+
+def int_dot_expand(ctx: FixContext, finding, rule: str) -> list[Edit]:
+    """An integer dot product as exact 24-bit multiplies of SDWA-selected
+    elements, added into the accumulator (see the module docstring)."""
+    i = ctx.inst(finding)
+    where = f"{i.text()} at {i.address:#x}"
+    dot = int_dot(i.mnemonic, i.format, i.fields)
+    if dot is None:
+        raise CannotFix(f"{where}: int-dot-expand rewrites only {', '.join(INT_DOTS)}")
+    if dot.problem:
+        raise CannotFix(f"{where}: int-dot-expand does not translate {dot.problem}")
+    signed, bits, n, a, b, c, d = dot.signed, dot.bits, dot.n, dot.a, dot.b, dot.c, dot.d
+    # spares are transient: one take() for all this fix needs at once
+    if 256 + d in (a, b):  # the partial sum cannot live in D while D is still read
+        product = ctx.spare(2, f"the product and the partial sum of {where}")
+        acc = product + 1
+    else:
+        product, acc = ctx.spare(1, f"the products of {where}"), d
+    mul = "v_mul_i32_i24_e32" if signed else "v_mul_u32_u24_e32"
+    first = SDWA_BYTE0 if bits == 8 else SDWA_WORD0
+    code = b""
+    for k in range(n):
+        sel = first + k
+        code += build.instruction(mul, TARGET, vdst=product, src0=F.SRC_SDWA, vsrc1=b - 256,
+                                  extra=dict(src0=a - 256, dst_sel=SDWA_DWORD, dst_unused=SDWA_UNUSED_PAD,
+                                             src0_sel=sel, src0_sext=int(signed), src1_sel=sel,
+                                             src1_sext=int(signed)))
+        code += build.instruction("v_add_nc_u32_e32", TARGET, vdst=acc, src0=c if k == 0 else 256 + acc,
+                                  vsrc1=product)
+    if acc != d:
+        code += build.instruction("v_mov_b32_e32", TARGET, vdst=d, src0=256 + acc)
+    return [Edit(i.address, "replace", code, rule, note="int-dot-expand")]
+
+
 FIXES = {
     "flat-offset-fold": flat_offset_fold,
     "scratch-offset-fold": scratch_offset_fold,
@@ -277,6 +325,7 @@ FIXES = {
     "opcode-reuse": opcode_reuse,
     "keep-legacy-mad": keep_legacy_mad,
     "dot2-fma-mix": dot2_fma_mix,
+    "int-dot-expand": int_dot_expand,
 }
 #: fixes that need the analysis' finding (its ``addresses``), not just the instruction
 NEEDS_FINDING = frozenset({"drop-clause", "vsharp-llc-noalloc"})

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 
+import re
+
 import pytest
 
 from tests.analysis.conftest import CASES, HAZARDS, findings_by_class, report_of
@@ -65,6 +67,9 @@ def test_case_kernels_are_where_cases_json_says():
         assert (k.address, k.size) == (case["kernel_address"], case["kernel_size"]), case["name"]
 
 
+_PLAIN_INT_DOT = re.compile(r"v_dot(4c_i32_i8_e32|4_i32_i8|4_u32_u8|2_i32_i16|2_u32_u16) v\d+, v\d+, v\d+(, [sv]\d+)?")
+
+
 @pytest.mark.skipif(_DOC is None, reason="tests/fixtures/hazards/cases.json not built")
 def test_verdicts_of_cases():
     """Verdicts follow the findings: none -> ok; all fixable -> patchable naming
@@ -75,6 +80,9 @@ def test_verdicts_of_cases():
         classes = set(case["all_findings"])
         if not classes:
             assert k.verdict.status == "ok", case["name"]
+        elif classes == {"UnsupportedInstruction"} and all(_PLAIN_INT_DOT.fullmatch(t) for t in case["at_text"]):
+            # the one exact expansion (rule KI006): plain integer dots with VGPR multiplicands
+            assert k.verdict.status == "patchable" and k.verdict.rules == ("gfx1010-isa",), case["name"]
         elif classes & {"UnsupportedInstruction", "OpcodeReuse"}:
             assert k.verdict.status == "unpatchable" and k.verdict.reasons, case["name"]
         else:

@@ -16,6 +16,7 @@ from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import M_LOCAL, UNKNOWN, Facts, register_encoding_check
 from kpatch.analysis.findings import Finding
 from kpatch.isa import decode_one
+from kpatch.isa.dots import int_dot
 
 #: saddr value of GFX10.3 scratch "ST" mode (neither VGPR nor SGPR address)
 SCRATCH_ST_SADDR = 0x7F
@@ -34,7 +35,9 @@ def _own_target(f: Facts):
 
 
 def _gfx1010_reading(f: Facts):
-    """For gfx103x code: does gfx1010 read these bytes the same way?"""
+    """For gfx103x code: does gfx1010 read these bytes the same way?  A
+    finding is (class, detail), or (class, detail, rule set or None,
+    [mitigation]) when it is not the class's default."""
     inst = f.inst
     if inst.target == "gfx1010":
         return None
@@ -46,6 +49,13 @@ def _gfx1010_reading(f: Facts):
         return None  # reported by _own_target
     other = decode_one(inst.raw, "gfx1010")
     if other.is_unknown or other.size != inst.size:
+        dot = int_dot(inst.mnemonic, inst.format, inst.d.fields)
+        if dot is not None and dot.problem is None:  # exact: fix int-dot-expand (rule KI006)
+            return ("UnsupportedInstruction", f"{inst.text()} does not exist on gfx1010", "gfx1010-isa",
+                    INT_DOT_MITIGATION)
+        if dot is not None:
+            return ("UnsupportedInstruction", f"{inst.text()} with {dot.problem}",
+                    None)
         return ("UnsupportedInstruction", f"{inst.text()} does not exist on gfx1010")
     if other.mnemonic != inst.mnemonic:
         text = inst.text()
@@ -54,6 +64,9 @@ def _gfx1010_reading(f: Facts):
         return ("OpcodeReuse", f"{text} (gfx1030) is {other.text()} on gfx1010", None)
     return None
 
+
+#: how an integer dot product gfx1010 can compute exactly is fixed
+INT_DOT_MITIGATION = "expand into SDWA 24-bit multiplies and adds (rule KI006, int-dot-expand)"
 
 #: Reused encodings whose gfx1030 meaning has an exact gfx1010 form (none
 #: known: the legacy fused multiply-adds have no gfx1010 counterpart).
@@ -77,9 +90,9 @@ def detect(ctx: Context) -> list[Finding]:
         prev = k if unknown else -2
         for r in facts[k].local:
             if r[0] in _CLASSES:
-                if len(r) > 2:  # no exact gfx1010 replacement
-                    out.append(Finding(r[0], insts[k].address, r[1], fix=None,
-                                       blocker=f"{r[0]}: {r[1]} has no exact gfx1010 form"))
+                if len(r) > 2:  # the rule set that fixes it (None: no exact gfx1010 replacement), how
+                    out.append(Finding(r[0], insts[k].address, r[1], *r[3:], fix=r[2],
+                                       blocker=None if r[2] else f"{r[0]}: {r[1]} has no exact gfx1010 form"))
                 else:
                     out.append(Finding(r[0], insts[k].address, r[1]))
     return out
