@@ -98,7 +98,7 @@ struct Job {
 
 static void *run(void *arg) {
   int t = static_cast<Job *>(arg)->thread;
-  CoreApiTable *core = g_tables.root.core_;
+  CoreApiTable *core = &g_tables.core;  // the table the exported hsa_* functions use
   for (size_t i = 0; i < g_loads.size(); i++) {
     const std::string &api = g_loads[i].first, &file = g_loads[i].second;
     t_last.clear();
