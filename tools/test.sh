@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the tests need, then run the whole test suite.
 #   - Debian packages: the LLVM 16 tools (test oracles; llvm-16-dev and g++
-#     to read LLVM's implicit-register tables), clang/hipcc/ROCm
+#     to read LLVM's implicit-register tables), gcc (builds the load-time hook
+#     when kpatch is installed) and libhsa-runtime-dev (ROCr's hsa_api_trace.h,
+#     for the hook's test harness), clang/hipcc/ROCm
 #     device libs and bundlers (fixture builders), all from Debian bookworm,
 #     and python3-venv (Debian's python3 needs it to create a venv);
 #   - a virtual environment of its own ($KPATCH_TEST_VENV, default .venv/):
@@ -16,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-pkgs=(llvm-16 llvm-16-dev g++ clang-15 lld-15 clang-19 hipcc libamdhip64-dev rocm-device-libs librocprim-dev sqlite3 chromium)
+pkgs=(gcc libhsa-runtime-dev llvm-16 llvm-16-dev g++ clang-15 lld-15 clang-19 hipcc libamdhip64-dev rocm-device-libs librocprim-dev sqlite3 chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 venv="${KPATCH_TEST_VENV:-.venv}"
