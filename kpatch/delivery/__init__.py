@@ -1,8 +1,10 @@
 """Delivery: where patched code reaches the runtime.
 
-At load time: the HSA tool library (``hook/``) that swaps every gfx1030 code
-object a process loads for its patched copy from the content-addressed cache
-(``cache.py``); ``kpatch run`` / ``warm`` / ``cache`` (``run.py``,
-``warm.py``); steering MIOpen away from solvers whose kernels kpatch refused
-(``steering.py``, table in ``kpatch/data/miopen_solvers.toml``).
+``hook/kpatch_hook.c`` is the HSA tools library that patches code objects as
+a process loads them; ``hooklib`` finds the built library and exposes its
+content key; ``cache`` is the content-addressed cache both share;
+``patcher`` is the entry point the hook runs on a cache miss. ``run`` and
+``warm`` are ``kpatch run`` / ``kpatch warm`` / ``kpatch cache``;
+``steering`` turns MIOpen away from solvers whose kernels kpatch refused
+(table: ``kpatch/data/miopen_solvers.toml``).
 """
