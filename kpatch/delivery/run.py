@@ -75,6 +75,28 @@ def _quote_tool(path: str) -> str:
     return "".join("\\" + c if c in ' "\\' else c for c in path)
 
 
+def parse_tool_names(value: str) -> list[str]:
+    """HSA_TOOLS_LIB split into library names as ROCr's parse_tool_names does."""
+    names, name, quoted, i = [], "", False, 0
+    while i < len(value):
+        c = value[i]
+        if c == "\\" and i + 1 < len(value):
+            name, i = name + value[i + 1], i + 2
+            continue
+        if c == '"':
+            quoted = not quoted
+        elif c == " " and not quoted:
+            if name:
+                names.append(name)
+            name = ""
+        else:
+            name += c
+        i += 1
+    if name:
+        names.append(name)
+    return names
+
+
 def tools_lib_value(existing: str | None, hook: str) -> str:
     """HSA_TOOLS_LIB with the hook appended to the tools already there (ROCr
     loads each, in order; the hook last, so it wraps what they installed and
@@ -83,7 +105,7 @@ def tools_lib_value(existing: str | None, hook: str) -> str:
     existing = (existing or "").strip()
     if not existing:
         return mine
-    if mine in existing.split(" ") or hook in existing.split(" "):
+    if hook in parse_tool_names(existing):
         return existing
     return existing + " " + mine
 
@@ -294,7 +316,7 @@ def summary_text(s: dict) -> list[str]:
     out = [f"kpatch: {s['loads']} code object load(s) seen by the hook ({s['mode']} mode): "
            f"{n('patched')} patched, {n('partial')} partial, {n('safe')} already safe, {n('refused')} refused, "
            f"{n('error')} error(s), {s['cache_hits']} cache hit(s)"]
-    other = [f"{v['objects']} {k}" for k, v in a.items() if k not in ("patched", "partial", "safe", "refused", "error")]
+    other = [f"{v['objects'] or v['loads']} {k}" for k, v in a.items() if k not in ("patched", "partial", "safe", "refused", "error")]
     if other:
         out.append("kpatch: also " + ", ".join(other) + " (passed through unchanged)")
     for d in s["objects"]:
