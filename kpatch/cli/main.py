@@ -19,6 +19,7 @@ from kpatch.cli.extract import extract_cmd
 from kpatch.cli.revert import revert_cmd
 from kpatch.cli.rules import rules_cmd
 from kpatch.cli.run import run_cmd
+from kpatch.cli.warm import cache_cmd, warm_cmd
 from kpatch.cli.scan import scan_cmd
 from kpatch.errors import KpatchError, UsageError, disk_full_reason
 
@@ -63,6 +64,8 @@ cli.add_command(revert_cmd)
 cli.add_command(diff_cmd)
 cli.add_command(rules_cmd)
 cli.add_command(run_cmd)
+cli.add_command(warm_cmd)
+cli.add_command(cache_cmd)
 
 
 def main() -> None:
