@@ -18,6 +18,8 @@ from kpatch.cli.explain import explain_cmd
 from kpatch.cli.extract import extract_cmd
 from kpatch.cli.revert import revert_cmd
 from kpatch.cli.rules import rules_cmd
+from kpatch.cli.run import run_cmd
+from kpatch.cli.warm import cache_cmd, warm_cmd
 from kpatch.cli.scan import scan_cmd
 from kpatch.errors import KpatchError, UsageError, disk_full_reason
 
@@ -61,6 +63,9 @@ cli.add_command(apply_cmd)
 cli.add_command(revert_cmd)
 cli.add_command(diff_cmd)
 cli.add_command(rules_cmd)
+cli.add_command(run_cmd)
+cli.add_command(warm_cmd)
+cli.add_command(cache_cmd)
 
 
 def main() -> None:
