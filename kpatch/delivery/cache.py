@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 import kpatch
+from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, internal_reason
 from kpatch.outputs.blobpatch import blob_kind, patch_blob
 from kpatch.outputs.files import write_atomic
@@ -206,6 +207,32 @@ def store(directory: str, rec: Record, patched: bytes | None = None) -> Record:
     return rec
 
 
+#: what HIP reads from the metadata it parsed before the hook saw the code
+#: object (its own copy): a load-time patch must leave these as they were
+SEGMENT_SIZES = (".group_segment_fixed_size", ".private_segment_fixed_size", ".kernarg_segment_size")
+
+
+def segment_changes(original: bytes, patched: bytes) -> list[str]:
+    """Where ``patched`` differs from ``original`` in a kernel's group (LDS),
+    private (scratch) or kernarg segment size, in the metadata or the kernel
+    descriptor, or in the set of kernels ('' list: nowhere)."""
+    def sizes(data: bytes) -> dict[str, tuple]:
+        co = CodeObject.from_bytes(data)
+        out = {}
+        for k in co.kernels:
+            md = k.metadata or {}
+            d = k.descriptor
+            out[k.name] = (tuple(md.get(f) for f in SEGMENT_SIZES),
+                           (d.group_segment_fixed_size, d.private_segment_fixed_size, d.kernarg_size))
+        return out
+
+    old, new = sizes(original), sizes(patched)
+    if set(old) != set(new):
+        return [f"the kernels differ ({', '.join(sorted(set(old) ^ set(new)))})"]
+    return [f"{name}: metadata {old[name][0]} -> {new[name][0]}, descriptor {old[name][1]} -> {new[name][1]} "
+            f"(group, private, kernarg)" for name in sorted(old) if old[name] != new[name]]
+
+
 def patch_into_cache(data: bytes, mode: str, directory: str) -> Record:
     """Patch one bare code object exactly as ``kpatch apply FILE -o OUT
     --mode MODE`` does (:func:`kpatch.outputs.blobpatch.patch_blob` with the
@@ -235,7 +262,11 @@ def patch_into_cache(data: bytes, mode: str, directory: str) -> Record:
     else:
         refused = [k for k in r.kernels if k.status == "refused"]
         rec.kernels = _kernels(r.kernels)
-        if r.data is not None:
+        changed = segment_changes(data, r.data) if r.data is not None else []
+        if changed:  # HIP would size the dispatch from the unpatched metadata: pass the original
+            rec.reason = ("the patch changed what HIP takes from its own copy of the unpatched metadata: "
+                          + "; ".join(changed))
+        elif r.data is not None:
             rec.status, patched = ("partial" if refused else "patched"), r.data
             rec.reason = r.note if refused else ""
         elif refused:

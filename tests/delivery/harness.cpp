@@ -210,6 +210,8 @@ int main(int argc, char **argv) {
   }
   for (int t = 0; t < threads; t++) pthread_join(ids[t], nullptr);
   if (ok) {
+    auto stat = reinterpret_cast<unsigned long (*)(int)>(dlsym(lib, "kpatch_hook_stat"));
+    if (stat) printf("stats mapped=%lu spawned=%lu\n", stat(0), stat(1));
     auto on_unload = reinterpret_cast<void (*)()>(dlsym(lib, "OnUnload"));
     on_unload();
   }

@@ -53,6 +53,7 @@ class Run:
     loads: list[Load]
     log: list[dict] = field(default_factory=list)
     stderr: str = ""
+    stats: dict = field(default_factory=dict)  # mapped: distinct patched objects kept; spawned: patcher runs
 
     def objects(self) -> list[dict]:
         """Log lines of loaded objects (not OnLoad's)."""
@@ -61,11 +62,14 @@ class Run:
 
 def parse(stdout: str, stderr: str, log_path: str | None) -> Run:
     onload: dict = {}
+    stats: dict = {}
     loads = []
     for line in stdout.splitlines():
         parts = line.split()
         if parts and parts[0] == "onload":
             onload = {"ok": parts[1] == "1", **dict(p.split("=", 1) for p in parts[2:])}
+        elif parts and parts[0] == "stats":  # the hook's own counters, in this process
+            stats = {k: int(v) for k, v in (p.split("=", 1) for p in parts[1:])}
         elif parts and parts[0] == "load":
             _, t, i, api, st, size, out, file = parts
             data = None
@@ -77,7 +81,7 @@ def parse(stdout: str, stderr: str, log_path: str | None) -> Run:
     if log_path and os.path.exists(log_path):
         with open(log_path) as f:
             log = [json.loads(line) for line in f]
-    return Run(onload, loads, log, stderr)
+    return Run(onload, loads, log, stderr, stats)
 
 
 def counting_python(path: str, count_file: str, before: str = "") -> str:

@@ -119,3 +119,46 @@ def test_patcher_checks_the_key_and_records_errors(tmp_path):
     assert r.returncode == 1 and r.stderr == f"error: {key}: not an AMDGPU code object\n"
     rec = cache.read_record(str(tmp_path / "c"), key, "override")
     assert rec.status == "error" and rec.reason == "not an AMDGPU code object"  # the next load does not retry
+
+
+def _miopen_object(name: str) -> bytes:
+    from kpatch.containers.kdb import KernelDB
+
+    kdb = KernelDB.open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "miopen", "gfx1030.kdb"))
+    try:
+        return next(e for e in kdb.entries() if e.kernel_name == name).code()
+    finally:
+        kdb.close()
+
+
+@pytest.mark.parametrize("field_offset,word", [(0, "group"), (4, "private"), (8, "kernarg")])
+def test_a_patch_that_changes_a_segment_size_is_not_used(tmp_path, monkeypatch, field_offset, word):
+    """HIP sizes LDS, scratch and kernarg from its own copy of the unpatched
+    metadata: a patched object whose kernel descriptor says otherwise (bytes
+    0, 4, 8 of the descriptor, by the kernel descriptor's layout) is never
+    stored; the original passes."""
+    import struct
+
+    from kpatch.codeobject import CodeObject
+
+    data = _miopen_object("MIOpenSoftmax.cl.o")
+    real = cache.patch_blob
+
+    def grown(d, **kw):
+        r = real(d, **kw)
+        assert r.data is not None  # the object does need patching
+        k = CodeObject.from_bytes(r.data).kernels[0]
+        b = bytearray(r.data)
+        at = k.descriptor_offset + field_offset
+        struct.pack_into("<I", b, at, struct.unpack_from("<I", b, at)[0] + 16)
+        r.data = bytes(b)
+        return r
+
+    monkeypatch.setattr(cache, "patch_blob", grown)
+    rec = cache.patch_into_cache(data, "override", str(tmp_path))
+    assert rec.status == "error" and "unpatched metadata" in rec.reason, rec.reason
+    assert "(group, private, kernarg)" in rec.reason
+    co_path = cache.entry_paths(str(tmp_path), rec.key, "override")[1]
+    assert not os.path.exists(co_path)
+    monkeypatch.setattr(cache, "patch_blob", real)  # the unchanged patch is used
+    assert cache.patch_into_cache(data, "override", str(tmp_path / "b")).status == "patched"

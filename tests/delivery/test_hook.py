@@ -121,6 +121,8 @@ def test_objects_arrive_as_apply_writes_them_and_second_load_is_a_cache_hit(worl
         assert load.received == world["expected"][name], spec
     distinct = {s.split(":")[1] for s in loads} - {"gfx1010", "junk", "x86"}
     assert spawns(count) == len(distinct)
+    # one mapping per distinct patched object, however often it is loaded
+    assert run.stats["mapped"] == len(distinct - {"dot2", "neuron"})
     actions = [(e["api"], e["action"], e["cache"]) for e in run.objects()]
     assert actions[:9] == [("from_memory", "patched", "miss"), ("from_file", "patched", "miss"),
                            ("from_memory", "refused", "miss"), ("deserialize", "safe", "miss"),

@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -169,7 +170,6 @@ static kp_reader_from_memory_fn orig_from_memory;
 static kp_reader_from_file_fn orig_from_file;
 static kp_deserialize_fn orig_deserialize;
 static int installed;             /* OnLoad replaced the entries (atomic) */
-static unsigned long n_mapped;     /* patched objects mapped and kept (atomic) */
 static unsigned long n_spawned;    /* patcher runs (atomic) */
 
 /* ------------------------------------------------------------------------ */
@@ -325,8 +325,53 @@ static int entry_path(char *out, size_t cap, const char *key, const char *ext) {
   return snprintf(out, cap, "%s/objects/%.2s/%s.%s.%s", cfg.cache, key, key, cfg.mode, ext) < (int)cap ? 0 : -1;
 }
 
+/*
+ * The patched objects this process has mapped, by output key: a second load of
+ * the same object reuses its mapping (mappings grow with distinct objects, not
+ * with loads). Never shrinks: ROCr may use a buffer until its executable dies.
+ */
+struct kept { char out_key[33]; size_t size; const void *p; };
+static struct kept *kept;
+static size_t n_kept, cap_kept;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const void *kept_find(const char *out_key, size_t size) {
+  const void *p = NULL;
+  pthread_mutex_lock(&kept_lock);
+  for (size_t i = 0; i < n_kept && !p; i++)
+    if (kept[i].size == size && strcmp(kept[i].out_key, out_key) == 0) p = kept[i].p;
+  pthread_mutex_unlock(&kept_lock);
+  return p;
+}
+
+/* remember a verified mapping; returns the one to use (an earlier one if another thread won) */
+static const void *kept_add(const char *out_key, size_t size, const void *p) {
+  const void *use = p;
+  pthread_mutex_lock(&kept_lock);
+  for (size_t i = 0; i < n_kept; i++)
+    if (kept[i].size == size && strcmp(kept[i].out_key, out_key) == 0) use = kept[i].p;
+  if (use == p && n_kept == cap_kept) {
+    size_t cap = cap_kept ? 2 * cap_kept : 64;
+    struct kept *k = realloc(kept, cap * sizeof *k);
+    if (k) { kept = k; cap_kept = cap; }
+  }
+  if (use == p && n_kept < cap_kept) {
+    snprintf(kept[n_kept].out_key, sizeof kept[n_kept].out_key, "%s", out_key);
+    kept[n_kept].size = size;
+    kept[n_kept].p = p;
+    n_kept++;
+  }
+  pthread_mutex_unlock(&kept_lock);
+  return use;
+}
+
 /* map a .co and check it against the record; 0 ok, -1 missing or not what the record says */
 static int map_co(const char *key, struct entry *e) {
+  const void *known = kept_find(e->out_key, e->out_size);
+  if (known) { /* mapped and verified by an earlier load in this process */
+    e->mapped = known;
+    return 0;
+  }
   char path[PATH_MAX];
   if (entry_path(path, sizeof path, key, "co") != 0) return -1;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -346,7 +391,8 @@ static int map_co(const char *key, struct entry *e) {
     munmap(p, e->out_size);
     return -1;
   }
-  e->mapped = p;
+  e->mapped = kept_add(e->out_key, e->out_size, p);
+  if (e->mapped != p) munmap(p, e->out_size); /* another thread kept the same bytes first */
   return 0;
 }
 
@@ -379,7 +425,6 @@ static int lookup(const char *key, struct entry *e) {
   snprintf(e->out_key, sizeof e->out_key, "%s", out_key);
   if (!strcmp(status, "patched") || !strcmp(status, "partial")) {
     if (strlen(out_key) != 32 || map_co(key, e) != 0) return -1;
-    __atomic_add_fetch(&n_mapped, 1, __ATOMIC_RELAXED);
     return 1;
   }
   if (!strcmp(status, "safe") || !strcmp(status, "refused") || !strcmp(status, "error")) return 1;
@@ -803,7 +848,11 @@ KP_EXPORT bool OnLoad(void *table_arg, uint64_t runtime_version, uint64_t failed
  * executable may outlive the table in a misbehaving host. */
 KP_EXPORT void OnUnload(void) {}
 
-/* counters for tests and benchmarks: patched objects mapped, patcher runs */
+/* counters for tests and benchmarks: 0 = distinct patched objects mapped and kept, 1 = patcher runs */
 KP_EXPORT unsigned long kpatch_hook_stat(int which) {
-  return which == 0 ? __atomic_load_n(&n_mapped, __ATOMIC_RELAXED) : __atomic_load_n(&n_spawned, __ATOMIC_RELAXED);
+  if (which != 0) return __atomic_load_n(&n_spawned, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&kept_lock);
+  unsigned long n = n_kept;
+  pthread_mutex_unlock(&kept_lock);
+  return n;
 }
