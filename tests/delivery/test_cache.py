@@ -162,3 +162,37 @@ def test_a_patch_that_changes_a_segment_size_is_not_used(tmp_path, monkeypatch, 
     assert not os.path.exists(co_path)
     monkeypatch.setattr(cache, "patch_blob", real)  # the unchanged patch is used
     assert cache.patch_into_cache(data, "override", str(tmp_path / "b")).status == "patched"
+
+
+def test_an_object_with_refused_kernels_is_stored_partial(tmp_path):
+    """tests/rewrite/data/int_dot.s has one kernel kpatch expands and three it
+    must refuse: the entry is `partial`, its object has the first patched and
+    the others byte-identical (what the runtime would have run anyway)."""
+    import shutil
+
+    from kpatch.codeobject import CodeObject
+
+    if shutil.which("clang-15") is None:
+        pytest.skip("clang-15 not installed")
+    src = os.path.join(os.path.dirname(__file__), "..", "rewrite", "data", "int_dot.s")
+    obj = tmp_path / "idot.hsaco"
+    subprocess.run(["clang-15", "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1030",
+                    "-mcode-object-version=4", src, "-o", str(obj)], check=True)
+    data = obj.read_bytes()
+    rec = cache.patch_into_cache(data, "override", str(tmp_path / "c"))
+    assert rec.status == "partial"
+    status = {k["name"]: k["outcome"] for k in rec.to_json()["kernels"]}
+    assert status == {"idot": "patched", "idot_clamp": "refused", "idot_sgpr": "refused", "idot_i4": "refused"}
+    with open(cache.entry_paths(str(tmp_path / "c"), rec.key, "override")[1], "rb") as f:
+        out = f.read()
+    with open(cache.entry_paths(str(tmp_path / "c"), rec.key, "override")[0]) as f:
+        assert f.readline().split()[2] == "partial"  # what the C hook reads
+
+    def code(blob: bytes, name: str) -> bytes:
+        co = CodeObject.from_bytes(blob)
+        k = next(k for k in co.kernels if k.name == name)
+        return blob[k.code_offset:k.code_offset + k.code_size]
+
+    for name in ("idot_clamp", "idot_sgpr", "idot_i4"):
+        assert code(out, name) == code(data, name)
+    assert code(out, "idot") != code(data, "idot")
