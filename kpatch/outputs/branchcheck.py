@@ -11,9 +11,16 @@ nothing of how the patch was made) and checks that
 * no branch was added;
 * every kernel's entry (descriptor ``KERNEL_CODE_ENTRY_BYTE_OFFSET``) is the
   original entry instruction or a mitigation in front of it;
-* no function disappeared.
-
-Computed jumps (``s_setpc_b64``/``s_swappc_b64``) are not followed.
+* no function disappeared;
+* every address built from ``s_getpc_b64`` by constant adds within the next
+  :data:`PC_WINDOW` instructions and jumped to (``s_setpc_b64``) or called
+  (``s_swappc_b64``) - Tensile's long branch, a call through a getpc pair -
+  reaches the instruction the original's reached (or a mitigation in front
+  of it).  The arithmetic is evaluated as the hardware does it (32-bit adds
+  with carry), in the original and in the patched stream alike, by
+  :func:`pc_relative_target`, which shares nothing with the patcher's own
+  scan.  A getpc whose use is further away, through memory or across a
+  branch is not followed.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from kpatch.outputs.align import INSERTED, REMOVED, Op, align
 from kpatch.outputs.units import Unit, decode_target, units
 
 WRONG_TARGET = "wrong-target"
+WRONG_PC_TARGET = "wrong-pc-relative-target"
 REMOVED_BRANCH = "removed-branch"
 CHANGED_BRANCH = "changed-branch"
 ADDED_BRANCH = "added-branch"
@@ -89,6 +97,105 @@ class _Mapped:
         return out
 
 
+#: how far after an s_getpc_b64 :func:`pc_relative_target` looks for its use
+PC_WINDOW = 16
+_M32 = 0xFFFFFFFF
+_SRC_LITERAL = 255
+
+
+def _src(inst, field: str, known: dict[int, int]) -> int | None:
+    """The 32-bit value of a SOP2/SOP1 source: a known SGPR, an inline
+    integer or the literal (None: unknown)."""
+    v = inst.fields.get(field)
+    if v is None:
+        return None
+    if v <= 105:
+        return known.get(v)
+    if 128 <= v <= 192:
+        return v - 128
+    if 193 <= v <= 208:
+        return (192 - v) & _M32
+    if v == _SRC_LITERAL:
+        return inst.literal
+    return None
+
+
+def pc_relative_target(insts: Sequence, i: int) -> int | None:
+    """Where the address that ``insts[i]`` (an ``s_getpc_b64``) starts is
+    jumped to or called, when the next :data:`PC_WINDOW` instructions (no
+    branch between) build it by 32-bit constant adds (s_add_u32/s_sub_u32
+    on the low half with carry/borrow into s_addc_u32/s_subb_u32 on the
+    high one, constants from s_mov_b32/s_add_i32/s_sub_i32 of constants) and
+    ``s_setpc_b64``/``s_swappc_b64`` use the pair; None otherwise."""
+    g = insts[i]
+    if g.mnemonic != "s_getpc_b64":
+        return None
+    lo = g.fields["sdst"]
+    pc = g.address + 4
+    known = {lo: pc & _M32, lo + 1: (pc >> 32) & _M32}
+    carry = None  # SCC after the last add/sub, when known
+    for n in insts[i + 1:i + 1 + PC_WINDOW]:
+        m = n.mnemonic
+        if m in ("s_setpc_b64", "s_swappc_b64"):
+            src = n.fields.get("ssrc0")
+            if src == lo and lo in known and lo + 1 in known:
+                return known[lo] | (known[lo + 1] << 32)
+            return None
+        if n.is_branch or m == "s_call_b64" or n.format == "UNKNOWN":
+            return None
+        d = n.fields.get("sdst")
+        if m in ("s_mov_b32", "s_add_i32", "s_sub_i32", "s_add_u32", "s_sub_u32", "s_addc_u32",
+                 "s_subb_u32") and d is not None and d <= 105:
+            a = _src(n, "ssrc0", known)
+            b = _src(n, "ssrc1", known) if m != "s_mov_b32" else 0
+            c = carry if m in ("s_addc_u32", "s_subb_u32") else 0
+            if a is None or b is None or c is None:
+                known.pop(d, None)
+                if m != "s_mov_b32":
+                    carry = None
+                continue
+            r = a - b - c if m.startswith("s_sub") else a + b + c
+            if m in ("s_add_u32", "s_addc_u32", "s_sub_u32", "s_subb_u32"):
+                carry = int(not 0 <= r <= _M32)  # SCC = carry out / borrow
+            elif m != "s_mov_b32":  # s_add_i32/s_sub_i32: SCC = signed overflow
+                sa, sb = (x - (1 << 32) if x >> 31 else x for x in (a, b))
+                sr = sa - sb if m == "s_sub_i32" else sa + sb
+                carry = int(not -(1 << 31) <= sr < 1 << 31)
+            known[d] = r & _M32
+            continue
+        written = [u.index for w in n.writes if w.file == "s" for u in w.units()]
+        for r in written:
+            known.pop(r, None)
+        if any(w.file == "scc" for w in n.writes):
+            carry = None
+    return None
+
+
+def _pc_relative_problems(name: str, m: "_Mapped", where: dict, mapped: dict) -> list[BranchProblem]:
+    """Every getpc-built jump of the original unit that :func:`pc_relative_target`
+    follows must, in the patched unit, reach where the original's target went."""
+    out = []
+    old_insts, new_insts = m.old.insts, m.new.insts
+    for op in m.ops:
+        if op.old is None or old_insts[op.old].mnemonic != "s_getpc_b64":
+            continue
+        t_old = pc_relative_target(old_insts, op.old)
+        loc = where.get(t_old) if t_old is not None else None
+        if loc is None or loc[0] not in mapped:
+            continue  # not followed, or not an instruction of a kept function
+        o = old_insts[op.old]
+        t_new = pc_relative_target(new_insts, op.new) if op.new is not None else None
+        allowed = mapped[loc[0]].landing(loc[1])
+        if t_new not in allowed:
+            want = ", ".join(f"{a:#x}" for a in sorted(allowed))
+            got = "an address kpatch's check cannot follow" if t_new is None else f"{t_new:#x}"
+            out.append(BranchProblem(
+                name, WRONG_PC_TARGET, o.address, None if op.new is None else new_insts[op.new].address,
+                f"the address built from {o.text()} at {o.address:#x} reached {t_old:#x} "
+                f"({mapped[loc[0]].old.insts[loc[1]].text()}); patched it reaches {got}, not {want}"))
+    return out
+
+
 def check_aligned(pairs: Sequence[tuple[Unit, Unit | None, Sequence[Op] | None]],
                   entries: Sequence[tuple[str, int, int]] = (),
                   added: Sequence[Unit] = ()) -> list[BranchProblem]:
@@ -146,6 +253,9 @@ def check_aligned(pairs: Sequence[tuple[Unit, Unit | None, Sequence[Op] | None]]
                     name, WRONG_TARGET, o.address, n.address,
                     f"{n.mnemonic} at {n.address:#x} (was {o.address:#x}) reaches {t_new:#x}; "
                     f"the original reached {t_old:#x} ({tgt.text()}), now at {want}"))
+
+    for name, m in mapped.items():
+        problems.extend(_pc_relative_problems(name, m, where, mapped))
 
     for name, old_entry, new_entry in entries:
         loc = where.get(old_entry)

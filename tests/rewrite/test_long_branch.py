@@ -65,3 +65,34 @@ def test_a_temporary_read_after_the_jump_is_refused(tmp_path):
     assert p.returncode == 0 and not os.path.exists(out)
     assert "s36, which holds the long branch's offset, is read at" in p.stdout
     assert "(s_mov_b32 s37, s36) before it is written" in p.stdout
+
+
+def test_the_control_flow_check_follows_the_long_branch(tmp_path):
+    """kpatch diff's independent control-flow check evaluates the long branch
+    (getpc + constants, then setpc) in the original and the patched object:
+    the real patch passes; a copy whose s_add_i32 literal is 4 bytes off
+    (one dword: the jump lands on the instruction after the target) is
+    caught as a wrong pc-relative target."""
+    import struct
+
+    from kpatch.codeobject import CodeObject
+    from kpatch.outputs.branchcheck import WRONG_PC_TARGET, check_branches
+
+    src = build(tmp_path, "s_mov_b32 s36, 0")
+    out = str(tmp_path / "out.hsaco")
+    assert kpatch("apply", "--mode", "override", src, "-o", out).returncode == 0
+    old, new = CodeObject.from_bytes(open(src, "rb").read()), CodeObject.from_bytes(open(out, "rb").read())
+    assert check_branches(old, new) == []
+    text = subprocess.run(["llvm-objdump-16", "-d", "--mcpu=gfx1030", out], capture_output=True, text=True,
+                          check=True).stdout
+    m = re.search(r"s_add_i32 s36, (\d+), 4\s+// ([0-9A-F]+): 812484FF ([0-9A-F]{8})", text)
+    assert m is not None, text
+    lit_at = int(m.group(2), 16) + 4  # the literal dword follows the SOP2 word
+    data = bytearray(open(out, "rb").read())
+    sec = new.section(".text")
+    off = lit_at - sec.addr + sec.offset
+    (lit,) = struct.unpack_from("<I", data, off)
+    assert lit == int(m.group(1))
+    struct.pack_into("<I", data, off, lit + 4)
+    problems = check_branches(old, CodeObject.from_bytes(bytes(data)))
+    assert [p.kind for p in problems] == [WRONG_PC_TARGET], problems
