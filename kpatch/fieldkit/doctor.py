@@ -457,6 +457,8 @@ class Options:
     cache_dir: str | None = None
     coverage: bool = True
     on_object: Callable[[], None] | None = None
+    #: a probe already made (selftest's), used instead of probing again
+    found: TorchProbe | None = None
 
 
 def _q(path: str) -> str:
@@ -530,7 +532,7 @@ def diagnose(opts: Options) -> Diagnosis:
               "the override makes ROCm present your GPU as another one", "unset HSA_OVERRIDE_GFX_VERSION")
 
     # --- PyTorch
-    found, tried = find_torch_python(opts.python, env)
+    found, tried = (opts.found, [opts.found]) if opts.found else find_torch_python(opts.python, env)
     d.facts["python_tried"] = [{"python": t.python, "error": t.error} for t in tried]
     torch = found.torch if found else None
     d.facts["torch"] = dict(torch, python=found.python, python_version=found.info.get("python_version")) if torch else None
