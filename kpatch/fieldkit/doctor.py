@@ -333,7 +333,8 @@ def resolve_library(name: str, requester: str, env: Mapping[str, str], root: str
     needed by ``requester``: DT_RPATH (when there is no DT_RUNPATH),
     LD_LIBRARY_PATH, DT_RUNPATH (``$ORIGIN`` = the requester's directory),
     the ld.so.conf directories, the default directories.  Paths from the
-    environment and ELF are taken under ``root`` too (fake trees)."""
+    ELF (other than ``$ORIGIN``) and from ld.so.conf are taken under ``root``
+    (fake trees); ``$ORIGIN`` and LD_LIBRARY_PATH name real directories."""
     dyn = _dynamic(requester) or ([], [], [])
     origin = os.path.dirname(os.path.realpath(requester))
     _, rpath, runpath = dyn
@@ -341,11 +342,14 @@ def resolve_library(name: str, requester: str, env: Mapping[str, str], root: str
     def rooted(d: str) -> str:
         return d if root in ("/", "") or d.startswith(root) else os.path.join(root, d.lstrip("/"))
 
+    def elf_dir(d: str) -> str:  # $ORIGIN names a real directory; other absolute ones are under root
+        return _expand(d, origin) if "ORIGIN" in d else rooted(d)
+
     order: list[tuple[str, str]] = []
     if not runpath:
-        order += [(rooted(_expand(d, origin)), f"DT_RPATH of {os.path.basename(requester)}") for d in rpath if d]
-    order += [(rooted(d), "LD_LIBRARY_PATH") for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
-    order += [(rooted(_expand(d, origin)), f"DT_RUNPATH of {os.path.basename(requester)}") for d in runpath if d]
+        order += [(elf_dir(d), f"DT_RPATH of {os.path.basename(requester)}") for d in rpath if d]
+    order += [(d, "LD_LIBRARY_PATH") for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    order += [(elf_dir(d), f"DT_RUNPATH of {os.path.basename(requester)}") for d in runpath if d]
     order += [(rooted(d), "ld.so.conf") for d in ld_so_conf_dirs(root)]
     order += [(os.path.join(root, d), "default directory") for d in DEFAULT_LIB_DIRS]
     for d, how in order:
@@ -591,10 +595,10 @@ def diagnose(opts: Options) -> Diagnosis:
         cdir = miopen_paths.resolve_cache_dir(env, rocm_roots=roots)
         d.facts["miopen"] = {"cache_dir": cdir.path, "why": cdir.why, "user_db": db_name}
         text = f"user cache {cdir.path} ({cdir.why})"
-        d.add("ok", "MIOpen", text + (f"; under the override it uses {db_name}" if db_name else ""))
+        d.add("ok", "MIOpen cache", text + (f"; under the override it uses {db_name}" if db_name else ""))
     except UsageError as e:
         d.facts["miopen"] = {"cache_dir": None, "why": e.reason, "user_db": db_name}
-        d.add("warning", "MIOpen", f"user cache directory not known yet: {e.reason}"
+        d.add("warning", "MIOpen cache", f"user cache directory not known yet: {e.reason}"
               + (f"; it will use {db_name}" if db_name else ""),
               "kpatch selftest --quick  # MIOpen creates it on its first run")
 
