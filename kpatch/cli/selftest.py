@@ -32,7 +32,9 @@ def _say(text: str) -> None:
 @click.option("--mode", type=click.Choice(["override", "harden"]),
               help="As for `kpatch run` (default: override when a gfx1010 GPU is found).")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), help="kpatch's cache, as for `kpatch run`.")
-def selftest_cmd(quick, report_dir, only, list_only, timeout, python, device, mode, cache_dir) -> None:
+@click.option("--root", default="/", hidden=True, type=click.Path(file_okay=False),
+              help="The file-system root whose /sys is inspected (tests: a fake tree).")
+def selftest_cmd(quick, report_dir, only, list_only, timeout, python, device, mode, cache_dir, root) -> None:
     """Run PyTorch cases on the GPU through `kpatch run` and write a report to share.
 
     Each case (Conv2d forward / backward-data / backward-weights over
@@ -75,7 +77,7 @@ def selftest_cmd(quick, report_dir, only, list_only, timeout, python, device, mo
              + (f": {r['detail']}" if r.get("detail") and not why else ""))
 
     opts = st.Options(device=device, quick=quick, only=list(only), timeout=timeout, python=python, mode=mode,
-                      cache_dir=cache_dir, on_start=on_start, on_case=on_case)
+                      cache_dir=cache_dir, root=os.path.abspath(root), on_start=on_start, on_case=on_case)
     rep = st.selftest(opts)
     out_dir = report_dir or os.path.abspath(time.strftime("kpatch-selftest-%Y%m%d-%H%M%S"))
     clean, jpath, hpath = reportmod.write(rep, out_dir, os.environ)
