@@ -598,7 +598,8 @@ def diagnose(opts: Options) -> Diagnosis:
         d.add("ok", "MIOpen cache", text + (f"; under the override it uses {db_name}" if db_name else ""))
     except UsageError as e:
         d.facts["miopen"] = {"cache_dir": None, "why": e.reason, "user_db": db_name}
-        d.add("warning", "MIOpen cache", f"user cache directory not known yet: {e.reason}"
+        reason = re.sub(r",? or pass --out-dir DIR|; pass --out-dir DIR", "", e.reason)  # apply's advice, not ours
+        d.add("warning", "MIOpen cache", f"user cache directory not known yet: {reason}"
               + (f"; it will use {db_name}" if db_name else ""),
               "kpatch selftest --quick  # MIOpen creates it on its first run")
 
@@ -655,8 +656,10 @@ def diagnose(opts: Options) -> Diagnosis:
                 d.add("warning", f"coverage: {group}", text,
                       "kpatch warm " + " ".join(_q(p) for p in (c["paths"] if group != "torch/lib fat binaries" else [lib])))
             elif n["refused"] or n["error"] or n["partial"]:
-                d.add("warning", f"coverage: {group}", text + " (refused kernels run unpatched; MIOpen solvers "
-                      "using them are turned off by `kpatch run`)", "kpatch cache show")
+                how = ("MIOpen solvers using them are turned off by `kpatch run`" if group.startswith("MIOpen")
+                       else "`kpatch run --strict` makes them fail to load instead")
+                d.add("warning", f"coverage: {group}", text + f" (refused kernels run unpatched; {how})",
+                      "kpatch cache show")
             else:
                 d.add("ok", f"coverage: {group}", text)
         d.add("ok", "coverage", "kernels MIOpen compiles at run time are not in the install: the hook patches them "

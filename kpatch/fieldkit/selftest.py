@@ -248,6 +248,9 @@ def selftest(opts: Options) -> dict:
                 opts.on_start(case["name"], i, len(cases))
             offset = os.path.getsize(hook_info["log"]) if setup and os.path.exists(hook_info["log"]) else 0
             r = run_one(python, case, opts.device, env, opts.timeout, work)
+            if r["status"] == "hung" and setup is not None:
+                r["detail"] = ("on a first run the hook may still have been patching a large code object (the "
+                               "case's time includes it): run `kpatch warm` on your PyTorch install, then again")
             if setup is not None:
                 from kpatch.delivery import run as runmod
                 lines, _bad = runmod.read_log(hook_info["log"], offset)
