@@ -34,13 +34,15 @@ import sys
 
 # import name -> distribution name, where they differ
 DISTRIBUTION_OF = {"elftools": "pyelftools"}
+# standalone scripts run by the user's Python (the one with torch), never imported by kpatch
+USER_PYTHON_SCRIPTS = {os.path.join("kpatch", "fieldkit", "cases.py"), os.path.join("kpatch", "fieldkit", "probe.py")}
 
 
 def _third_party_imports() -> set[str]:
     found = set()
     for dirpath, _dirs, filenames in os.walk(os.path.join(ROOT, "kpatch")):
         for fn in filenames:
-            if not fn.endswith(".py"):
+            if not fn.endswith(".py") or os.path.relpath(os.path.join(dirpath, fn), ROOT) in USER_PYTHON_SCRIPTS:
                 continue
             with open(os.path.join(dirpath, fn), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), fn)

@@ -5,7 +5,8 @@
 #     when kpatch is installed) and libhsa-runtime-dev (ROCr's hsa_api_trace.h,
 #     for the hook's test harness), clang/hipcc/ROCm
 #     device libs and bundlers (fixture builders), all from Debian bookworm,
-#     and python3-venv (Debian's python3 needs it to create a venv);
+#     python3-torch (a CPU-only PyTorch: `kpatch selftest --device cpu` tests
+#     its harness with it) and python3-venv (Debian's python3 needs it to create a venv);
 #   - a virtual environment of its own ($KPATCH_TEST_VENV, default .venv/):
 #     kpatch with its test extras (pytest, hypothesis, msgpack) is installed
 #     there, never into the system or global interpreter (PEP 668), so a
@@ -18,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-pkgs=(gcc libhsa-runtime-dev llvm-16 llvm-16-dev g++ clang-15 lld-15 clang-19 hipcc libamdhip64-dev rocm-device-libs librocprim-dev sqlite3 chromium)
+pkgs=(gcc libhsa-runtime-dev llvm-16 llvm-16-dev g++ clang-15 lld-15 clang-19 hipcc libamdhip64-dev rocm-device-libs librocprim-dev sqlite3 chromium python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 venv="${KPATCH_TEST_VENV:-.venv}"

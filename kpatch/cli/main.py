@@ -14,6 +14,7 @@ from kpatch.cli.common import (
     EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SOME_FAILED, EXIT_STATUS_HELP, EXIT_USAGE, debug, error_line)
 from kpatch.cli.diff import diff_cmd
 from kpatch.cli.disasm import disasm_cmd
+from kpatch.cli.doctor import doctor_cmd
 from kpatch.cli.explain import explain_cmd
 from kpatch.cli.extract import extract_cmd
 from kpatch.cli.revert import revert_cmd
@@ -21,6 +22,7 @@ from kpatch.cli.rules import rules_cmd
 from kpatch.cli.run import run_cmd
 from kpatch.cli.warm import cache_cmd, warm_cmd
 from kpatch.cli.scan import scan_cmd
+from kpatch.cli.selftest import selftest_cmd
 from kpatch.errors import KpatchError, UsageError, disk_full_reason
 
 
@@ -66,6 +68,8 @@ cli.add_command(rules_cmd)
 cli.add_command(run_cmd)
 cli.add_command(warm_cmd)
 cli.add_command(cache_cmd)
+cli.add_command(doctor_cmd)
+cli.add_command(selftest_cmd)
 
 
 def main() -> None:
