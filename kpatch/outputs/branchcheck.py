@@ -13,14 +13,15 @@ nothing of how the patch was made) and checks that
   original entry instruction or a mitigation in front of it;
 * no function disappeared;
 * every address built from ``s_getpc_b64`` by constant adds within the next
-  :data:`PC_WINDOW` instructions and jumped to (``s_setpc_b64``) or called
-  (``s_swappc_b64``) - Tensile's long branch, a call through a getpc pair -
-  reaches the instruction the original's reached (or a mitigation in front
-  of it).  The arithmetic is evaluated as the hardware does it (32-bit adds
+  :data:`PC_WINDOW` instructions that points at an instruction of the
+  original (Tensile's long branch, MIOpen's Winograd return addresses and
+  subroutine pointers, a call through a getpc pair) points, in the patched
+  object, at the instruction that one became (or a mitigation in front of
+  it).  The arithmetic is evaluated as the hardware does it (32-bit adds
   with carry), in the original and in the patched stream alike, by
   :func:`pc_relative_target`, which shares nothing with the patcher's own
-  scan.  A getpc whose use is further away, through memory or across a
-  branch is not followed.
+  scan.  An address built across a branch, from memory or by other
+  arithmetic is not followed; one that points at data is not compared.
 """
 
 from __future__ import annotations
@@ -121,12 +122,13 @@ def _src(inst, field: str, known: dict[int, int]) -> int | None:
 
 
 def pc_relative_target(insts: Sequence, i: int) -> int | None:
-    """Where the address that ``insts[i]`` (an ``s_getpc_b64``) starts is
-    jumped to or called, when the next :data:`PC_WINDOW` instructions (no
-    branch between) build it by 32-bit constant adds (s_add_u32/s_sub_u32
-    on the low half with carry/borrow into s_addc_u32/s_subb_u32 on the
-    high one, constants from s_mov_b32/s_add_i32/s_sub_i32 of constants) and
-    ``s_setpc_b64``/``s_swappc_b64`` use the pair; None otherwise."""
+    """The address built from ``insts[i]`` (an ``s_getpc_b64``), when the
+    next :data:`PC_WINDOW` instructions (no branch between) build it by
+    32-bit constant adds (s_add_u32/s_sub_u32 on the low half with
+    carry/borrow into s_addc_u32/s_subb_u32 on the high one, constants from
+    s_mov_b32/s_add_i32/s_sub_i32 of constants): its value once the carry
+    reached the high half, or when ``s_setpc_b64``/``s_swappc_b64`` use the
+    pair first; None otherwise."""
     g = insts[i]
     if g.mnemonic != "s_getpc_b64":
         return None
@@ -162,6 +164,8 @@ def pc_relative_target(insts: Sequence, i: int) -> int | None:
                 sr = sa - sb if m == "s_sub_i32" else sa + sb
                 carry = int(not -(1 << 31) <= sr < 1 << 31)
             known[d] = r & _M32
+            if d == lo + 1 and m in ("s_addc_u32", "s_subb_u32") and lo in known:
+                return known[lo] | (known[lo + 1] << 32)  # the carry reached the high half: complete
             continue
         written = [u.index for w in n.writes if w.file == "s" for u in w.units()]
         for r in written:
