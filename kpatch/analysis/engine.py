@@ -18,8 +18,6 @@ Code objects for other processors cannot run on gfx1010 at all.
 from __future__ import annotations
 
 import bisect
-import gc
-from contextlib import contextmanager
 from operator import attrgetter
 
 import numpy as np
@@ -33,6 +31,7 @@ from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
+from kpatch.isa.decoder import no_gc
 
 SUPPORTED_TARGETS = ("gfx1010",)
 STT_FUNC = 2
@@ -113,27 +112,10 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
     return insts, spans
 
 
-@contextmanager
-def no_gc():
-    """Pause the cyclic garbage collector: the analysis allocates many small
-    acyclic objects, and collections they trigger would traverse the large
-    decode caches for nothing."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-_no_gc = no_gc
-
-
 def analyse(co, target: str = "gfx1010") -> Report:
     """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
     for running on ``target``."""
-    with _no_gc():
+    with no_gc():
         return _analyse(co, target)
 
 

@@ -43,13 +43,13 @@ from functools import lru_cache
 
 from kpatch.analysis import analyse
 from kpatch.analysis.decodememo import decode_memo
-from kpatch.analysis.engine import no_gc
+from kpatch.isa.decoder import no_gc
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
 from kpatch.rewrite import headers, residency
-from kpatch.rewrite.edits import Edit, Refusal
-from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext, InstructionMatch
+from kpatch.rewrite.edits import CannotFix, Edit, Refusal
+from kpatch.rewrite.fixes import APPROX_FOR, FIXES, FixContext, InstructionMatch
 from kpatch.analysis.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
@@ -139,11 +139,6 @@ def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[Rul
     return chosen
 
 
-class _KernelRefused(Exception):
-    def __init__(self, reason: str):
-        self.reason = reason
-
-
 def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
     return {k.name: (k.entry, k.entry + (k.code_size or 0)) for k in co.kernels}
 
@@ -212,16 +207,13 @@ def _no_exact_fix(f) -> str:
 
 
 def _edits_for_finding(ctx: FixContext, rule: Rule, finding) -> list[Edit]:
-    """The edits ``rule`` asks for at ``finding``; _KernelRefused when it cannot be done exactly."""
+    """The edits ``rule`` asks for at ``finding``; CannotFix when it cannot be done exactly."""
     if rule.fix is not None:  # the loader accepts only fixes of the registry
-        try:
-            return FIXES[rule.fix](ctx, finding, rule.id)
-        except CannotFix as e:
-            raise _KernelRefused(e.reason) from None
+        return FIXES[rule.fix](ctx, finding, rule.id)
     if not (rule.set_fields or rule.replace is not None or rule.insert_before or rule.insert_after):
         return []  # header actions only
     if finding.address is None:
-        raise _KernelRefused(f"{finding.cls}: rule {rule.id} changes the instruction of the finding, and this "
+        raise CannotFix(f"{finding.cls}: rule {rule.id} changes the instruction of the finding, and this "
                              f"finding is about the whole kernel or object (no instruction)")
     return _instruction_edits(ctx, rule, finding.address, None)
 
@@ -235,14 +227,14 @@ def _instruction_edits(ctx: FixContext, rule: Rule, address: int, inst) -> list[
         if inst is None:
             inst = ctx.code.at(address)
             if inst is None or inst.is_unknown:
-                raise _KernelRefused(f"rule {rule.id} sets fields of the instruction at {address:#x}, "
+                raise CannotFix(f"rule {rule.id} sets fields of the instruction at {address:#x}, "
                                      f"where no instruction of {ctx.kernel.name} kpatch decodes starts")
         changes = {k: v for k, v in rule.set_fields if inst.fields.get(k) != v}
         if changes:
             try:
                 edits.append(Edit(address, "replace", encode(inst, **changes), rule.id))
             except KpatchError as e:
-                raise _KernelRefused(f"rule {rule.id} at {address:#x}: {inst.text()}: {e.reason}") from None
+                raise CannotFix(f"rule {rule.id} at {address:#x}: {inst.text()}: {e.reason}") from None
     if rule.replace is not None:
         edits.append(Edit(address, "replace", _built(rule.replace), rule.id))
     if rule.insert_before:
@@ -295,7 +287,7 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
     into one re-encoding; a rule with other actions (replace, insert_before,
     insert_after, fix) must be the only one that changes the instruction.
     Whatever cannot be performed as the rules say refuses the kernel
-    (_KernelRefused): two rules setting one field to different values, two
+    (CannotFix): two rules setting one field to different values, two
     rules that would each rewrite the instruction, a fix that cannot be done
     exactly."""
     if not rules:
@@ -315,15 +307,12 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
             if r.set_fields and r.fix is None and r.replace is None and not r.insert_before and not r.insert_after:
                 for k, v in r.set_fields:
                     if k in merged and merged[k][0] != v:
-                        raise _KernelRefused(f"rules {merged[k][1]} and {r.id} set {k} of {inst.text()} at "
+                        raise CannotFix(f"rules {merged[k][1]} and {r.id} set {k} of {inst.text()} at "
                                              f"{inst.address:#x} to different values ({merged[k][0]}, {v})")
                     merged.setdefault(k, (v, r.id))
                 continue
             if r.fix is not None:
-                try:
-                    edits = FIXES[r.fix](ctx, InstructionMatch(f"rule {r.id}", inst.address), r.id)
-                except CannotFix as e:
-                    raise _KernelRefused(e.reason) from None
+                edits = FIXES[r.fix](ctx, InstructionMatch(f"rule {r.id}", inst.address), r.id)
             else:
                 edits = _instruction_edits(ctx, r, inst.address, inst)
             if edits:
@@ -334,11 +323,11 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
             try:
                 acts.append((ids, [Edit(inst.address, "replace", encode(inst, **changes), ids[0])]))
             except KpatchError as e:
-                raise _KernelRefused(f"rules {', '.join(ids)} at {inst.address:#x}: {inst.text()}: "
+                raise CannotFix(f"rules {', '.join(ids)} at {inst.address:#x}: {inst.text()}: "
                                      f"{e.reason}") from None
         if len(acts) > 1:
             names = ", ".join(i for ids, _ in acts for i in ids)
-            raise _KernelRefused(f"rules {names} each change {inst.text()} at {inst.address:#x}; kpatch does "
+            raise CannotFix(f"rules {names} each change {inst.text()} at {inst.address:#x}; kpatch does "
                                  f"not combine their actions")
         for ids, edits in acts:
             out.extend(edits)
@@ -430,7 +419,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
             contexts[kr.name] = ctx
         try:
             if kr.unseen:  # its own code; what it calls is checked below (reachable_units)
-                raise _KernelRefused("; ".join(kr.unseen))
+                raise CannotFix("; ".join(kr.unseen))
             for f in kr.findings:
                 if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
                     continue
@@ -440,15 +429,15 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                     used.append(a.id)
                     continue
                 if f.fix is None:
-                    raise _KernelRefused(_no_exact_fix(f))
+                    raise CannotFix(_no_exact_fix(f))
                 rule = by_finding.get(f.cls)
                 where = f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
                 if rule is None:
-                    raise _KernelRefused(f"{where} needs rule set {f.fix}, which was not chosen")
+                    raise CannotFix(f"{where} needs rule set {f.fix}, which was not chosen")
                 acts = rule.header_actions("kernel")
                 if acts:
                     if into is fn_outcomes:
-                        raise _KernelRefused(f"{where} in a device function: rule {rule.id} sets "
+                        raise CannotFix(f"{where} in a device function: rule {rule.id} sets "
                                              f"{', '.join(k for k, _ in acts)} of the kernel, a property of the "
                                              f"calling kernels, which kpatch does not set from a callee")
                     kernel_headers.setdefault(rule.id, (rule, f.cls))
@@ -460,12 +449,12 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
                 taken = {e.address: e.rule for e in edits if e.action == "replace"}
                 clash = next((e for e in pe if e.action == "replace" and e.address in taken), None)
                 if clash is not None:  # never drop what a rule says silently
-                    raise _KernelRefused(f"rule {clash.rule} and the fix of rule {taken[clash.address]} both "
+                    raise CannotFix(f"rule {clash.rule} and the fix of rule {taken[clash.address]} both "
                                          f"rewrite the instruction at {clash.address:#x}; kpatch does not "
                                          f"combine them")
                 edits.extend(pe)
                 used.extend(pe_rules)
-        except _KernelRefused as e:
+        except CannotFix as e:
             into[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
             continue
         cu = [cls for r, cls in kernel_headers.values() if ("wgp_mode", False) in r.header]
@@ -528,7 +517,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
             base = headers.perform(base, kernel_actions, object_headers)
         except KpatchError as e:
             done["note"] = e.reason
-            raise _KernelRefused(f"header rewrite failed: {e.reason}") from None
+            raise CannotFix(f"header rewrite failed: {e.reason}") from None
         if result.data == data and base == data and not any(o.status == "patched" for o in outcomes.values()):
             return None
         applied = sorted({r for o in outcomes.values() for r in o.rules})
@@ -539,13 +528,13 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         try:
             return base, dict([provenance_section(base, rec)])
         except KpatchError as e:
-            raise _KernelRefused(f"cannot record provenance: {e.reason}") from None
+            raise CannotFix(f"cannot record provenance: {e.reason}") from None
 
     try:
         result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=finalize)
     except Refusal as e:
         return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
-    except _KernelRefused as e:
+    except CannotFix as e:
         return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False,
                            note=done.get("note", e.reason))
     relocated, rec = done["relocations"], done.get("record")
