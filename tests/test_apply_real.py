@@ -16,7 +16,7 @@ from conftest import FIXTURES, run_kpatch
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.data import sample_db_path
-from kpatch.outputs.branchcheck import check_branches
+from kpatch.diff.branchcheck import check_branches
 from kpatch.rewrite.patcher import patch_code_object
 from kpatch.rewrite.provenance import read_provenance
 

@@ -11,7 +11,7 @@ import pytest
 
 from kpatch.cli.main import COMMANDS, cli, command_docstring
 
-HEAVY = ("numpy", "kpatch.analysis.engine", "kpatch.rewrite.patcher", "kpatch.isa.decoder", "kpatch.outputs")
+HEAVY = ("numpy", "kpatch.analysis.engine", "kpatch.rewrite.patcher", "kpatch.isa.decoder", "kpatch.apply", "kpatch.diff")
 
 PROBE = """
 import sys

@@ -40,7 +40,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_
 
 from kpatch.codeobject import CodeObject
-from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
+from kpatch.elf.reader import SHN_UNDEF, STT_FUNC
 from kpatch.analysis.decodememo import decode_ranges
 from kpatch.isa.instruction import Instruction
 

@@ -30,11 +30,11 @@ from kpatch.analysis.decodememo import decode_ranges
 from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
+from kpatch.elf.reader import STT_FUNC
 from kpatch.errors import UsageError
 from kpatch.isa.decoder import no_gc
 
 SUPPORTED_TARGETS = ("gfx1010",)
-STT_FUNC = 2
 _ADDRESS = attrgetter("address")
 S_CODE_END = bytes.fromhex("00009fbf")  # 0xBF9F0000
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from kpatch.codeobject.descriptor import KD_SIZE, KernelDescriptor
-from kpatch.codeobject.elf import (
+from kpatch.elf.reader import (
     ELFOSABI_AMDGPU_HSA, ELFOSABI_NAMES, EM_AMDGPU, ET_DYN, ET_EXEC, ET_REL, SHN_UNDEF,
     STT_AMDGPU_HSA_KERNEL, STT_FUNC, ElfFile, Note, Section, Symbol)
 from kpatch.codeobject.metadata import (

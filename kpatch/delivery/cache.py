@@ -44,9 +44,9 @@ from typing import Iterable, Iterator
 import kpatch
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, internal_reason
-from kpatch.outputs.blobpatch import blob_kind, patch_blob
-from kpatch.outputs.files import write_atomic
-from kpatch.outputs.patchfn import (
+from kpatch.apply.blob import blob_kind, patch_blob
+from kpatch.atomicfile import write_atomic
+from kpatch.apply.modes import (
     DEFAULT_RULE_SETS, SOURCE_PROCESSOR, KernelOutcome, default_patch_fn, default_provenance_fn)
 
 #: record statuses (see the module doc)
@@ -235,7 +235,7 @@ def segment_changes(original: bytes, patched: bytes) -> list[str]:
 
 def patch_into_cache(data: bytes, mode: str, directory: str) -> Record:
     """Patch one bare code object exactly as ``kpatch apply FILE -o OUT
-    --mode MODE`` does (:func:`kpatch.outputs.blobpatch.patch_blob` with the
+    --mode MODE`` does (:func:`kpatch.apply.blob.patch_blob` with the
     mode's default rule sets) and store the entry.  Every outcome is stored,
     a refusal or a failure too (status ``refused`` / ``error`` with the
     reason), so the hook does not retry it on every load.  OSError if the

@@ -28,7 +28,7 @@ from typing import Callable
 from kpatch.codeobject import CodeObject, KernelDescriptor, Metadata, TargetId, e_flags_for
 from kpatch.codeobject.target import mach_for_processor
 from kpatch.codeobject.descriptor import KD_SIZE
-from kpatch.codeobject.elf import EHDR, NHDR, SHT_NOTE, ElfFile, Note
+from kpatch.elf.reader import EHDR, NHDR, SHT_NOTE, ElfFile, Note
 from kpatch.codeobject.metadata import encode_metadata, spread_metadata
 from kpatch.errors import UsageError
 

@@ -63,7 +63,7 @@ from functools import lru_cache
 from typing import Callable
 
 from kpatch.codeobject import CodeObject
-from kpatch.codeobject.elf import ET_REL, SHT_NULL
+from kpatch.elf.reader import ET_REL, SHF_EXECINSTR, SHT_NULL
 from kpatch.errors import UsageError
 from kpatch.isa import TARGETS, decode, encode
 from kpatch.analysis.codescan import Problem, TextScan, is_pc_relative, scan_text
@@ -74,7 +74,6 @@ from kpatch.rewrite.textlayout import TextLayout, layout_text
 __all__ = ["RewriteResult", "apply_edits", "rewrite", "set_e_flags", "set_metadata",
            "set_descriptor_field"]
 
-SHF_EXECINSTR = 0x4
 
 
 @dataclass

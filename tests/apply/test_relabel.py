@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kpatch.errors import FormatError
-from kpatch.outputs.blobpatch import patch_blob
-from kpatch.outputs.relabel import relabel_code_object, relabel_patch_fn
+from kpatch.apply.blob import patch_blob
+from kpatch.apply.relabel import relabel_code_object, relabel_patch_fn
 
 from .conftest import (
     BUNDLER15, BUNDLER19, OBJDUMP, READELF, fixture, no_provenance, read, readelf_flags, readelf_target, run)

@@ -24,10 +24,10 @@ import struct
 from typing import Any
 
 from kpatch.codeobject import CodeObject, TargetId, decode_metadata, e_flags_for, encode_metadata
-from kpatch.codeobject.elf import EHDR
+from kpatch.elf.reader import EHDR
 from kpatch.codeobject.metadata import KEY_TARGET
 from kpatch.errors import FormatError, KpatchError
-from kpatch.outputs.patchfn import KernelOutcome, PatchResult
+from kpatch.apply.modes import KernelOutcome, PatchResult
 
 RULE = "relabel-gfx1030"
 FROM_PROCESSOR = "gfx1010"

@@ -63,7 +63,7 @@ from typing import Iterator
 from kpatch.containers.kdb import (
     INSERT_SQL, SCHEMA_SQL, KdbEntry, KernelDB, encode_blob, key_param, key_text)
 from kpatch.errors import FormatError, KpatchError, UsageError
-from kpatch.outputs.files import new_file_mode
+from kpatch.atomicfile import new_file_mode
 
 BACKUP_TAG = ".kpatch-backup-"
 #: Suffix of the "there was no DB" markers older kpatch versions wrote (listed, never restored).

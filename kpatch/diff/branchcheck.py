@@ -1,7 +1,7 @@
 """Does a patched code object keep the original's control flow?
 
 :func:`check_branches` aligns the original and patched instruction streams
-function by function (:func:`kpatch.outputs.align.align`, which knows
+function by function (:func:`kpatch.diff.align.align`, which knows
 nothing of how the patch was made) and checks that
 
 * every original branch (SOPP branches, ``s_call_b64``) is still there, with
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kpatch.codeobject import CodeObject
-from kpatch.outputs.align import INSERTED, REMOVED, Op, align
-from kpatch.outputs.units import Unit, decode_target, units
+from kpatch.diff.align import INSERTED, REMOVED, Op, align
+from kpatch.diff.functions import Unit, decode_target, units
 
 WRONG_TARGET = "wrong-target"
 REMOVED_BRANCH = "removed-branch"

@@ -1,7 +1,7 @@
 """`kpatch apply FILE -o OUT`: one code object, bundle, CCOB or host library.
 
 A code object, plain bundle or CCOB is patched as a whole
-(:func:`kpatch.outputs.blobpatch.patch_blob`) and written to OUT atomically.
+(:func:`kpatch.apply.blob.patch_blob`) and written to OUT atomically.
 
 A host ELF file (HIP executable or shared library) keeps its layout: each
 bundle in ``.hip_fatbin`` is patched and written back at the same file
@@ -36,11 +36,11 @@ from kpatch.containers.discover import sniff
 from kpatch.containers.hostelf import FATBIN_SECTION, FatbinBundle, find_fatbin_bundles
 from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
-from kpatch.outputs.apply_db import ChangeFn
-from kpatch.outputs.blobpatch import blob_kind, patch_blob
-from kpatch.outputs.files import new_file_mode, write_atomic
-from kpatch.outputs.miopen_paths import check_output_dir
-from kpatch.outputs.patchfn import KernelOutcome, PatchFn, ProvenanceFn
+from kpatch.apply.db import ChangeFn
+from kpatch.apply.blob import blob_kind, patch_blob
+from kpatch.atomicfile import new_file_mode, write_atomic
+from kpatch.miopen.paths import check_output_dir
+from kpatch.apply.modes import KernelOutcome, PatchFn, ProvenanceFn
 
 PART_STATUSES = ("changed", "unchanged", "refused", "error")
 

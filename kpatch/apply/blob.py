@@ -26,7 +26,7 @@ from kpatch.containers.bundle import (
     parse_bundle, parse_ccob_header, write_bundle)
 from kpatch.containers.discover import sniff
 from kpatch.errors import FormatError
-from kpatch.outputs.patchfn import (
+from kpatch.apply.modes import (
     RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, PatchResult, ProvenanceFn, adapt_result)
 
 @dataclass

@@ -12,7 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
-from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
+from kpatch.elf.reader import SHN_UNDEF, STT_FUNC
 from kpatch.isa import TARGETS, disassemble
 
 WHOLE_TEXT = ".text"

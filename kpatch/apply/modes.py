@@ -10,7 +10,7 @@ unchanged), ``kernels`` (one outcome per kernel: ``name``, ``status`` in
 ``changed``.  This module holds kpatch's own copy of those result types and
 adapts whatever object the engine returns to them (by attribute), so the
 orchestration never depends on the engine's classes.  ``--mode relabel``
-needs no rules engine: it uses :func:`kpatch.outputs.relabel.relabel_code_object`.
+needs no rules engine: it uses :func:`kpatch.apply.relabel.relabel_code_object`.
 
 The provenance check (``kpatch.rewrite.provenance.read_provenance``) is
 adapted the same way: until it exists, nothing counts as already patched
@@ -26,7 +26,7 @@ from typing import Any, Callable
 from kpatch.errors import UsageError
 from kpatch.rewrite.patcher import DEFAULT_RULE_SETS as ENGINE_DEFAULTS
 
-#: The modes of `kpatch apply` (see kpatch/outputs/device.py for the default;
+#: The modes of `kpatch apply` (see kpatch/miopen/device.py for the default;
 #: ``harden`` is only chosen by ``--mode``).
 MODES = ("override", "native", "relabel", "harden")
 
@@ -111,7 +111,7 @@ def default_patch_fn(mode: str) -> PatchFn:
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r} (choose {', '.join(MODES)})")
     if mode == "relabel":
-        from kpatch.outputs.relabel import relabel_patch_fn
+        from kpatch.apply.relabel import relabel_patch_fn
 
         return relabel_patch_fn
     fn = _optional("kpatch.rewrite.patcher", "patch_code_object")
