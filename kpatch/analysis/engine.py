@@ -114,7 +114,12 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
 
 def analyse(co, target: str = "gfx1010") -> Report:
     """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
-    for running on ``target``."""
+    for running on ``target``.
+
+    Threads: the decode memo is per thread, but the decoder's caches
+    (:func:`kpatch.isa.decoder.cache_for`) and the ELF symbol memo are shared
+    by the process and not locked; call this from one thread at a time (kpatch
+    runs parallel work in processes)."""
     with no_gc():
         return _analyse(co, target)
 

@@ -4,8 +4,9 @@ What the rewriter (:mod:`kpatch.rewrite`) does to one code object, this
 package does to the places code objects live, whole or not at all:
 
 * :mod:`.modes` -- the modes (override, native, relabel, harden), the rule
-  sets each uses, the patch function each calls and the result types apply
-  reads (:class:`~.modes.KernelOutcome`, :class:`~.modes.PatchResult`).
+  sets each uses and the patch function each calls.
+* :mod:`.outcome` -- what apply reads back from a patch function
+  (:class:`~.outcome.KernelOutcome`, :class:`~.outcome.PatchResult`).
 * :mod:`.relabel` -- ``--mode relabel``: the target label changed, code unchanged.
 * :mod:`.blob` -- one blob: a code object, a clang offload bundle or a CCOB.
 * :mod:`.db` -- a MIOpen kernel DB into a user DB (:mod:`.userdb` writes it,

@@ -26,8 +26,8 @@ from kpatch.containers.bundle import (
     parse_bundle, parse_ccob_header, write_bundle)
 from kpatch.containers.discover import sniff
 from kpatch.errors import FormatError
-from kpatch.apply.modes import (
-    RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, PatchResult, ProvenanceFn, adapt_result)
+from kpatch.apply.modes import RESULT_PROCESSOR, SOURCE_PROCESSOR
+from kpatch.apply.outcome import KernelOutcome, PatchFn, PatchResult, ProvenanceFn, adapt_result
 
 @dataclass
 class BlobResult:

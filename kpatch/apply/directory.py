@@ -64,7 +64,8 @@ from kpatch.apply.db import ChangeFn, jobs_for
 from kpatch.apply.file import FileApplyResult, PartReport, apply_to_file
 from kpatch.atomicfile import new_file_mode
 from kpatch.miopen.paths import check_output_dir
-from kpatch.apply.modes import SOURCE_PROCESSOR, PatchFn, ProvenanceFn
+from kpatch.apply.modes import SOURCE_PROCESSOR
+from kpatch.apply.outcome import PatchFn, ProvenanceFn
 
 #: What became of one file of DIR in OUTDIR.
 FILE_STATUSES = ("patched", "unchanged", "refused", "copied", "error")

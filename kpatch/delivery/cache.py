@@ -46,8 +46,8 @@ from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, internal_reason
 from kpatch.apply.blob import blob_kind, patch_blob
 from kpatch.atomicfile import write_atomic
-from kpatch.apply.modes import (
-    DEFAULT_RULE_SETS, SOURCE_PROCESSOR, KernelOutcome, default_patch_fn, default_provenance_fn)
+from kpatch.apply.modes import DEFAULT_RULE_SETS, SOURCE_PROCESSOR, default_patch_fn, default_provenance_fn
+from kpatch.apply.outcome import KernelOutcome
 
 #: record statuses (see the module doc)
 STATUSES = ("patched", "partial", "safe", "refused", "error")

@@ -58,7 +58,6 @@ from kpatch.rewrite.rules import Rule, RuleSet, load_all
 MADE_SAFE_FOR = "gfx1010"
 KEEPS = ("keep-legacy-mad",)  # approximation fixes that leave the instruction as it is
 SOURCE_ISA = "gfx1030"
-MODES = ("override", "native", "harden")
 DEFAULT_RULE_SETS = {
     "override": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
     "native": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc", "retarget-gfx1010"),
@@ -66,6 +65,8 @@ DEFAULT_RULE_SETS = {
     # unchanged for gfx1010): the same hardware fixes, and the label stays
     "harden": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
 }
+#: The modes the rules engine patches for: one per default rule set.
+MODES = tuple(DEFAULT_RULE_SETS)
 #: Modes whose output replaces what the runtime builds for gfx1010 itself: an
 #: object is written whole or not at all.
 ALL_OR_NOTHING = ("native", "harden")

@@ -586,5 +586,3 @@ def _fix_descriptors(co: CodeObject, layout: ElfLayout, amap: AddressMap,
         by_index[i] = bytes(b)
     return fixed
 
-
-from kpatch.rewrite.headers import set_descriptor_field, set_e_flags, set_metadata  # noqa: E402,F401
