@@ -43,6 +43,7 @@ from kpatch.codeobject import CodeObject
 from kpatch.elf.reader import SHN_UNDEF, STT_FUNC
 from kpatch.analysis.decodememo import decode_ranges
 from kpatch.isa.instruction import Instruction
+from kpatch.isa.operands import inline_int
 
 S_CODE_END = 0xBF9F0000
 S_NOP_0 = 0xBF800000
@@ -322,12 +323,10 @@ def _problem(scan: TextScan, ui: int, address: int, cls: str, kind: str, reason:
 
 
 def _inline_u32(code: int) -> int | None:
-    """The 32-bit value of an inline-constant scalar source (0..64, -1..-16)."""
-    if 128 <= code <= 192:
-        return code - 128
-    if 193 <= code <= 208:
-        return (-(code - 192)) & 0xFFFFFFFF
-    return None
+    """The 32-bit value of an inline integer constant scalar source (0..64,
+    -1..-16); None for anything else (the float constants too)."""
+    i = inline_int(code)
+    return None if i is None else i & 0xFFFFFFFF
 
 
 def _sources(ins: Instruction) -> tuple[int, int]:

@@ -33,6 +33,7 @@ from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, ve
 from kpatch.elf.reader import STT_FUNC
 from kpatch.errors import UsageError
 from kpatch.isa.decoder import no_gc
+from kpatch.isa.tables import table_for
 
 SUPPORTED_TARGETS = ("gfx1010",)
 _ADDRESS = attrgetter("address")
@@ -40,12 +41,9 @@ S_CODE_END = bytes.fromhex("00009fbf")  # 0xBF9F0000
 
 
 def decode_family(processor: str) -> str | None:
-    """The ISA table kpatch decodes a processor's code with (None: not GFX10)."""
-    if processor.startswith("gfx101"):
-        return "gfx1010"
-    if processor.startswith("gfx103"):
-        return "gfx1030"
-    return None
+    """The ISA table the analysis decodes a processor's code with (None: not
+    GFX10): :func:`kpatch.isa.tables.table_for`'s family rule."""
+    return table_for(processor, family=True)
 
 
 def _strip_code_end(code: bytes) -> bytes:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
 from kpatch.elf.reader import SHN_UNDEF, STT_FUNC
-from kpatch.isa import TARGETS, disassemble
+from kpatch.isa import disassemble
+from kpatch.isa.tables import table_for
 
 WHOLE_TEXT = ".text"
 
@@ -39,8 +40,7 @@ def decode_target(co: CodeObject, override: str | None = None) -> str | None:
     own processor when kpatch has its table, else None (not decodable)."""
     if override:
         return override
-    proc = co.target.processor if co.target is not None else ""
-    return proc if proc in TARGETS else None
+    return table_for(co.target.processor if co.target is not None else None)
 
 
 def text_symbols(co: CodeObject) -> list[tuple[int, str]]:

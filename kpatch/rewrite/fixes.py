@@ -62,11 +62,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kpatch.analysis.detectors.encoding import signed12
 from kpatch.codeobject import CodeObject
 from kpatch.isa import build, decode, encode
 from kpatch.isa import formats as F
 from kpatch.isa.dots import INT_DOTS, int_dot
+from kpatch.isa.operands import inline_code, signed12
 from kpatch.rewrite.edits import CannotFix, Edit
 from kpatch.rewrite.spareregs import KernelCode, VgprBudget
 
@@ -125,7 +125,7 @@ class FixContext:
 
 def _src(value: int) -> tuple[int, int | None]:
     """9-bit source and literal for the integer ``value``."""
-    inline = build.inline_int(value)
+    inline = inline_code(value)
     return (inline, None) if inline is not None else (SRC_LITERAL, value & 0xFFFFFFFF)
 
 

@@ -44,9 +44,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kpatch.analysis.detectors.mimg import clause_length
 from kpatch.codeobject import CodeObject
 from kpatch.isa import decode
+from kpatch.isa.operands import clause_length
 from kpatch.isa.tables import IMPLICIT_FORMATS, implicit_uses
 from kpatch.rewrite import residency
 from kpatch.rewrite.edits import CannotFix
