@@ -40,7 +40,6 @@ from itertools import compress, repeat
 from operator import attrgetter, is_
 
 from kpatch.codeobject import CodeObject
-from kpatch.elf.reader import SHN_UNDEF, STT_FUNC
 from kpatch.analysis.decodememo import decode_ranges
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.operands import inline_int
@@ -183,10 +182,8 @@ def _func_ranges(co: CodeObject, text_index: int, text_start: int, text_end: int
     """(start, size, name, is_kernel) of every function symbol and kernel entry in .text."""
     kernels = {k.entry: k.name for k in co.kernels}
     found: dict[int, list] = {}
-    for s in co.symbols():
-        if s.type != STT_FUNC or s.shndx != text_index or s.shndx == SHN_UNDEF:
-            continue
-        if not text_start <= s.value < text_end:
+    for s in co.function_symbols():
+        if s.shndx != text_index or not text_start <= s.value < text_end:
             continue
         cur = found.get(s.value)
         if cur is None:

@@ -30,7 +30,6 @@ from kpatch.analysis.decodememo import decode_ranges
 from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
-from kpatch.elf.reader import STT_FUNC
 from kpatch.errors import UsageError
 from kpatch.isa.decoder import no_gc
 from kpatch.isa.tables import table_for
@@ -65,9 +64,7 @@ def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
     kernel_names = {k.name for k in kernels}
     funcs = []
     starts = set()
-    for s in co.symbols():
-        if s.type != STT_FUNC or s.shndx == 0:
-            continue
+    for s in co.function_symbols():
         if t_addr <= s.value < t_addr + len(text):
             starts.add(s.value - t_addr)
             if s.name not in kernel_names and s.size and s.name not in (f[0] for f in funcs):

@@ -12,7 +12,6 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
-from kpatch.elf.reader import SHN_UNDEF, STT_FUNC
 from kpatch.isa import disassemble
 from kpatch.isa.tables import table_for
 
@@ -64,9 +63,8 @@ def function_ranges(co: CodeObject) -> list[tuple[str, int, int]]:
         return []
     lo, hi = text.addr, text.addr + text.size
     seen: dict[str, tuple[str, int, int]] = {}
-    for s in co.symbols():
-        if (s.type == STT_FUNC and s.shndx != SHN_UNDEF and s.size > 0 and s.name
-                and lo <= s.value and s.value + s.size <= hi and s.name not in seen):
+    for s in co.function_symbols():
+        if s.size > 0 and s.name and lo <= s.value and s.value + s.size <= hi and s.name not in seen:
             seen[s.name] = (s.name, s.value, s.value + s.size)
     return sorted(seen.values(), key=lambda r: (r[1], r[0]))
 
