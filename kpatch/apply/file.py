@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 from elftools.common.exceptions import ELFError
@@ -38,7 +37,7 @@ from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
 from kpatch.apply.db import ChangeFn
 from kpatch.apply.blob import blob_kind, patch_blob
-from kpatch.atomicfile import new_file_mode, write_atomic
+from kpatch.atomicfile import new_file_mode, replacing, write_atomic
 from kpatch.miopen.paths import check_output_dir
 from kpatch.apply.outcome import KernelOutcome, PatchFn, ProvenanceFn
 
@@ -217,10 +216,8 @@ def _apply_host(path: str, out: str, result: FileApplyResult, dry_run: bool, kw:
 
 def _write_patched_copy(path: str, out: str, writes: list[tuple[int, bytes, int]]) -> None:
     """Copy ``path`` next to ``out``, overwrite the bundles, rename over ``out``."""
-    directory = os.path.dirname(os.path.abspath(out))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.kpatch-", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
+    with replacing(out, prefix=f".{os.path.basename(out)}.kpatch-", suffix=".tmp") as (fd, tmp):
+        os.close(fd)
         shutil.copyfile(path, tmp)
         # a new file's mode (0644 under umask 022; 0755 if the source is executable): not mkstemp's 0600
         os.chmod(tmp, new_file_mode(executable=bool(os.stat(path).st_mode & 0o111)))
@@ -232,10 +229,3 @@ def _write_patched_copy(path: str, out: str, writes: list[tuple[int, bytes, int]
                     f.write(bytes(old_size - len(data)))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
