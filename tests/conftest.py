@@ -31,7 +31,8 @@ def run_kpatch(*args: str, cwd: str | None = None, env: dict | None = None) -> s
 def kpatch_in_process(*args: str, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """:func:`run_kpatch`, but inside this process: the command's own
     ``main()`` (so its exit status and error lines are the command's), with
-    the same environment and working directory, stdout and stderr captured.
+    the same environment (``env``: variables to set, or with None to unset)
+    and working directory, stdout and stderr captured.
     For tests that check only what kpatch prints and returns: no interpreter
     start-up per call."""
     import contextlib
@@ -42,8 +43,11 @@ def kpatch_in_process(*args: str, cwd: str | None = None, env: dict | None = Non
     e = dict(os.environ)
     e.pop("KPATCH_DEBUG", None)
     e["KPATCH_NO_PROGRESS"] = "1"
-    if env:
-        e.update(env)
+    for k, v in (env or {}).items():  # a value None: the variable is unset
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
     saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, os.getcwd()
     out, err = io.StringIO(), io.StringIO()
     try:
