@@ -32,6 +32,7 @@ from elftools.elf.elffile import ELFFile
 
 from kpatch.containers.bundle import subset_bundle
 from kpatch.containers.discover import sniff
+from kpatch.containers.limits import open_input
 from kpatch.containers.hostelf import FATBIN_SECTION, FatbinBundle, find_fatbin_bundles
 from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
@@ -80,15 +81,8 @@ class FileApplyResult:
 
 
 def _read_head(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(64)
-    except FileNotFoundError:
-        raise UsageError("no such file", path) from None
-    except IsADirectoryError:
-        raise UsageError("is a directory", path) from None
-    except OSError as e:
-        raise UsageError(f"cannot read: {e.strerror}", path) from None
+    with open_input(path) as f:
+        return f.read(64)
 
 
 def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
