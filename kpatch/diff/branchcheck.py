@@ -23,7 +23,7 @@ from typing import Sequence
 
 from kpatch.codeobject import CodeObject
 from kpatch.diff.align import INSERTED, REMOVED, Op, align
-from kpatch.diff.functions import Unit, decode_target, units
+from kpatch.diff.functions import DiffUnit, decode_target, units
 
 WRONG_TARGET = "wrong-target"
 REMOVED_BRANCH = "removed-branch"
@@ -59,7 +59,7 @@ def _target(inst) -> int | None:
 class _Mapped:
     """One aligned pair of units: where each original instruction went."""
 
-    def __init__(self, old: Unit, new: Unit, ops: Sequence[Op]):
+    def __init__(self, old: DiffUnit, new: DiffUnit, ops: Sequence[Op]):
         self.old, self.new, self.ops = old, new, list(ops)
         self.pos = {op.old: p for p, op in enumerate(self.ops) if op.old is not None}
 
@@ -89,9 +89,9 @@ class _Mapped:
         return out
 
 
-def check_aligned(pairs: Sequence[tuple[Unit, Unit | None, Sequence[Op] | None]],
+def check_aligned(pairs: Sequence[tuple[DiffUnit, DiffUnit | None, Sequence[Op] | None]],
                   entries: Sequence[tuple[str, int, int]] = (),
-                  added: Sequence[Unit] = ()) -> list[BranchProblem]:
+                  added: Sequence[DiffUnit] = ()) -> list[BranchProblem]:
     """Branch problems given already-aligned unit pairs ``(old, new, ops)``
     (``new``/``ops`` None for a function missing in the patched object),
     kernel entries ``(name, old_entry, new_entry)``, and units only in the

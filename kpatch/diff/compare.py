@@ -31,7 +31,7 @@ from kpatch.data import expand
 from kpatch.errors import FormatError, KpatchError
 from kpatch.diff.align import CHANGED, EQUAL, INSERTED, OP_KINDS, REMOVED, FieldChange, Op, align, fmt_value
 from kpatch.diff.branchcheck import BranchProblem, check_aligned
-from kpatch.diff.functions import Unit, decode_target, units
+from kpatch.diff.functions import DiffUnit, decode_target, units
 
 IDENTICAL, DIFFERENT, ADDED, MISSING = "identical", "changed", "added", "removed"
 
@@ -345,13 +345,13 @@ def _tree(a, b, path: str, out: list[FieldChange]) -> None:
 
 # -- code ------------------------------------------------------------------------------------
 
-def _rows(old: Unit, new: Unit, ops: Sequence[Op]) -> list[Row]:
+def _rows(old: DiffUnit, new: DiffUnit, ops: Sequence[Op]) -> list[Row]:
     return [Row(op.kind, old.insts[op.old] if op.old is not None else None,
                 new.insts[op.new] if op.new is not None else None, op.changes)
             for op in ops]
 
 
-def _rows_for(us: Unit, kind: str) -> list[Row]:
+def _rows_for(us: DiffUnit, kind: str) -> list[Row]:
     if kind == ADDED:
         return [Row(INSERTED, None, i) for i in us.insts]
     return [Row(REMOVED, i, None) for i in us.insts]

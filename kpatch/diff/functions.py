@@ -19,7 +19,7 @@ WHOLE_TEXT = ".text"
 
 
 @dataclass
-class Unit:
+class DiffUnit:
     """One function (or the whole ``.text``): its name, whether it is a
     kernel, its address range and its instructions."""
 
@@ -69,7 +69,7 @@ def function_ranges(co: CodeObject) -> list[tuple[str, int, int]]:
     return sorted(seen.values(), key=lambda r: (r[1], r[0]))
 
 
-def units(co: CodeObject, target: str | None) -> list[Unit]:
+def units(co: CodeObject, target: str | None) -> list[DiffUnit]:
     """The units of ``co``; instructions are decoded when ``target`` is given."""
     text = co.section(".text")
     if text is None:
@@ -77,9 +77,9 @@ def units(co: CodeObject, target: str | None) -> list[Unit]:
     kernels = {k.name for k in co.kernels}
     ranges = function_ranges(co)
     if ranges:
-        out = [Unit(n, "kernel" if n in kernels else "function", s, e) for n, s, e in ranges]
+        out = [DiffUnit(n, "kernel" if n in kernels else "function", s, e) for n, s, e in ranges]
     else:
-        out = [Unit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
+        out = [DiffUnit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
     if target is not None:
         insts = disassemble(co.text, target, text.addr, [a for a, _ in text_symbols(co)])
         addrs = [i.address for i in insts]

@@ -68,7 +68,7 @@ from kpatch.errors import UsageError
 from kpatch.isa import TARGETS, decode, encode
 from kpatch.isa.operands import inline_code
 from kpatch.isa.tables import table_for
-from kpatch.analysis.codescan import Problem, TextScan, is_pc_relative, scan_text
+from kpatch.analysis.codescan import RelocationProblem, TextScan, is_pc_relative, scan_text
 from kpatch.rewrite.edits import Edit, Refusal, Slot, group_edits
 from kpatch.rewrite.elfpatch import AddressMap, ElfLayout, write
 from kpatch.rewrite.textlayout import TextLayout, layout_text
@@ -395,7 +395,7 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
             if e.kind != "data-target" or scan is None or not slots or e.address is None:
                 raise
             ui = scan.unit_at(e.address)
-            scan.problems.append(Problem(scan.units[ui].name, e.address, "A", e.kind, e.reason, ui))
+            scan.problems.append(RelocationProblem(scan.units[ui].name, e.address, "A", e.kind, e.reason, ui))
     raise Refusal("cannot relocate: PC-relative targets could not be placed", kind="data-target")
 
 
