@@ -28,6 +28,48 @@ def run_kpatch(*args: str, cwd: str | None = None, env: dict | None = None) -> s
     )
 
 
+def kpatch_in_process(*args: str, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """:func:`run_kpatch`, but inside this process: the command's own
+    ``main()`` (so its exit status and error lines are the command's), with
+    the same environment (``env``: variables to set, or with None to unset)
+    and working directory, stdout and stderr captured.
+    For tests that check only what kpatch prints and returns: no interpreter
+    start-up per call."""
+    import contextlib
+    import io
+
+    from kpatch.cli.main import main
+
+    e = dict(os.environ)
+    e.pop("KPATCH_DEBUG", None)
+    e["KPATCH_NO_PROGRESS"] = "1"
+    for k, v in (env or {}).items():  # a value None: the variable is unset
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(e)
+        if cwd:
+            os.chdir(cwd)
+        sys.argv = ["kpatch", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as x:
+                code = x.code if isinstance(x.code, int) else (0 if x.code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+    return subprocess.CompletedProcess(["kpatch", *args], code, out.getvalue(), err.getvalue())
+
+
 def need_tool(name: str) -> str:
     path = shutil.which(name) or (name if os.path.exists(name) else None)
     if not path:

@@ -12,11 +12,11 @@ import subprocess
 import pytest
 
 from apply.conftest import miopen_select
-from conftest import FIXTURES, run_kpatch
+from conftest import FIXTURES, kpatch_in_process
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.data import sample_db_path
-from kpatch.outputs.branchcheck import check_branches
+from kpatch.diff.branchcheck import check_branches
 from kpatch.rewrite.patcher import patch_code_object
 from kpatch.rewrite.provenance import read_provenance
 
@@ -32,7 +32,7 @@ def rows(path):
 @pytest.mark.parametrize("mode,cu,name", [("override", 18, "gfx1030_18.ukdb"), ("native", 20, "gfx1010_20.ukdb")])
 def test_apply_sample_db_end_to_end(tmp_path, mode, cu, name):
     out = tmp_path / "cache"
-    p = run_kpatch("apply", "--db", "@sample", "--mode", mode, "--cu", str(cu), "--out-dir", str(out), "--json")
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", mode, "--cu", str(cu), "--out-dir", str(out), "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     print(mode, {k: v for k, v in doc.items() if not isinstance(v, (list, dict))})
@@ -56,7 +56,7 @@ def test_apply_sample_db_end_to_end(tmp_path, mode, cu, name):
             assert co.target_id == ("gfx1030" if mode == "override" else "gfx1010:xnack-")
             assert prov["made_safe_for"] == "gfx1010"
     before = db.read_bytes()
-    p = run_kpatch("apply", "--db", "@sample", "--mode", mode, "--cu", str(cu), "--out-dir", str(out))
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", mode, "--cu", str(cu), "--out-dir", str(out))
     assert p.returncode == 0, p.stderr
     assert db.read_bytes() == before, "a second apply must change nothing"
 
@@ -132,7 +132,7 @@ def test_cli_default_rule_sets_are_the_engines(tmp_path):
     rocPRIM's WGP-mode kernels get CU mode (KM001) and its FLAT offsets are
     folded (KI003) - nothing is refused for a rule set left out."""
     src = os.path.join(FIXTURES, "rocprim", "rocprim_algos.gfx1030.hsaco")
-    p = run_kpatch("apply", src, "-o", str(tmp_path / "out.hsaco"), "--mode", "override", "--json")
+    p = kpatch_in_process("apply", src, "-o", str(tmp_path / "out.hsaco"), "--mode", "override", "--json")
     assert p.returncode == 0, p.stderr
     kernels = [k for part in json.loads(p.stdout)["parts"] for k in part["kernels"]]
     assert not [k for k in kernels if k["status"] == "refused"]
@@ -155,11 +155,11 @@ def test_host_library_drop_other_targets(tmp_path, librocrand):
     bundler = "/usr/lib/llvm-15/bin/clang-offload-bundler"
     need_tool("llvm-objcopy-16")
     out = tmp_path / "librocrand.so"
-    p = run_kpatch("apply", librocrand, "-o", str(out), "--mode", "override", "--json")
+    p = kpatch_in_process("apply", librocrand, "-o", str(out), "--mode", "override", "--json")
     doc = json.loads(p.stdout)
     [part] = doc["parts"]
     assert part["status"] == "refused" and "--drop-other-targets" in part["reason"] and not out.exists()
-    p = run_kpatch("apply", librocrand, "-o", str(out), "--mode", "override", "--drop-other-targets", "--json")
+    p = kpatch_in_process("apply", librocrand, "-o", str(out), "--mode", "override", "--drop-other-targets", "--json")
     assert p.returncode == 0, p.stderr
     [part] = json.loads(p.stdout)["parts"]
     assert part["status"] == "changed" and "dropped entries for other GPUs" in part["note"]
@@ -173,9 +173,9 @@ def test_host_library_drop_other_targets(tmp_path, librocrand):
     subprocess.run([bundler, "--unbundle", "--type=o", f"--input={fatbin}",
                     "--targets=hipv4-amdgcn-amd-amdhsa--gfx1030", f"--output={entry}"], check=True)
     alone = tmp_path / "alone.co"
-    p = run_kpatch("extract", part["uri"] + "&entry=hipv4-amdgcn-amd-amdhsa--gfx1030", "-o", str(alone))
+    p = kpatch_in_process("extract", part["uri"] + "&entry=hipv4-amdgcn-amd-amdhsa--gfx1030", "-o", str(alone))
     assert p.returncode == 0, p.stderr
-    p = run_kpatch("apply", str(alone), "-o", str(alone) + ".patched", "--mode", "override")
+    p = kpatch_in_process("apply", str(alone), "-o", str(alone) + ".patched", "--mode", "override")
     assert p.returncode == 0, p.stderr
     assert entry.read_bytes() == open(str(alone) + ".patched", "rb").read()
     old, new = open(librocrand, "rb").read(), out.read_bytes()

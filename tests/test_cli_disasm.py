@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, need_tool, run_kpatch
+from conftest import FIXTURES, need_tool, kpatch_in_process
 
 LINE = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+): [0-9A-F ]+(?: <.*>)?$")
 
@@ -33,7 +33,7 @@ def test_lines_equal_objdump(name):
     need_tool("llvm-objdump-16")
     path = os.path.join(FIXTURES, name)
     mcpu = name.split(".")[2]
-    p = run_kpatch("disasm", "--format", "lines", path)
+    p = kpatch_in_process("disasm", "--format", "lines", path)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == objdump_lines(path, mcpu)
 
@@ -43,7 +43,7 @@ def test_mcpu_overrides_target_and_opcode_reuse_shows():
     """The same bytes read as v_fmac_legacy_f32 on gfx1030 and v_mac_legacy_f32 on gfx1010."""
     path = os.path.join(FIXTURES, "asm_kernels.s.gfx1030.v4.hsaco")
     for mcpu, mnem in (("gfx1030", "v_fmac_legacy_f32_e32"), ("gfx1010", "v_mac_legacy_f32_e32")):
-        p = run_kpatch("disasm", "--format", "lines", "--mcpu", mcpu, path)
+        p = kpatch_in_process("disasm", "--format", "lines", "--mcpu", mcpu, path)
         assert p.returncode == 0
         assert p.stdout.splitlines() == objdump_lines(path, mcpu)
         assert mnem in p.stdout
@@ -51,7 +51,7 @@ def test_mcpu_overrides_target_and_opcode_reuse_shows():
 
 def test_kernel_filter_and_json():
     path = os.path.join(FIXTURES, "asm_kernels.s.gfx1030.v4.hsaco")
-    p = run_kpatch("disasm", "--format", "json", "--kernel", "asm_lds_swap", path)
+    p = kpatch_in_process("disasm", "--format", "json", "--kernel", "asm_lds_swap", path)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     insts = doc["code_objects"][0]["instructions"]
@@ -59,13 +59,13 @@ def test_kernel_filter_and_json():
     # sizes tile the kernel exactly
     for a, b in zip(insts, insts[1:]):
         assert a["address"] + a["size"] == b["address"]
-    p = run_kpatch("disasm", "--kernel", "no_such_kernel", path)
+    p = kpatch_in_process("disasm", "--kernel", "no_such_kernel", path)
     assert p.returncode == 1 and "no kernel" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_text_mode_shows_labels_and_encodings():
     path = os.path.join(FIXTURES, "asm_kernels.s.gfx1030.v4.hsaco")
-    p = run_kpatch("disasm", path)
+    p = kpatch_in_process("disasm", path)
     assert p.returncode == 0
     assert re.search(r"^0000000000001800 <asm_scale_loop>:$", p.stdout, re.M)
     assert "\ts_inst_prefetch 0x3" in p.stdout and "// 000000001818: BFA00003" in p.stdout
@@ -74,8 +74,8 @@ def test_text_mode_shows_labels_and_encodings():
 def test_disasm_sample_db_uri():
     from kpatch.data import sample_db_path
 
-    p = run_kpatch("scan", "--json", "--sample")
+    p = kpatch_in_process("scan", "--json", "--sample")
     uri = json.loads(p.stdout)["code_objects"][0]["uri"]
-    p = run_kpatch("disasm", "--format", "lines", uri)
+    p = kpatch_in_process("disasm", "--format", "lines", uri)
     assert p.returncode == 0 and p.stdout.count("\n") > 20
     assert sample_db_path()

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, need_tool, run_kpatch
+from conftest import FIXTURES, need_tool, kpatch_in_process
 from kpatch.data import sample_db_path
 
 BUNDLER = "/usr/lib/llvm-15/bin/clang-offload-bundler"
@@ -31,7 +31,7 @@ def kd_symbols(path: str) -> list[str]:
 
 
 def scan_json(*args: str) -> tuple[int, dict, str]:
-    p = run_kpatch("scan", "--json", *args)
+    p = kpatch_in_process("scan", "--json", *args)
     return p.returncode, json.loads(p.stdout), p.stderr
 
 
@@ -67,7 +67,7 @@ def test_scan_librocrand_matches_llvm(librocrand, tmp_path):
     # every URI scan prints resolves, through `kpatch extract`, to exactly the bundler's bytes
     c = got["gfx1030"]
     out = tmp_path / "extracted.hsaco"
-    p = run_kpatch("extract", c["uri"], "-o", str(out))
+    p = kpatch_in_process("extract", c["uri"], "-o", str(out))
     assert p.returncode == 0, p.stderr
     assert out.read_bytes() == expected["gfx1030"][1]
 
@@ -115,7 +115,7 @@ def test_scan_sample():
     assert any(c["container"] == "kdb/bundle" for c in doc["code_objects"])
     for c in doc["code_objects"]:
         assert c["uri"].startswith("kdb://") and c["kernels"]
-    p = run_kpatch("scan", "--sample")
+    p = kpatch_in_process("scan", "--sample")
     assert p.returncode == 0 and "gfx1030" in p.stdout
 
 
@@ -155,9 +155,9 @@ def test_scan_corrupted_sample_reports_each_and_goes_on(tmp_path):
 
 
 def test_scan_exit_codes(tmp_path):
-    p = run_kpatch("scan")
+    p = kpatch_in_process("scan")
     assert p.returncode == 2
-    p = run_kpatch("scan", "--no-such-option", "x")
+    p = kpatch_in_process("scan", "--no-such-option", "x")
     assert p.returncode == 2
     missing = str(tmp_path / "missing.kdb")
     code, doc, err = scan_json(missing, sample_db_path())
@@ -223,14 +223,14 @@ def test_scan_wheel_reads_members_in_place(tmp_path):
     assert any(c["container"] == "wheel/fatbin/bundle" for c in doc["code_objects"])
     c = next(c for c in doc["code_objects"] if c["container"] == "wheel/hsaco")
     out = tmp_path / "x.hsaco"
-    assert run_kpatch("extract", c["uri"], "-o", str(out)).returncode == 0
+    assert kpatch_in_process("extract", c["uri"], "-o", str(out)).returncode == 0
     assert out.read_bytes() == open(os.path.join(FIXTURES, hsaco), "rb").read()
 
 
 def test_extract_errors_are_one_line(tmp_path):
-    p = run_kpatch("extract", "kdb:///nonexistent.kdb?name=a&args=b", "-o", str(tmp_path / "o"))
+    p = kpatch_in_process("extract", "kdb:///nonexistent.kdb?name=a&args=b", "-o", str(tmp_path / "o"))
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
-    p = run_kpatch("extract", f"kdb://{sample_db_path()}?name=nope&args=x", "-o", str(tmp_path / "o"))
+    p = kpatch_in_process("extract", f"kdb://{sample_db_path()}?name=nope&args=x", "-o", str(tmp_path / "o"))
     assert p.returncode == 1 and "no entry" in p.stderr
     assert not (tmp_path / "o").exists()
 
@@ -243,7 +243,7 @@ def test_scan_target_text_names_each_unpatchable_kernel_and_why():
     listing = subprocess.run(["llvm-objdump-16", "-d", "--mcpu=gfx1030", path], capture_output=True, text=True,
                              check=True).stdout
     (addr,) = [int(m.group(1), 16) for m in re.finditer(r"v_dot2c_f32_f16\S*.*// ([0-9A-F]+):", listing)]
-    p = run_kpatch("scan", "--target", "gfx1010", path)
+    p = kpatch_in_process("scan", "--target", "gfx1010", path)
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("unpatchable ")]
     assert len(lines) == 1

@@ -13,7 +13,7 @@ import pytest
 from conftest import FIXTURES, need_tool, objdump_functions as objdump_kernels
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
-from kpatch.outputs.branchcheck import check_branches
+from kpatch.diff.branchcheck import check_branches
 from kpatch.rewrite.patcher import patch_code_object
 from kpatch.rewrite.provenance import read_provenance
 

@@ -38,8 +38,8 @@ def main() -> int:
     a = ap.parse_args()
     if not os.path.exists(a.db):
         sys.exit(f"{a.db} is missing: run tools/build_corpus_kdb.py")
-    from kpatch.outputs.apply_db import apply_to_db, jobs_for
-    from kpatch.outputs.patchfn import default_patch_fn, default_provenance_fn
+    from kpatch.apply.db import apply_to_db, jobs_for
+    from kpatch.apply.modes import default_patch_fn, default_provenance_fn
 
     with tempfile.TemporaryDirectory(prefix="kpatch-bench-") as tmp:
         out = os.path.join(tmp, "gfx1030_18.ukdb")

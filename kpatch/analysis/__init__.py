@@ -8,10 +8,31 @@ control flow (:mod:`~kpatch.analysis.cfg`), the findings of every detector
 unpatchable (why).
 """
 
-from kpatch.analysis.engine import SUPPORTED_TARGETS, analyse, decode_family
-from kpatch.analysis.findings import CLASSES, Finding, FindingClass, lookup
-from kpatch.analysis.report import FunctionReport, Report
-from kpatch.analysis.verdict import Verdict
+from __future__ import annotations
+
+import importlib
+
+#: What this package exports -> the module that defines it.  They load on
+#: first use (PEP 562), so that importing one light module such as
+#: :mod:`~kpatch.analysis.findings` (for `kpatch explain`) does not import
+#: the engine and numpy.
+_EXPORTS = {
+    "analyse": "engine", "decode_family": "engine", "SUPPORTED_TARGETS": "engine",
+    "CLASSES": "findings", "Finding": "findings", "FindingClass": "findings", "lookup": "findings",
+    "Report": "report", "FunctionReport": "report", "Verdict": "verdict",
+}
 
 __all__ = ["analyse", "decode_family", "SUPPORTED_TARGETS", "CLASSES", "Finding", "FindingClass", "lookup",
            "Report", "FunctionReport", "Verdict"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

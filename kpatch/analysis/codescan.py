@@ -19,7 +19,7 @@ unit, and finds every PC-relative construct:
   calling convention keeps the return address written by ``s_swappc_b64``
   there).
 
-Anything else becomes a :class:`Problem`: class ``A`` problems (an
+Anything else becomes a :class:`RelocationProblem`: class ``A`` problems (an
 ``s_getpc_b64`` used otherwise, undecodable words, branches into the middle
 of an instruction, code that falls off the end of its function) pin every
 address of the object, so no code may move at all; class ``B`` problems (a
@@ -40,9 +40,9 @@ from itertools import compress, repeat
 from operator import attrgetter, is_
 
 from kpatch.codeobject import CodeObject
-from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
 from kpatch.analysis.decodememo import decode_ranges
 from kpatch.isa.instruction import Instruction
+from kpatch.isa.operands import inline_int
 
 S_CODE_END = 0xBF9F0000
 S_NOP_0 = 0xBF800000
@@ -71,7 +71,7 @@ def is_pc_relative(inst: Instruction) -> bool:
 
 
 @dataclass
-class Unit:
+class TextUnit:
     """One function (kernel or not) or run of symbol-less code in ``.text``."""
 
     name: str
@@ -132,7 +132,7 @@ class GetPc:
 
 
 @dataclass
-class Problem:
+class RelocationProblem:
     """Something the rewriter cannot relocate."""
 
     unit: str
@@ -152,7 +152,7 @@ class TextScan:
     end: int
     data: bytes
     target: str
-    units: list[Unit]
+    units: list[TextUnit]
     gaps: list[Gap]  # gaps[i] lies before units[i]; gaps[-1] after the last unit
     insts: list[Instruction]
     unit_of: list[int]  # instruction index -> unit index
@@ -160,7 +160,7 @@ class TextScan:
     getpcs: list[GetPc] = field(default_factory=list)
     getpc_at: dict[int, GetPc] = field(default_factory=dict)  # index of each of the 3 instructions
     edges: dict[int, set[int]] = field(default_factory=dict)  # unit -> units it reaches
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[RelocationProblem] = field(default_factory=list)
     index_at: dict[int, int] = field(default_factory=dict)  # address -> instruction index
     #: s_setpc_b64 index -> the indices of every instruction it may jump to (bounded
     #: jumps only; a return to a caller adds none)
@@ -174,7 +174,7 @@ class TextScan:
             return i
         return None
 
-    def problems_of(self, cls: str) -> list[Problem]:
+    def problems_of(self, cls: str) -> list[RelocationProblem]:
         return [p for p in self.problems if p.cls == cls]
 
 
@@ -182,10 +182,8 @@ def _func_ranges(co: CodeObject, text_index: int, text_start: int, text_end: int
     """(start, size, name, is_kernel) of every function symbol and kernel entry in .text."""
     kernels = {k.entry: k.name for k in co.kernels}
     found: dict[int, list] = {}
-    for s in co.symbols():
-        if s.type != STT_FUNC or s.shndx != text_index or s.shndx == SHN_UNDEF:
-            continue
-        if not text_start <= s.value < text_end:
+    for s in co.function_symbols():
+        if s.shndx != text_index or not text_start <= s.value < text_end:
             continue
         cur = found.get(s.value)
         if cur is None:
@@ -236,7 +234,7 @@ def scan_text(co: CodeObject, target: str) -> TextScan | None:
     start, end = text.addr, text.addr + text.size
     ranges = _func_ranges(co, text.index, start, end)
     # merge overlapping ranges, give size-0 ones the room up to the next range
-    units: list[Unit] = []
+    units: list[TextUnit] = []
     for i, (s, size, name, is_kernel) in enumerate(ranges):
         nxt = ranges[i + 1][0] if i + 1 < len(ranges) else end
         e = s + size if size else nxt
@@ -246,14 +244,14 @@ def scan_text(co: CodeObject, target: str) -> TextScan | None:
             if is_kernel and units[-1].kind != "kernel":
                 units[-1].kind, units[-1].name = "kernel", name
             continue
-        units.append(Unit(name, s, e, kind, align=_alignment(s), sized=bool(size)))
+        units.append(TextUnit(name, s, e, kind, align=_alignment(s), sized=bool(size)))
     units = _add_anonymous_code(units, data, start, end)
     return _decode_units(co, text.index, start, end, data, target, units)
 
 
-def _add_anonymous_code(units: list[Unit], data: bytes, start: int, end: int) -> list[Unit]:
+def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int) -> list[TextUnit]:
     """Units for code that no symbol covers (any word but padding)."""
-    out: list[Unit] = []
+    out: list[TextUnit] = []
     pos = start
     for u in units + [None]:
         stop = u.start if u is not None else end
@@ -262,7 +260,7 @@ def _add_anonymous_code(units: list[Unit], data: bytes, start: int, end: int) ->
                     if w not in PAD_WORDS]
             if real:
                 a = pos + 4 * real[0]
-                out.append(Unit(f"<code@{a:#x}>", a, stop, "code", align=4, sized=False))
+                out.append(TextUnit(f"<code@{a:#x}>", a, stop, "code", align=4, sized=False))
         if u is not None:
             out.append(u)
             pos = max(pos, u.end)
@@ -272,7 +270,7 @@ def _add_anonymous_code(units: list[Unit], data: bytes, start: int, end: int) ->
 def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     insts: list[Instruction] = []
     unit_of: list[int] = []
-    problems: list[Problem] = []
+    problems: list[RelocationProblem] = []
     bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
     for ui, (u, got) in enumerate(zip(units, bodies)):
         if not u.sized:
@@ -317,17 +315,15 @@ def _gap(data: bytes, base: int, a: int, b: int, *, leading: bool, trailing: boo
 
 
 def _problem(scan: TextScan, ui: int, address: int, cls: str, kind: str, reason: str) -> None:
-    scan.problems.append(Problem(scan.units[ui].name, address, cls, kind,
-                                 f"cannot relocate: {reason}", ui))
+    scan.problems.append(RelocationProblem(scan.units[ui].name, address, cls, kind,
+                                           f"cannot relocate: {reason}", ui))
 
 
 def _inline_u32(code: int) -> int | None:
-    """The 32-bit value of an inline-constant scalar source (0..64, -1..-16)."""
-    if 128 <= code <= 192:
-        return code - 128
-    if 193 <= code <= 208:
-        return (-(code - 192)) & 0xFFFFFFFF
-    return None
+    """The 32-bit value of an inline integer constant scalar source (0..64,
+    -1..-16); None for anything else (the float constants too)."""
+    i = inline_int(code)
+    return None if i is None else i & 0xFFFFFFFF
 
 
 def _sources(ins: Instruction) -> tuple[int, int]:
@@ -414,7 +410,7 @@ class _PcMnemonics(dict):
 _PC_MNEMONIC = _PcMnemonics()
 
 
-def _scan_unit(scan: TextScan, ui: int, u: Unit) -> None:
+def _scan_unit(scan: TextScan, ui: int, u: TextUnit) -> None:
     insts = scan.insts
     first, last = u.first, u.last
     if u.count == 0:
@@ -631,7 +627,7 @@ def _pair_values(state: dict, n: int):
     return _OUTSIDE
 
 
-def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
+def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> None:
     """Bound each s_setpc_b64/s_swappc_b64 register pair (a forward may-analysis
     of the values register pairs hold, see above); an s_setpc_b64 goes on to
     every address its pair may hold (those inside the unit are followed)."""
@@ -760,7 +756,7 @@ def _computed_jumps(scan: TextScan, ui: int, u: Unit, jumps: list[int]) -> None:
                 st = _transfer(scan, i, st, i in internal, track)
 
 
-def _check_jump(scan: TextScan, ui: int, u: Unit, i: int, state: dict | None) -> None:
+def _check_jump(scan: TextScan, ui: int, u: TextUnit, i: int, state: dict | None) -> None:
     """Record where the s_setpc_b64/s_swappc_b64 at i goes (``state``: before it;
     None if the unit's entry does not reach it), or the problem."""
     ins = scan.insts[i]

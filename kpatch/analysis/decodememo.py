@@ -12,6 +12,7 @@ not be changed by the caller.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from itertools import chain
 from typing import Iterator
@@ -22,20 +23,23 @@ from kpatch.isa import decode as _decode
 from kpatch.isa.decoder import Buffer, cache_for, no_gc
 from kpatch.isa.instruction import Instruction
 
-_MEMO: list[dict] = []  # the innermost active memo last
+#: ``memo``: this thread's active memo (None outside :func:`decode_memo`).
+#: Per thread, so that two threads patching at once never share or clear
+#: each other's memo.
+_LOCAL = threading.local()
 
 
 @contextmanager
 def decode_memo() -> Iterator[None]:
     """Remember decodes until the block ends (nested blocks share the outer memo)."""
-    if _MEMO:
+    if getattr(_LOCAL, "memo", None) is not None:
         yield
         return
-    _MEMO.append({})
+    _LOCAL.memo = {}
     try:
         yield
     finally:
-        _MEMO.clear()
+        _LOCAL.memo = None
 
 
 def decode_ranges(code: bytes, target: str, base_address: int, ranges: list[tuple[int, int]]) -> list[list]:
@@ -43,7 +47,9 @@ def decode_ranges(code: bytes, target: str, base_address: int, ranges: list[tupl
     in ranges]``, remembered inside :func:`decode_memo`, with the ranges not
     remembered yet decoded together."""
     keys = [(target, base_address + a, bytes(code[a:b])) for a, b in ranges]
-    memo = _MEMO[-1] if _MEMO else {}
+    memo = getattr(_LOCAL, "memo", None)
+    if memo is None:
+        memo = {}
     out = [memo.get(key) for key in keys]
     todo = [j for j, got in enumerate(out) if got is None]
     if todo:

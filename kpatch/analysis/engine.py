@@ -18,8 +18,6 @@ Code objects for other processors cannot run on gfx1010 at all.
 from __future__ import annotations
 
 import bisect
-import gc
-from contextlib import contextmanager
 from operator import attrgetter
 
 import numpy as np
@@ -33,20 +31,18 @@ from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
+from kpatch.isa.decoder import no_gc
+from kpatch.isa.tables import table_for
 
 SUPPORTED_TARGETS = ("gfx1010",)
-STT_FUNC = 2
 _ADDRESS = attrgetter("address")
 S_CODE_END = bytes.fromhex("00009fbf")  # 0xBF9F0000
 
 
 def decode_family(processor: str) -> str | None:
-    """The ISA table kpatch decodes a processor's code with (None: not GFX10)."""
-    if processor.startswith("gfx101"):
-        return "gfx1010"
-    if processor.startswith("gfx103"):
-        return "gfx1030"
-    return None
+    """The ISA table the analysis decodes a processor's code with (None: not
+    GFX10): :func:`kpatch.isa.tables.table_for`'s family rule."""
+    return table_for(processor, family=True)
 
 
 def _strip_code_end(code: bytes) -> bytes:
@@ -68,9 +64,7 @@ def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
     kernel_names = {k.name for k in kernels}
     funcs = []
     starts = set()
-    for s in co.symbols():
-        if s.type != STT_FUNC or s.shndx == 0:
-            continue
+    for s in co.function_symbols():
         if t_addr <= s.value < t_addr + len(text):
             starts.add(s.value - t_addr)
             if s.name not in kernel_names and s.size and s.name not in (f[0] for f in funcs):
@@ -113,27 +107,15 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
     return insts, spans
 
 
-@contextmanager
-def no_gc():
-    """Pause the cyclic garbage collector: the analysis allocates many small
-    acyclic objects, and collections they trigger would traverse the large
-    decode caches for nothing."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-_no_gc = no_gc
-
-
 def analyse(co, target: str = "gfx1010") -> Report:
     """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
-    for running on ``target``."""
-    with _no_gc():
+    for running on ``target``.
+
+    Threads: the decode memo is per thread, but the decoder's caches
+    (:func:`kpatch.isa.decoder.cache_for`) and the ELF symbol memo are shared
+    by the process and not locked; call this from one thread at a time (kpatch
+    runs parallel work in processes)."""
+    with no_gc():
         return _analyse(co, target)
 
 

@@ -15,15 +15,15 @@ from kpatch.containers.kdb import KernelDB
 from kpatch.containers.uri import Uri, parse_uri
 from kpatch.data import expand
 from kpatch.errors import KpatchError, UsageError, disk_full_reason
-from kpatch.outputs.apply_db import EntryReport, apply_to_db
-from kpatch.outputs.apply_dir import DirFileReport, apply_to_dir
-from kpatch.outputs.apply_file import apply_to_file
-from kpatch.outputs.blobpatch import written_with_unchanged
-from kpatch.outputs.device import Choice, detect_cu, detect_mode, read_gpu_nodes
-from kpatch.outputs.miopen_paths import DEFAULT_ROCM_ROOTS, check_output_dir, resolve_cache_dir, user_db_name
+from kpatch.apply.db import EntryReport, apply_to_db
+from kpatch.apply.directory import DirFileReport, apply_to_dir
+from kpatch.apply.file import apply_to_file
+from kpatch.apply.blob import written_with_unchanged
+from kpatch.miopen.device import Choice, detect_cu, detect_mode, read_gpu_nodes
+from kpatch.miopen.paths import DEFAULT_ROCM_ROOTS, check_output_dir, resolve_cache_dir, user_db_name
 from kpatch.rewrite.rules import load_all
-from kpatch.outputs.patchfn import (
-    DEFAULT_RULE_SETS, MODES, RESULT_PROCESSOR, KernelOutcome, default_patch_fn, default_provenance_fn)
+from kpatch.apply.modes import DEFAULT_RULE_SETS, MODES, RESULT_PROCESSOR, default_patch_fn, default_provenance_fn
+from kpatch.apply.outcome import KernelOutcome
 
 #: Test hooks (environment): a fake sysfs root and the places to look for MIOpen's version.h.
 SYSFS_ENV = "KPATCH_SYSFS_ROOT"
@@ -149,7 +149,7 @@ def _count_entries(paths: list[str]) -> int | None:
 # --- the two forms -------------------------------------------------------------------
 
 
-#: Kernel reasons that mean "an earlier run already patched this" (kpatch.outputs.apply_db, blobpatch).
+#: Kernel reasons that mean "an earlier run already patched this" (kpatch.apply.db, blobpatch).
 ALREADY_PATCHED = "already patched"
 
 
@@ -173,7 +173,7 @@ def _renamed_entry(entry: str | None, old: bytes, new: bytes) -> str | None:
 
 class ReportPairs:
     """``--report``: collects the (label, original, patched) code objects
-    apply changed, then writes the HTML report (kpatch.outputs.diff /
+    apply changed, then writes the HTML report (kpatch.diff.compare /
     diff_html) from what apply decided: source and output, every refused
     kernel with its reason first (also in code objects not written), then
     the changed objects, compared exactly as `kpatch diff SOURCE OUTPUT`
@@ -196,10 +196,10 @@ class ReportPairs:
 
     def build(self, items: list, *, sources: list[str], output: str, unit: str, dry_run: bool,
               errors: list[tuple[str, str]], counts: dict[str, int], new_uri: Callable):
-        """The :class:`~kpatch.outputs.diff.Report`: ``items`` are apply's
+        """The :class:`~kpatch.diff.compare.Report`: ``items`` are apply's
         EntryReports / PartReports, ``new_uri(item, label, old, new)`` names
         where a patched object went."""
-        from kpatch.outputs.diff import ApplyInfo, ChangedPair, Refusal, build_report
+        from kpatch.diff.compare import ApplyInfo, ChangedPair, Refusal, build_report
 
         by_uri = {it.uri: it for it in items}
         info = ApplyInfo(sources, output, unit, dry_run, errors=errors, counts=counts,
@@ -228,7 +228,7 @@ class ReportPairs:
         one line unless ``as_json``."""
         if not self.path:
             return None
-        from kpatch.outputs.diff_html import write_html
+        from kpatch.diff.html import write_html
 
         report = self.build(items, **kw)
         info = report.apply

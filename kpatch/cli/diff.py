@@ -12,9 +12,9 @@ from kpatch.cli.common import (
     EXIT_OK, EXIT_SOME_FAILED, err_console, error_line, flush_stdout, out_console, progress)
 from kpatch.errors import KpatchError
 from kpatch.isa import TARGETS
-from kpatch.outputs.diff import diff_inputs, report_json
-from kpatch.outputs.diff_html import write_html
-from kpatch.outputs.diff_text import render_text
+from kpatch.diff.compare import diff_inputs, report_json
+from kpatch.diff.html import write_html
+from kpatch.diff.text import render_text
 
 
 @click.command("diff")

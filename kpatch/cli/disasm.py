@@ -12,8 +12,8 @@ from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.errors import KpatchError
 from kpatch.isa import TARGETS, disassemble
-from kpatch.outputs.units import text_symbols
-from kpatch.outputs.units import decode_target
+from kpatch.diff.functions import text_symbols
+from kpatch.diff.functions import decode_target
 
 FORMATS = ("text", "lines", "json")
 

@@ -11,7 +11,7 @@ from kpatch.cli.common import EXIT_OK, err_console
 from kpatch.containers.discover import resolve
 from kpatch.containers.uri import parse_uri
 from kpatch.errors import KpatchError, UsageError
-from kpatch.outputs.files import write_atomic
+from kpatch.atomicfile import write_atomic
 
 
 @click.command("extract")

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import sys
 import traceback
+from importlib.util import find_spec
 
 import click
 
 from kpatch import __version__
 from kpatch.cli import caused_by_interrupt, missing_module_line
-from kpatch.cli.apply import apply_cmd
 from kpatch.cli.common import (
     EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SOME_FAILED, EXIT_STATUS_HELP, EXIT_USAGE, debug, error_line)
-from kpatch.cli.diff import diff_cmd
-from kpatch.cli.disasm import disasm_cmd
-from kpatch.cli.doctor import doctor_cmd
-from kpatch.cli.explain import explain_cmd
-from kpatch.cli.extract import extract_cmd
-from kpatch.cli.revert import revert_cmd
-from kpatch.cli.rules import rules_cmd
-from kpatch.cli.run import run_cmd
-from kpatch.cli.warm import cache_cmd, warm_cmd
-from kpatch.cli.scan import scan_cmd
-from kpatch.cli.selftest import selftest_cmd
 from kpatch.errors import KpatchError, UsageError, disk_full_reason
 
 
@@ -32,9 +24,63 @@ def interrupted() -> None:
     sys.exit(EXIT_INTERRUPTED)
 
 
+#: Every subcommand: its name -> (module, function).  A command's module (and
+#: with it numpy, the analysis, the patcher, ...) is imported only when that
+#: command runs; `kpatch --help` lists them from their docstrings
+#: (:func:`command_docstring`) without importing any.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "apply": ("kpatch.cli.apply", "apply_cmd"),
+    "cache": ("kpatch.cli.warm", "cache_cmd"),
+    "diff": ("kpatch.cli.diff", "diff_cmd"),
+    "disasm": ("kpatch.cli.disasm", "disasm_cmd"),
+    "doctor": ("kpatch.cli.doctor", "doctor_cmd"),
+    "explain": ("kpatch.cli.explain", "explain_cmd"),
+    "extract": ("kpatch.cli.extract", "extract_cmd"),
+    "revert": ("kpatch.cli.revert", "revert_cmd"),
+    "rules": ("kpatch.cli.rules", "rules_cmd"),
+    "run": ("kpatch.cli.run", "run_cmd"),
+    "scan": ("kpatch.cli.scan", "scan_cmd"),
+    "selftest": ("kpatch.cli.selftest", "selftest_cmd"),
+    "warm": ("kpatch.cli.warm", "warm_cmd"),
+}
+
+
+def command_docstring(module: str, function: str) -> str:
+    """The docstring of ``function`` in ``module`` (a click command), read
+    from the module's source without importing it."""
+    spec = find_spec(module)
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), spec.origin)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return inspect.cleandoc(ast.get_docstring(node, clean=False) or "")
+    raise LookupError(f"{module} has no function {function}")
+
+
 class KpatchGroup(click.Group):
-    """The command group; a Ctrl-C inside a command is handled here, before
-    click would turn it into an Abort after printing a blank line."""
+    """The command group: subcommands load on first use (:data:`COMMANDS`);
+    a Ctrl-C inside a command is handled here, before click would turn it
+    into an Abort after printing a blank line."""
+
+    listing = False  # True while `kpatch --help` lists the commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, function = COMMANDS[name]
+        if self.listing:  # a stand-in with the command's help text, for its one-line summary
+            return click.Command(name, help=command_docstring(module, function))
+        return getattr(importlib.import_module(module), function)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self.listing = False
 
     def invoke(self, ctx: click.Context):
         try:
@@ -56,20 +102,6 @@ def cli() -> None:
     Python tracebacks for internal errors.
     """
 
-
-cli.add_command(scan_cmd)
-cli.add_command(extract_cmd)
-cli.add_command(disasm_cmd)
-cli.add_command(explain_cmd)
-cli.add_command(apply_cmd)
-cli.add_command(revert_cmd)
-cli.add_command(diff_cmd)
-cli.add_command(rules_cmd)
-cli.add_command(run_cmd)
-cli.add_command(warm_cmd)
-cli.add_command(cache_cmd)
-cli.add_command(doctor_cmd)
-cli.add_command(selftest_cmd)
 
 
 def main() -> None:

@@ -11,8 +11,8 @@ import click
 from kpatch.cli.apply import rocm_roots
 from kpatch.cli.common import EXIT_OK, out_console
 from kpatch.errors import KpatchError, UsageError
-from kpatch.outputs.miopen_paths import resolve_cache_dir
-from kpatch.outputs.userdb import count_rows, dbs_with_backups, list_backups, restore_latest
+from kpatch.miopen.paths import resolve_cache_dir
+from kpatch.apply.userdb import count_rows, dbs_with_backups, list_backups, restore_latest
 
 
 def _backup_json(b) -> dict:

@@ -13,7 +13,7 @@ from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.data import sample_db_path
 from kpatch.errors import KpatchError, internal_reason
-from kpatch.outputs.inventory import analysis_summary, code_object_record, render_table
+from kpatch.cli.inventory import analysis_summary, code_object_record, render_table
 
 
 def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> tuple[list[dict], list[dict]]:

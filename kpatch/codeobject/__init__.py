@@ -1,6 +1,6 @@
 """codeobject: one AMDGPU ELF code object.
 
-* :mod:`.elf` -- a lazy ELF64 reader (headers, sections, symbols, notes).
+* :mod:`kpatch.elf.reader` -- the lazy ELF64 reader it reads through.
 * :mod:`.target` -- every EF_AMDGPU_MACH value, ``e_flags`` <-> :class:`TargetId`.
 * :mod:`.mpack` / :mod:`.metadata` -- the NT_AMDGPU_METADATA MessagePack note,
   decoded and re-encoded byte for byte.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from kpatch.codeobject.layout import Layout
+from kpatch.elf.layout import Layout
 from kpatch.errors import FormatError, UsageError
 
 KD_SIZE = 64

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from kpatch.codeobject.descriptor import KD_SIZE, KernelDescriptor
-from kpatch.codeobject.elf import (
+from kpatch.elf.reader import (
     ELFOSABI_AMDGPU_HSA, ELFOSABI_NAMES, EM_AMDGPU, ET_DYN, ET_EXEC, ET_REL, SHN_UNDEF,
     STT_AMDGPU_HSA_KERNEL, STT_FUNC, ElfFile, Note, Section, Symbol)
 from kpatch.codeobject.metadata import (
@@ -193,6 +193,14 @@ class CodeObject:
 
     _symbols = symbols  # older name, kept for callers
 
+    def function_symbols(self) -> list[Symbol]:
+        """Every defined function symbol (``STT_FUNC``, not ``SHN_UNDEF``), in
+        :meth:`symbols` order, duplicates kept.  The one rule for what is a
+        function: the kernels' code (:attr:`kernels`), the analysis' device
+        functions, the rewriter's scan of ``.text`` and the diff's units all
+        start from this list and bound it by ``.text`` as each needs."""
+        return [s for s in self.symbols() if s.type == STT_FUNC and s.shndx != SHN_UNDEF]
+
     def _named(self, error: FormatError) -> FormatError:
         return error.with_item(self.name) if self.name else error
 
@@ -210,9 +218,8 @@ class CodeObject:
         layout = self.target.mach.descriptor_layout if self.target is not None else "gfx10"
         symbols = self.symbols()
         funcs: dict[str, Symbol] = {}
-        for s in symbols:
-            if s.type == STT_FUNC and s.shndx != SHN_UNDEF and s.name not in funcs:
-                funcs[s.name] = s
+        for s in self.function_symbols():
+            funcs.setdefault(s.name, s)
         out: list[Kernel] = []
         seen: set[str] = set()
         for s in symbols:

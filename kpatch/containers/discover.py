@@ -24,9 +24,9 @@ from kpatch.containers import bundle as bundle_fmt
 from kpatch.containers import hostelf, kdb, limits
 from kpatch.containers.uri import Uri, parse_uri
 from kpatch.data import expand
+from kpatch.elf.reader import ELF_MAGIC, EM_AMDGPU
 from kpatch.errors import FormatError, KpatchError, UsageError, internal_reason
 
-ELF_MAGIC = b"\x7fELF"
 ZIP_MAGIC = b"PK\x03\x04"
 #: Zip compression methods Python's zipfile reads (stored, deflate, bzip2, LZMA).
 ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate",
@@ -35,7 +35,6 @@ ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate",
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, RuntimeError,
                NotImplementedError, zlib.error, lzma.LZMAError)
 SQLITE_MAGIC = b"SQLite format 3\x00"
-EM_AMDGPU = 224
 AMDGPU_ENTRY_MARK = "amdgcn-amd-amdhsa"
 
 

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from kpatch.containers.bundle import BUNDLE_MAGIC, CCOB_MAGIC, bundle_extent, ccob_extent
+from kpatch.containers.limits import open_input
+from kpatch.elf.reader import (
+    ELF_MAGIC, ELFCLASS64, ELFDATA2LSB, ET_REL, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_NOBITS, SHT_REL, SHT_RELA)
 from kpatch.errors import FormatError, UsageError
 
 FATBIN_SECTION = ".hip_fatbin"
@@ -32,16 +35,6 @@ WRAPPER_SECTION = ".hipFatBinSegment"
 WRAPPER_MAGIC = 0x48495046
 WRAPPER_VERSION = 1
 
-ELF_MAGIC = b"\x7fELF"
-ELFCLASS64 = 2
-ELFDATA2LSB = 1
-ET_REL = 1
-SHT_NOBITS = 8
-SHT_RELA = 4
-SHT_REL = 9
-SHN_UNDEF = 0
-SHN_LORESERVE = 0xFF00
-SHN_XINDEX = 0xFFFF
 
 # --- declarative ELF64 little-endian structures ----------------------------
 
@@ -196,15 +189,7 @@ class _Elf:
 @contextmanager
 def _mapped(path: str) -> Iterator[memoryview]:
     """Map a file read-only; yield a memoryview (empty for an empty file)."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise UsageError("no such file", path) from None
-    except IsADirectoryError:
-        raise UsageError("is a directory", path) from None
-    except OSError as e:
-        raise UsageError(f"cannot read: {e.strerror}", path) from None
-    with f:
+    with open_input(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             yield memoryview(b"")

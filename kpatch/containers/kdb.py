@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from kpatch.containers import limits
 from kpatch.containers.uri import Uri
+from kpatch.atomicfile import remove_quietly, replacing
 from kpatch.errors import FormatError, UsageError, disk_full_reason
 
 #: What MIOpen executes to create a kernel DB (``KernelConfig::CreateQuery``).
@@ -322,14 +323,6 @@ def _bunzip2_file(src: str, dst_fd: int, max_output: int | None = None) -> None:
         raise FormatError(f"bz2 stream corrupt: {e}", src) from None
 
 
-def _remove(*paths: str) -> None:
-    for p in paths:
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
-
-
 class KernelDB:
     """An open MIOpen kernel DB.  Use :meth:`open` or :meth:`create`; close
     it (or use ``with``) when done.  ``path`` is the path given; ``db_path``
@@ -340,7 +333,7 @@ class KernelDB:
         self.path = path
         self.db_path = db_path
         self.writable = writable
-        self._finalizer = weakref.finalize(self, _remove, db_path) if temp else None
+        self._finalizer = weakref.finalize(self, remove_quietly, db_path) if temp else None
 
     # --- opening ---------------------------------------------------------
 
@@ -387,7 +380,7 @@ class KernelDB:
             conn = _connect(db_path, writable=writable, immutable=temp, busy_timeout=busy_timeout)
         except BaseException:
             if temp:
-                _remove(db_path)
+                remove_quietly(db_path)
             raise
         db = cls(conn, path, db_path, writable=writable, temp=temp)
         try:
@@ -684,7 +677,7 @@ def _decompressed_copy(path: str, cache_dir: str | None, max_output: int | None)
         try:
             _bunzip2_file(path, fd, max_output)
         except BaseException:
-            _remove(tmp)
+            remove_quietly(tmp)
             raise
         return tmp, True
     st = os.stat(path)
@@ -694,13 +687,8 @@ def _decompressed_copy(path: str, cache_dir: str | None, max_output: int | None)
     if os.path.exists(cached):
         return cached, False
     os.makedirs(cache_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=cache_dir)
-    try:
+    with replacing(cached, prefix=f".{base}.", suffix=".tmp") as (fd, _):
         _bunzip2_file(path, fd, max_output)
-        os.replace(tmp, cached)
-    except BaseException:
-        _remove(tmp)
-        raise
     return cached, False
 
 
@@ -714,25 +702,18 @@ def write_kdb(path: str, items: Iterable[tuple[str, str, bytes]], *, user: bool)
     wal = path + "-wal"
     if os.path.exists(wal) and os.path.getsize(wal) > 0:
         raise UsageError("has a non-empty -wal file (is MIOpen running?); not replacing it", path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    _remove(tmp)
-    db = None
-    try:
+    with replacing(path, prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                   leftovers=("-wal", "-shm", "-journal")) as (fd, tmp):
+        os.close(fd)
+        remove_quietly(tmp)  # SQLite creates it; mkstemp only picked a free name
         db = KernelDB._create(tmp, user=user)
-        for name, args, code in items:
-            db.put(name, args, code)
-        db.commit()
-        db.close()
-        db = None
+        try:
+            for name, args, code in items:
+                db.put(name, args, code)
+            db.commit()
+        finally:
+            db.close()
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         if os.path.exists(path):
             shutil.copymode(path, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if db is not None:
-            db.close()
-        _remove(tmp, tmp + "-wal", tmp + "-shm", tmp + "-journal")
-        raise

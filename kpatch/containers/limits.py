@@ -65,6 +65,19 @@ def check_regular_file(path: str) -> os.stat_result:
     return st
 
 
+def open_input(path: str) -> BinaryIO:
+    """``open(path, "rb")``, or UsageError naming ``path`` and why it cannot
+    be read (the one wording for every input kpatch opens)."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise UsageError("no such file", path) from None
+    except IsADirectoryError:
+        raise UsageError("is a directory", path) from None
+    except OSError as e:
+        raise UsageError(f"cannot read: {e.strerror}", path) from None
+
+
 def read_capped(f: BinaryIO, cap: int, what: str) -> bytes:
     """All of ``f`` (from its position), or FormatError as soon as it has
     more than ``cap`` bytes (at most ``cap + 1`` are read)."""

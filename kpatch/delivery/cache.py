@@ -44,10 +44,10 @@ from typing import Iterable, Iterator
 import kpatch
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, internal_reason
-from kpatch.outputs.blobpatch import blob_kind, patch_blob
-from kpatch.outputs.files import write_atomic
-from kpatch.outputs.patchfn import (
-    DEFAULT_RULE_SETS, SOURCE_PROCESSOR, KernelOutcome, default_patch_fn, default_provenance_fn)
+from kpatch.apply.blob import blob_kind, patch_blob
+from kpatch.atomicfile import remove_quietly, write_atomic
+from kpatch.apply.modes import DEFAULT_RULE_SETS, SOURCE_PROCESSOR, default_patch_fn, default_provenance_fn
+from kpatch.apply.outcome import KernelOutcome
 
 #: record statuses (see the module doc)
 STATUSES = ("patched", "partial", "safe", "refused", "error")
@@ -235,7 +235,7 @@ def segment_changes(original: bytes, patched: bytes) -> list[str]:
 
 def patch_into_cache(data: bytes, mode: str, directory: str) -> Record:
     """Patch one bare code object exactly as ``kpatch apply FILE -o OUT
-    --mode MODE`` does (:func:`kpatch.outputs.blobpatch.patch_blob` with the
+    --mode MODE`` does (:func:`kpatch.apply.blob.patch_blob` with the
     mode's default rule sets) and store the entry.  Every outcome is stored,
     a refusal or a failure too (status ``refused`` / ``error`` with the
     reason), so the hook does not retry it on every load.  OSError if the
@@ -327,13 +327,13 @@ def prune(directory: str, *, statuses: Iterable[str] | None = None, older_than: 
                 drop = (everything or rec is None or rec.status in wanted
                         or (older_than is not None and age > older_than))
                 if drop:
-                    _remove(path, path[: -len(".rec")] + ".co")
+                    remove_quietly(path, path[: -len(".rec")] + ".co")
                     removed += 1
             elif name.endswith(".co"):
                 if not os.path.exists(path[: -len(".co")] + ".rec") and (everything or age > STALE_SECONDS):
-                    _remove(path)
+                    remove_quietly(path)
             elif name.startswith(".kpatch-") and (everything or age > STALE_SECONDS):
-                _remove(path)
+                remove_quietly(path)
     # locks/ stays: removing a lock file another process holds would let a third one lock a new file
     d = os.path.join(directory, "tmp")
     try:
@@ -345,15 +345,9 @@ def prune(directory: str, *, statuses: Iterable[str] | None = None, older_than: 
             path = os.path.join(d, name)
             try:
                 if everything or now - os.stat(path).st_mtime > STALE_SECONDS:
-                    _remove(path)
+                    remove_quietly(path)
             except OSError:
                 pass
     return removed
 
 
-def _remove(*paths: str) -> None:
-    for p in paths:
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass

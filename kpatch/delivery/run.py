@@ -31,7 +31,7 @@ from typing import Iterable, Mapping
 
 from kpatch.delivery import steering
 from kpatch.errors import UsageError
-from kpatch.outputs.device import GFX1010_VERSION, OVERRIDE_VALUE, read_gpu_nodes
+from kpatch.miopen.device import GFX1010_VERSION, OVERRIDE_VALUE, read_gpu_nodes
 
 MODES = ("override", "harden")
 TOOLS_LIB = "HSA_TOOLS_LIB"

@@ -19,8 +19,8 @@ from typing import Callable, Iterable
 
 from kpatch.containers.discover import Found, discover
 from kpatch.errors import KpatchError
-from kpatch.outputs.blobpatch import blob_kind
-from kpatch.outputs.patchfn import SOURCE_PROCESSOR
+from kpatch.apply.blob import blob_kind
+from kpatch.apply.modes import SOURCE_PROCESSOR
 
 
 @dataclass

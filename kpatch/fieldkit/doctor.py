@@ -5,7 +5,7 @@ Each finding is a :class:`Check`: a status (``ok`` / ``warning`` /
 next command.  :func:`diagnose` gathers them from
 
 * the KFD topology (``<sysfs>/class/kfd/kfd/topology/nodes/*/properties``,
-  read by :mod:`kpatch.outputs.device`): processor, CUs, PCI device id; the
+  read by :mod:`kpatch.miopen.device`): processor, CUs, PCI device id; the
   card is named from libdrm's ``amdgpu.ids`` (device id + revision, the
   revision from the render node's ``device/revision``), else from
   :data:`KNOWN_CARDS`;
@@ -18,7 +18,7 @@ next command.  :func:`diagnose` gathers them from
   ``LD_LIBRARY_PATH``, ``DT_RUNPATH`` with ``$ORIGIN``, ``ld.so.conf``,
   the default directories) -- a ROCm wheel bundles its own
   ``libamdhip64``, ``libhsa-runtime64``, ``libMIOpen``, ``librocblas``;
-* MIOpen: its user cache directory (:mod:`kpatch.outputs.miopen_paths`) and
+* MIOpen: its user cache directory (:mod:`kpatch.miopen.paths`) and
   the user DB name it will use, ``gfx1030_<CU/2>.ukdb`` under the override;
 * kpatch: the hook library, the cache, and coverage: every gfx1030 code
   object the install carries (``torch/lib`` fat binaries, the rocBLAS
@@ -44,8 +44,8 @@ from typing import Callable, Mapping
 
 import kpatch
 from kpatch.errors import KpatchError, UsageError
-from kpatch.outputs import device as devmod
-from kpatch.outputs import miopen_paths
+from kpatch.miopen import device as devmod
+from kpatch.miopen import paths as miopen_paths
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 STATUSES = ("ok", "warning", "problem")
@@ -422,8 +422,8 @@ def coverage(paths: Mapping[str, list[str]], cache_dir: str, mode: str = "overri
     from kpatch.containers.discover import Found, discover
     from kpatch.delivery import cache, hooklib
     from kpatch.delivery.warm import _processor
-    from kpatch.outputs.blobpatch import blob_kind
-    from kpatch.outputs.patchfn import SOURCE_PROCESSOR
+    from kpatch.apply.blob import blob_kind
+    from kpatch.apply.modes import SOURCE_PROCESSOR
 
     out: dict = {}
     for group, group_paths in paths.items():

@@ -19,7 +19,7 @@ import re
 import socket
 from typing import Mapping
 
-from kpatch.outputs.files import write_atomic
+from kpatch.atomicfile import write_atomic
 
 JSON_NAME = "report.json"
 HTML_NAME = "report.html"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kpatch.errors import UsageError
 from kpatch.isa import formats as F
+from kpatch.isa import operands as O
 from kpatch.isa import special as SP
 from kpatch.isa.decoder import decode_one
 from kpatch.isa.encoder import encode_fields
@@ -115,20 +116,10 @@ def src_value(operand: str | int) -> int:
         n = int(s, 0)
     except ValueError:
         raise UsageError(f"cannot encode operand {operand!r}") from None
-    v = inline_int(n)
+    v = O.inline_code(n)
     if v is None:
         raise UsageError(f"{operand!r} is not an inline constant (use a literal)")
     return v
-
-
-def inline_int(n: int) -> int | None:
-    """9-bit source encoding of the integer ``n`` as an inline constant
-    (-16..64), or None when it needs a literal."""
-    if 0 <= n <= 64:
-        return 128 + n
-    if -16 <= n < 0:
-        return 192 - n
-    return None
 
 
 def v_mov_b32(dst: int | str, src: int | str, target: str = DEFAULT_TARGET) -> bytes:

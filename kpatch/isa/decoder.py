@@ -174,9 +174,11 @@ def decode_at(data: bytes, pos: int, cache: DecodeCache, end: int | None = None)
 
 @contextmanager
 def no_gc():
-    """Pause the cyclic garbage collector: decoding allocates one small
-    acyclic object per instruction, and collections triggered by them would
-    repeatedly traverse the (large) decode caches for nothing."""
+    """Pause the cyclic garbage collector: decoding (and the analysis and
+    patching built on it) allocates many small acyclic objects, one per
+    instruction at least, and collections triggered by them would repeatedly
+    traverse the (large) decode caches for nothing.  The one such switch:
+    :mod:`kpatch.analysis.engine` and the patcher use it too."""
     was = gc.isenabled()
     gc.disable()
     try:

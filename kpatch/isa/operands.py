@@ -104,6 +104,29 @@ def inline_int(value: int) -> int | None:
     return None
 
 
+def inline_u32(value: int) -> int | None:
+    """The 32 bits an inline constant encoding (128..208, 240..248) gives a
+    32-bit operand: the integer in two's complement, or the float's f32
+    bits; None for any other encoding."""
+    i = inline_int(value)
+    if i is not None:
+        return i & 0xFFFFFFFF
+    if 240 <= value <= 248:
+        return F32_BITS[value - 240]
+    return None
+
+
+def inline_code(n: int) -> int | None:
+    """The encoding of the integer ``n`` as an inline constant (-16..64:
+    128..208; the inverse of :func:`inline_int`), or None when it needs a
+    literal."""
+    if 0 <= n <= 64:
+        return 128 + n
+    if -16 <= n < 0:
+        return 192 - n
+    return None
+
+
 def inline_text(value: int, optype: str) -> str | None:
     """Text of an inline constant encoding 128..208 / 240..248 for ``optype``."""
     i = inline_int(value)
@@ -117,6 +140,16 @@ def inline_text(value: int, optype: str) -> str | None:
             return INV2PI_TEXT64 if optype in ("b64", "f64") else INV2PI_TEXT32
         return INLINE_FLOAT_TEXT[k]
     return None
+
+
+def signed12(v: int) -> int:
+    """The signed value of a 12-bit field (GFX10 FLAT/GLOBAL/SCRATCH ``offset``)."""
+    return v - 0x1000 if v & 0x800 else v
+
+
+def clause_length(simm16: int | None) -> int:
+    """How many instructions after ``s_clause simm16`` form its clause (simm16 + 1)."""
+    return (simm16 or 0) + 1
 
 
 def _signed32(v: int) -> int:

@@ -189,6 +189,25 @@ class Tables:
             raise UsageError(f"no instruction {mnemonic!r} on {self.target}") from None
 
 
+def table_for(processor: str | None, *, family: bool = False) -> str | None:
+    """The ISA table (one of :data:`TARGETS`) kpatch decodes ``processor``'s
+    code with, or None: kpatch cannot decode it.  The one rule, for every
+    reader of code: a processor's own table when kpatch has it (what
+    ``disasm``, ``diff`` and the relocator use, so that the text is
+    llvm-objdump's); with ``family``, the table of its GFX10 family for the
+    others too (gfx101x -> gfx1010, gfx103x -> gfx1030: the analysis reads
+    every such object as the chip it reasons about)."""
+    processor = processor or ""
+    if processor in TARGETS:
+        return processor
+    if family:
+        if processor.startswith("gfx101"):
+            return "gfx1010"
+        if processor.startswith("gfx103"):
+            return "gfx1030"
+    return None
+
+
 def check_target(target: str) -> str:
     if target not in TARGETS:
         raise UsageError(f"unsupported target {target!r} (known: {', '.join(TARGETS)})")

@@ -595,7 +595,7 @@ def print_flat(ctx: Ctx) -> str | None:
         if seg == 0:
             s += f" offset:{off}"
         else:
-            s += f" offset:{off - 4096 if off & 0x800 else off}"
+            s += f" offset:{O.signed12(off)}"
     s += _cpol(f)
     if f["lds"]:
         s += " lds"

@@ -93,6 +93,17 @@ class Refusal(KpatchError):
         return Refusal(self.reason, kernel, kind=self.kind, address=self.address)
 
 
+class CannotFix(Exception):
+    """One kernel's fix cannot be done exactly (``reason`` says why: no
+    spare registers, a form with no gfx1010 equivalent, two rules that
+    disagree...).  Fixes and the register budget raise it; the patcher
+    turns it into that kernel's refusal (the rest of the object goes on)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass
 class Slot:
     """Every edit at one instruction: code before it, its replacement, code after it."""

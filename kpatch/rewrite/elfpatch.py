@@ -30,13 +30,10 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from kpatch.codeobject.elf import (
-    EHDR, PHDR, SHDR, SHN_LORESERVE, SHN_UNDEF, SHT_DYNSYM, SHT_NOBITS, SHT_NULL, SHT_SYMTAB,
-    STT_SECTION, SYM, ElfFile, PT_LOAD)
+from kpatch.elf.reader import (
+    EHDR, PHDR, SHDR, SHF_ALLOC, SHN_LORESERVE, SHN_UNDEF, SHT_DYNAMIC, SHT_DYNSYM, SHT_NOBITS, SHT_NULL, SHT_REL,
+    SHT_RELA, SHT_SYMTAB, STT_SECTION, SYM, ElfFile, PT_LOAD)
 from kpatch.rewrite.edits import Refusal
-
-SHF_ALLOC = 0x2
-SHT_RELA, SHT_DYNAMIC, SHT_REL = 4, 6, 9
 
 #: d_tag values whose d_un is an address (d_ptr).
 DT_POINTERS = {

@@ -62,13 +62,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kpatch.analysis.detectors.encoding import signed12
 from kpatch.codeobject import CodeObject
 from kpatch.isa import build, decode, encode
 from kpatch.isa import formats as F
 from kpatch.isa.dots import INT_DOTS, int_dot
-from kpatch.rewrite.edits import Edit
-from kpatch.rewrite.spareregs import KernelCode, NoSpareRegisters, VgprBudget
+from kpatch.isa.operands import inline_code, signed12
+from kpatch.rewrite.edits import CannotFix, Edit
+from kpatch.rewrite.spareregs import KernelCode, VgprBudget
 
 TARGET = "gfx1010"
 NULL = 0x7D
@@ -76,12 +76,6 @@ SRC_LITERAL = 0xFF
 FLAT_MAX_OFFSET = 0x7FF  # LLVM: "expected a 11-bit unsigned offset" for FLAT
 LLC_NOALLOC_MASK = 0x3 << 26
 SOURCE_ISA = "gfx1030"
-
-
-class CannotFix(Exception):
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -119,10 +113,7 @@ class FixContext:
                             f"its registers are its callers' (calling convention), so kpatch takes none")
         if self._budget is None:
             self._budget = VgprBudget.of(self.co, self.kernel, self.code)
-        try:
-            return self._budget.take(n, why)
-        except NoSpareRegisters as e:
-            raise CannotFix(e.reason) from None
+        return self._budget.take(n, why)
 
     def inst(self, finding, address: int | None = None):
         at = finding.address if address is None else address
@@ -134,7 +125,7 @@ class FixContext:
 
 def _src(value: int) -> tuple[int, int | None]:
     """9-bit source and literal for the integer ``value``."""
-    inline = build.inline_int(value)
+    inline = inline_code(value)
     return (inline, None) if inline is not None else (SRC_LITERAL, value & 0xFFFFFFFF)
 
 

@@ -28,9 +28,10 @@ from typing import Callable
 from kpatch.codeobject import CodeObject, KernelDescriptor, Metadata, TargetId, e_flags_for
 from kpatch.codeobject.target import mach_for_processor
 from kpatch.codeobject.descriptor import KD_SIZE
-from kpatch.codeobject.elf import EHDR, NHDR, SHT_NOTE, ElfFile, Note
+from kpatch.elf.reader import EHDR, NHDR, SHT_NOTE, ElfFile, Note
 from kpatch.codeobject.metadata import encode_metadata, spread_metadata
 from kpatch.errors import UsageError
+from kpatch.rewrite.relocate import rewrite
 
 
 def _pad(n: int, align: int) -> int:
@@ -76,7 +77,6 @@ def replace_section(data: bytes, index: int, body: bytes) -> bytes:
     s = ElfFile(data).sections[index]
     if len(body) == s.size:
         return bytes(data[:s.offset]) + bytes(body) + bytes(data[s.offset + s.size:])
-    from kpatch.rewrite.relocate import rewrite  # relocate re-exports this module
     return rewrite(data, None, [], section_contents={index: bytes(body)}).data
 
 

@@ -43,13 +43,13 @@ from functools import lru_cache
 
 from kpatch.analysis import analyse
 from kpatch.analysis.decodememo import decode_memo
-from kpatch.analysis.engine import no_gc
+from kpatch.isa.decoder import no_gc
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
 from kpatch.rewrite import headers, residency
-from kpatch.rewrite.edits import Edit, Refusal
-from kpatch.rewrite.fixes import APPROX_FOR, FIXES, CannotFix, FixContext, InstructionMatch
+from kpatch.rewrite.edits import CannotFix, Edit, Refusal
+from kpatch.rewrite.fixes import APPROX_FOR, FIXES, FixContext, InstructionMatch
 from kpatch.analysis.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
@@ -58,7 +58,6 @@ from kpatch.rewrite.rules import Rule, RuleSet, load_all
 MADE_SAFE_FOR = "gfx1010"
 KEEPS = ("keep-legacy-mad",)  # approximation fixes that leave the instruction as it is
 SOURCE_ISA = "gfx1030"
-MODES = ("override", "native", "harden")
 DEFAULT_RULE_SETS = {
     "override": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
     "native": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc", "retarget-gfx1010"),
@@ -66,6 +65,8 @@ DEFAULT_RULE_SETS = {
     # unchanged for gfx1010): the same hardware fixes, and the label stays
     "harden": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
 }
+#: The modes the rules engine patches for: one per default rule set.
+MODES = tuple(DEFAULT_RULE_SETS)
 #: Modes whose output replaces what the runtime builds for gfx1010 itself: an
 #: object is written whole or not at all.
 ALL_OR_NOTHING = ("native", "harden")
@@ -139,11 +140,6 @@ def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[Rul
     return chosen
 
 
-class _KernelRefused(Exception):
-    def __init__(self, reason: str):
-        self.reason = reason
-
-
 def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
     return {k.name: (k.entry, k.entry + (k.code_size or 0)) for k in co.kernels}
 
@@ -212,16 +208,13 @@ def _no_exact_fix(f) -> str:
 
 
 def _edits_for_finding(ctx: FixContext, rule: Rule, finding) -> list[Edit]:
-    """The edits ``rule`` asks for at ``finding``; _KernelRefused when it cannot be done exactly."""
+    """The edits ``rule`` asks for at ``finding``; CannotFix when it cannot be done exactly."""
     if rule.fix is not None:  # the loader accepts only fixes of the registry
-        try:
-            return FIXES[rule.fix](ctx, finding, rule.id)
-        except CannotFix as e:
-            raise _KernelRefused(e.reason) from None
+        return FIXES[rule.fix](ctx, finding, rule.id)
     if not (rule.set_fields or rule.replace is not None or rule.insert_before or rule.insert_after):
         return []  # header actions only
     if finding.address is None:
-        raise _KernelRefused(f"{finding.cls}: rule {rule.id} changes the instruction of the finding, and this "
+        raise CannotFix(f"{finding.cls}: rule {rule.id} changes the instruction of the finding, and this "
                              f"finding is about the whole kernel or object (no instruction)")
     return _instruction_edits(ctx, rule, finding.address, None)
 
@@ -235,14 +228,14 @@ def _instruction_edits(ctx: FixContext, rule: Rule, address: int, inst) -> list[
         if inst is None:
             inst = ctx.code.at(address)
             if inst is None or inst.is_unknown:
-                raise _KernelRefused(f"rule {rule.id} sets fields of the instruction at {address:#x}, "
+                raise CannotFix(f"rule {rule.id} sets fields of the instruction at {address:#x}, "
                                      f"where no instruction of {ctx.kernel.name} kpatch decodes starts")
         changes = {k: v for k, v in rule.set_fields if inst.fields.get(k) != v}
         if changes:
             try:
                 edits.append(Edit(address, "replace", encode(inst, **changes), rule.id))
             except KpatchError as e:
-                raise _KernelRefused(f"rule {rule.id} at {address:#x}: {inst.text()}: {e.reason}") from None
+                raise CannotFix(f"rule {rule.id} at {address:#x}: {inst.text()}: {e.reason}") from None
     if rule.replace is not None:
         edits.append(Edit(address, "replace", _built(rule.replace), rule.id))
     if rule.insert_before:
@@ -295,7 +288,7 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
     into one re-encoding; a rule with other actions (replace, insert_before,
     insert_after, fix) must be the only one that changes the instruction.
     Whatever cannot be performed as the rules say refuses the kernel
-    (_KernelRefused): two rules setting one field to different values, two
+    (CannotFix): two rules setting one field to different values, two
     rules that would each rewrite the instruction, a fix that cannot be done
     exactly."""
     if not rules:
@@ -315,15 +308,12 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
             if r.set_fields and r.fix is None and r.replace is None and not r.insert_before and not r.insert_after:
                 for k, v in r.set_fields:
                     if k in merged and merged[k][0] != v:
-                        raise _KernelRefused(f"rules {merged[k][1]} and {r.id} set {k} of {inst.text()} at "
+                        raise CannotFix(f"rules {merged[k][1]} and {r.id} set {k} of {inst.text()} at "
                                              f"{inst.address:#x} to different values ({merged[k][0]}, {v})")
                     merged.setdefault(k, (v, r.id))
                 continue
             if r.fix is not None:
-                try:
-                    edits = FIXES[r.fix](ctx, InstructionMatch(f"rule {r.id}", inst.address), r.id)
-                except CannotFix as e:
-                    raise _KernelRefused(e.reason) from None
+                edits = FIXES[r.fix](ctx, InstructionMatch(f"rule {r.id}", inst.address), r.id)
             else:
                 edits = _instruction_edits(ctx, r, inst.address, inst)
             if edits:
@@ -334,11 +324,11 @@ def _pattern_edits(ctx: FixContext, rules: list[Rule], start: int, end: int) -> 
             try:
                 acts.append((ids, [Edit(inst.address, "replace", encode(inst, **changes), ids[0])]))
             except KpatchError as e:
-                raise _KernelRefused(f"rules {', '.join(ids)} at {inst.address:#x}: {inst.text()}: "
+                raise CannotFix(f"rules {', '.join(ids)} at {inst.address:#x}: {inst.text()}: "
                                      f"{e.reason}") from None
         if len(acts) > 1:
             names = ", ".join(i for ids, _ in acts for i in ids)
-            raise _KernelRefused(f"rules {names} each change {inst.text()} at {inst.address:#x}; kpatch does "
+            raise CannotFix(f"rules {names} each change {inst.text()} at {inst.address:#x}; kpatch does "
                                  f"not combine their actions")
         for ids, edits in acts:
             out.extend(edits)
@@ -386,6 +376,12 @@ def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_file
         return _patch_code_object(data, mode=mode, rule_sets=rule_sets, extra_rule_files=extra_rule_files)
 
 
+def _refused(names: list[str], reason: str, note: str | None = None, **extra) -> PatchResult:
+    """The whole object refused: every kernel with ``reason``, nothing written."""
+    return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False,
+                       note=reason if note is None else note, **extra)
+
+
 def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
     sets = select_rule_sets(mode, rule_sets, extra_rule_files)
     co = CodeObject.from_bytes(data)
@@ -397,86 +393,41 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     try:
         _check_source(co, mode)
     except Refusal as e:
-        return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
+        return _refused(names, e.reason)
 
-    by_finding = _finding_rules(sets)
-    approx = _approx_rules(sets)
-    kernel_objs = {k.name: k for k in co.kernels}
-    contexts: dict[str, FixContext] = {}
-    pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
+    plan = _RulePlan(sets, mode)
     report = analyse(co, MADE_SAFE_FOR)
     if mode == "harden" and any(r.findings or r.unseen for r in (*report.kernels, *report.functions)):
         try:  # something to change: the code must read the same as gfx1030 code
             _same_on_both(co)
         except Refusal as e:
-            return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
+            return _refused(names, e.reason)
+    kernel_objs = {k.name: k for k in co.kernels}
     ranges = _kernel_ranges(co)
     outcomes: dict[str, KernelOutcome] = {}
     fn_outcomes: dict[str, KernelOutcome] = {}
+    contexts: dict[str, FixContext] = {}
     edits_by_kernel: dict[str, list[Edit]] = {}
     header_kernels: dict[str, tuple[Rule, list[str]]] = {}  # rule id -> (rule, kernels it changes)
-    object_headers = tuple(a for s in sets for r in s.rules if r.on_object for a in r.header_actions("object"))
     units = [(kr, kernel_objs.get(kr.name), outcomes) for kr in report.kernels]
     for fr in report.functions:
         fn = DeviceFunction(fr.name, fr.address, fr.size)
         ranges[fr.name] = (fn.entry, fn.entry + fn.code_size)
         units.append((fr, fn, fn_outcomes))
     for kr, unit, into in units:
-        used: list[str] = []
-        edits: list[Edit] = []
-        kernel_headers: dict[str, tuple[Rule, str]] = {}  # rule id -> (rule, the finding class it handles)
         ctx = FixContext(co, unit)
         if into is outcomes:
             contexts[kr.name] = ctx
         try:
-            if kr.unseen:  # its own code; what it calls is checked below (reachable_units)
-                raise _KernelRefused("; ".join(kr.unseen))
-            for f in kr.findings:
-                if mode == "override" and f.cls in OVERRIDE_ACCEPTS:
-                    continue
-                a = _matching(approx, f, ctx)
-                if a is not None:
-                    edits.extend(_edits_for_finding(ctx, a, f))
-                    used.append(a.id)
-                    continue
-                if f.fix is None:
-                    raise _KernelRefused(_no_exact_fix(f))
-                rule = by_finding.get(f.cls)
-                where = f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
-                if rule is None:
-                    raise _KernelRefused(f"{where} needs rule set {f.fix}, which was not chosen")
-                acts = rule.header_actions("kernel")
-                if acts:
-                    if into is fn_outcomes:
-                        raise _KernelRefused(f"{where} in a device function: rule {rule.id} sets "
-                                             f"{', '.join(k for k, _ in acts)} of the kernel, a property of the "
-                                             f"calling kernels, which kpatch does not set from a callee")
-                    kernel_headers.setdefault(rule.id, (rule, f.cls))
-                edits.extend(_edits_for_finding(ctx, rule, f))
-                used.append(rule.id)
-            edits = list(dict.fromkeys(edits))  # e.g. one s_clause dropped for several findings
-            if kr.name in ranges:
-                pe, pe_rules = _pattern_edits(ctx, pattern_rules, *ranges[kr.name])
-                taken = {e.address: e.rule for e in edits if e.action == "replace"}
-                clash = next((e for e in pe if e.action == "replace" and e.address in taken), None)
-                if clash is not None:  # never drop what a rule says silently
-                    raise _KernelRefused(f"rule {clash.rule} and the fix of rule {taken[clash.address]} both "
-                                         f"rewrite the instruction at {clash.address:#x}; kpatch does not "
-                                         f"combine them")
-                edits.extend(pe)
-                used.extend(pe_rules)
-        except _KernelRefused as e:
+            edits, used, kernel_headers = plan.unit_edits(ctx, kr, ranges.get(kr.name),
+                                                          device_function=into is fn_outcomes)
+        except CannotFix as e:
             into[kr.name] = KernelOutcome(kr.name, "refused", e.reason)
             continue
-        cu = [cls for r, cls in kernel_headers.values() if ("wgp_mode", False) in r.header]
-        if into is outcomes and cu:
-            # CU mode halves the SIMDs a workgroup is spread over: it must still fit,
-            # with the allocation the kernel ends up with (grown by its fixes or not)
-            grown = ctx.budget.new_allocation if ctx.budget is not None else None
-            why = residency.fits(unit, cu_mode=True, vgprs=grown) if unit is not None \
-                else "the kernel has no descriptor"
+        if into is outcomes:
+            why = _cu_mode_refusal(kernel_headers, ctx, unit)
             if why:
-                outcomes[kr.name] = KernelOutcome(kr.name, "refused", f"{cu[0]} needs CU mode, but {why}")
+                outcomes[kr.name] = KernelOutcome(kr.name, "refused", why)
                 continue
         for rid, (r, _) in kernel_headers.items():
             header_kernels.setdefault(rid, (r, []))[1].append(kr.name)
@@ -486,16 +437,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
 
     # a kernel is only as safe as everything it can reach
     reach = reachable_units(co) if report.functions or any(kr.calls for kr in report.kernels) else {}
-    changed = True
-    while changed:  # refusals spread through kernels that call kernels
-        changed = False
-        for name, o in list(outcomes.items()):
-            why = None if o.status == "refused" else _unreachable_refusal(name, reach.get(name, set()),
-                                                                           outcomes, fn_outcomes)
-            if why:
-                outcomes[name] = KernelOutcome(name, "refused", why)
-                edits_by_kernel.pop(name, None)
-                changed = True
+    _spread_refusals(outcomes, fn_outcomes, reach, edits_by_kernel)
     if mode in ALL_OR_NOTHING:
         refused = _all_or_nothing(outcomes, fn_outcomes, mode)
         if refused is not None:
@@ -505,50 +447,15 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
             edits_by_kernel.pop(name, None)
 
     all_edits = [e for es in edits_by_kernel.values() for e in es]
-    chosen, fn_chosen = dict(outcomes), dict(fn_outcomes)  # before the rewriter's refusals
-    done: dict = {}  # what the last call of finalize decided: record, relocations, note
-
-    def finalize(result) -> tuple[bytes, dict] | None:
-        """The header edits (on the original bytes: they do not depend on
-        where code went) and the provenance note for the rewriter's result,
-        laid out in the same pass as the code; None when nothing changed."""
-        outcomes.update(chosen)
-        fn_outcomes.update(fn_chosen)
-        for r in result.refused:
-            for into in (outcomes, fn_outcomes):
-                if r.kernel in into:
-                    into[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
-        done.clear()
-        done["relocations"] = relocated = result.relocations or {}
-        patched = [k for k in co.kernels if outcomes[k.name].status != "refused"]
-        kernel_actions = [(r.header_actions("kernel"), [k for k in patched if k.name in ks])
-                          for r, ks in header_kernels.values()]
-        try:
-            base = _vgpr_growth(data, contexts, outcomes)
-            base = headers.perform(base, kernel_actions, object_headers)
-        except KpatchError as e:
-            done["note"] = e.reason
-            raise _KernelRefused(f"header rewrite failed: {e.reason}") from None
-        if result.data == data and base == data and not any(o.status == "patched" for o in outcomes.values()):
-            return None
-        applied = sorted({r for o in outcomes.values() for r in o.rules})
-        done["record"] = rec = provenance_record(
-            data, rules=applied, made_safe_for=MADE_SAFE_FOR, mode=mode, rule_sets=[s.id for s in sets],
-            refused=[o.name for o in (*outcomes.values(), *fn_outcomes.values()) if o.status == "refused"],
-            relocations=relocated)
-        try:
-            return base, dict([provenance_section(base, rec)])
-        except KpatchError as e:
-            raise _KernelRefused(f"cannot record provenance: {e.reason}") from None
-
+    headers_and_note = _HeadersAndNote(data, co, mode, sets, outcomes, fn_outcomes, contexts, header_kernels,
+                                       plan.object_headers)
     try:
-        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=finalize)
+        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=headers_and_note)
     except Refusal as e:
-        return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False, note=e.reason)
-    except _KernelRefused as e:
-        return PatchResult(None, [KernelOutcome(n, "refused", e.reason) for n in names], False,
-                           note=done.get("note", e.reason))
-    relocated, rec = done["relocations"], done.get("record")
+        return _refused(names, e.reason)
+    except CannotFix as e:
+        return _refused(names, e.reason, note=e.reason if headers_and_note.note is None else headers_and_note.note)
+    relocated, rec = headers_and_note.relocations, headers_and_note.record
     fns = [fn_outcomes[n] for n in fn_outcomes]
     if mode in ALL_OR_NOTHING:
         refused = _all_or_nothing(outcomes, fn_outcomes, mode)
@@ -557,12 +464,155 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     if rec is None:
         return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated, functions=fns)
     new = result.data
-    problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=[r for r in approx if r.fix in KEEPS])
+    problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=[r for r in plan.approx if r.fix in KEEPS])
     if problems:
-        reason = "verification after patching failed: " + "; ".join(problems[:3])
-        return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False, note=reason)
+        return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))
     return PatchResult(new, [outcomes[n] for n in names], True, relocations=relocated, provenance=rec,
                        functions=fns)
+
+
+class _RulePlan:
+    """The chosen rule sets, arranged for lookup: the rule that fixes each
+    finding class, the approximation rules, the instruction-pattern rules
+    and the object header actions."""
+
+    def __init__(self, sets: list[RuleSet], mode: str):
+        self.mode = mode
+        self.by_finding = _finding_rules(sets)
+        self.approx = _approx_rules(sets)
+        self.pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
+        self.object_headers = tuple(a for s in sets for r in s.rules if r.on_object
+                                    for a in r.header_actions("object"))
+
+    def unit_edits(self, ctx: FixContext, kr, code_range: tuple[int, int] | None, *, device_function: bool
+                   ) -> tuple[list[Edit], list[str], dict[str, tuple[Rule, str]]]:
+        """(edits, ids of the rules used, kernel header rules: rule id -> (rule,
+        the finding class it handles)) that make one kernel or device function
+        (its report ``kr``) safe; CannotFix when one of its findings cannot be
+        fixed exactly."""
+        used: list[str] = []
+        edits: list[Edit] = []
+        kernel_headers: dict[str, tuple[Rule, str]] = {}
+        if kr.unseen:  # its own code; what it calls is checked by the caller (reachable_units)
+            raise CannotFix("; ".join(kr.unseen))
+        for f in kr.findings:
+            if self.mode == "override" and f.cls in OVERRIDE_ACCEPTS:
+                continue
+            a = _matching(self.approx, f, ctx)
+            if a is not None:
+                edits.extend(_edits_for_finding(ctx, a, f))
+                used.append(a.id)
+                continue
+            if f.fix is None:
+                raise CannotFix(_no_exact_fix(f))
+            rule = self.by_finding.get(f.cls)
+            where = f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
+            if rule is None:
+                raise CannotFix(f"{where} needs rule set {f.fix}, which was not chosen")
+            acts = rule.header_actions("kernel")
+            if acts:
+                if device_function:
+                    raise CannotFix(f"{where} in a device function: rule {rule.id} sets "
+                                    f"{', '.join(k for k, _ in acts)} of the kernel, a property of the "
+                                    f"calling kernels, which kpatch does not set from a callee")
+                kernel_headers.setdefault(rule.id, (rule, f.cls))
+            edits.extend(_edits_for_finding(ctx, rule, f))
+            used.append(rule.id)
+        edits = list(dict.fromkeys(edits))  # e.g. one s_clause dropped for several findings
+        if code_range is not None:
+            pe, pe_rules = _pattern_edits(ctx, self.pattern_rules, *code_range)
+            taken = {e.address: e.rule for e in edits if e.action == "replace"}
+            clash = next((e for e in pe if e.action == "replace" and e.address in taken), None)
+            if clash is not None:  # never drop what a rule says silently
+                raise CannotFix(f"rule {clash.rule} and the fix of rule {taken[clash.address]} both "
+                                f"rewrite the instruction at {clash.address:#x}; kpatch does not "
+                                f"combine them")
+            edits.extend(pe)
+            used.extend(pe_rules)
+        return edits, used, kernel_headers
+
+
+def _cu_mode_refusal(kernel_headers: dict[str, tuple[Rule, str]], ctx: FixContext, kernel) -> str | None:
+    """Why a kernel whose fixes switch it to CU mode cannot run in it, or
+    None.  CU mode halves the SIMDs a workgroup is spread over: it must still
+    fit, with the allocation the kernel ends up with (grown by its fixes or
+    not)."""
+    cu = [cls for r, cls in kernel_headers.values() if ("wgp_mode", False) in r.header]
+    if not cu:
+        return None
+    grown = ctx.budget.new_allocation if ctx.budget is not None else None
+    why = residency.fits(kernel, cu_mode=True, vgprs=grown) if kernel is not None else "the kernel has no descriptor"
+    return f"{cu[0]} needs CU mode, but {why}" if why else None
+
+
+def _spread_refusals(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, KernelOutcome],
+                     reach: dict[str, set[str]], edits_by_kernel: dict[str, list[Edit]]) -> None:
+    """Refuse every kernel that can reach refused code, until nothing
+    changes (refusals spread through kernels that call kernels); a refused
+    kernel's edits are dropped."""
+    changed = True
+    while changed:
+        changed = False
+        for name, o in list(outcomes.items()):
+            why = None if o.status == "refused" else _unreachable_refusal(name, reach.get(name, set()),
+                                                                           outcomes, fn_outcomes)
+            if why:
+                outcomes[name] = KernelOutcome(name, "refused", why)
+                edits_by_kernel.pop(name, None)
+                changed = True
+
+
+class _HeadersAndNote:
+    """The rewriter's ``finalize`` step: the header edits (on the original
+    bytes: they do not depend on where code went) and the provenance note
+    for the rewriter's result, laid out in the same pass as the code.  The
+    rewriter may call it more than once; after the last call, ``record``,
+    ``relocations`` and ``note`` say what it decided."""
+
+    def __init__(self, data: bytes, co: CodeObject, mode: str, sets: list[RuleSet],
+                 outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, KernelOutcome],
+                 contexts: dict[str, FixContext], header_kernels: dict[str, tuple[Rule, list[str]]],
+                 object_headers: tuple):
+        self.data, self.co, self.mode, self.sets = data, co, mode, sets
+        self.outcomes, self.fn_outcomes = outcomes, fn_outcomes
+        self.decided, self.fn_decided = dict(outcomes), dict(fn_outcomes)  # before the rewriter's refusals
+        self.contexts, self.header_kernels, self.object_headers = contexts, header_kernels, object_headers
+        self.record: dict | None = None
+        self.relocations: dict = {}
+        self.note: str | None = None
+
+    def __call__(self, result) -> tuple[bytes, dict] | None:
+        """(new base bytes, {section: contents}) for ``result``; None when nothing changed."""
+        outcomes, fn_outcomes = self.outcomes, self.fn_outcomes
+        outcomes.update(self.decided)
+        fn_outcomes.update(self.fn_decided)
+        for r in result.refused:
+            for into in (outcomes, fn_outcomes):
+                if r.kernel in into:
+                    into[r.kernel] = KernelOutcome(r.kernel, "refused", r.reason)
+        self.record, self.note = None, None
+        self.relocations = relocated = result.relocations or {}
+        patched = [k for k in self.co.kernels if outcomes[k.name].status != "refused"]
+        kernel_actions = [(r.header_actions("kernel"), [k for k in patched if k.name in ks])
+                          for r, ks in self.header_kernels.values()]
+        data = self.data
+        try:
+            base = _vgpr_growth(data, self.contexts, outcomes)
+            base = headers.perform(base, kernel_actions, self.object_headers)
+        except KpatchError as e:
+            self.note = e.reason
+            raise CannotFix(f"header rewrite failed: {e.reason}") from None
+        if result.data == data and base == data and not any(o.status == "patched" for o in outcomes.values()):
+            return None
+        applied = sorted({r for o in outcomes.values() for r in o.rules})
+        self.record = rec = provenance_record(
+            data, rules=applied, made_safe_for=MADE_SAFE_FOR, mode=self.mode, rule_sets=[s.id for s in self.sets],
+            refused=[o.name for o in (*outcomes.values(), *fn_outcomes.values()) if o.status == "refused"],
+            relocations=relocated)
+        try:
+            return base, dict([provenance_section(base, rec)])
+        except KpatchError as e:
+            raise CannotFix(f"cannot record provenance: {e.reason}") from None
 
 
 def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, KernelOutcome],

@@ -63,10 +63,12 @@ from functools import lru_cache
 from typing import Callable
 
 from kpatch.codeobject import CodeObject
-from kpatch.codeobject.elf import ET_REL, SHT_NULL
+from kpatch.elf.reader import ET_REL, SHF_EXECINSTR, SHT_NULL
 from kpatch.errors import UsageError
 from kpatch.isa import TARGETS, decode, encode
-from kpatch.analysis.codescan import Problem, TextScan, is_pc_relative, scan_text
+from kpatch.isa.operands import inline_code
+from kpatch.isa.tables import table_for
+from kpatch.analysis.codescan import RelocationProblem, TextScan, is_pc_relative, scan_text
 from kpatch.rewrite.edits import Edit, Refusal, Slot, group_edits
 from kpatch.rewrite.elfpatch import AddressMap, ElfLayout, write
 from kpatch.rewrite.textlayout import TextLayout, layout_text
@@ -74,7 +76,6 @@ from kpatch.rewrite.textlayout import TextLayout, layout_text
 __all__ = ["RewriteResult", "apply_edits", "rewrite", "set_e_flags", "set_metadata",
            "set_descriptor_field"]
 
-SHF_EXECINSTR = 0x4
 
 
 @dataclass
@@ -332,9 +333,10 @@ def _scan(co: CodeObject, target: str | None) -> TextScan | None:
         if target not in TARGETS:
             raise UsageError(f"kpatch decodes gfx10 code for {', '.join(TARGETS)}, not {target!r}")
         return scan_text(co, target)
-    name = co.target.mach.name if co.target is not None else ""
-    if name not in TARGETS:
-        raise Refusal(f"cannot relocate: kpatch cannot decode {name or 'this target'}'s "
+    mach = co.target.mach.name if co.target is not None else ""
+    name = table_for(mach)
+    if name is None:
+        raise Refusal(f"cannot relocate: kpatch cannot decode {mach or 'this target'}'s "
                       f"code to move it", kind="layout")
     scan = scan_text(co, name)
     if scan is not None and any(p.kind == "undecodable" for p in scan.problems):
@@ -393,7 +395,7 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
             if e.kind != "data-target" or scan is None or not slots or e.address is None:
                 raise
             ui = scan.unit_at(e.address)
-            scan.problems.append(Problem(scan.units[ui].name, e.address, "A", e.kind, e.reason, ui))
+            scan.problems.append(RelocationProblem(scan.units[ui].name, e.address, "A", e.kind, e.reason, ui))
     raise Refusal("cannot relocate: PC-relative targets could not be placed", kind="data-target")
 
 
@@ -554,12 +556,8 @@ def _fix_long_branch(scan: TextScan, lay: TextLayout, text: bytearray, gp, offse
 
 
 def _inline_code(value: int) -> int | None:
-    v = value - (1 << 32) if value & 0x80000000 else value
-    if 0 <= v <= 64:
-        return 128 + v
-    if -16 <= v <= -1:
-        return 192 - v
-    return None
+    """The inline-constant encoding of the 32-bit ``value`` read as signed, or None."""
+    return inline_code(value - (1 << 32) if value & 0x80000000 else value)
 
 
 def _fix_descriptors(co: CodeObject, layout: ElfLayout, amap: AddressMap,
@@ -587,5 +585,3 @@ def _fix_descriptors(co: CodeObject, layout: ElfLayout, amap: AddressMap,
         by_index[i] = bytes(b)
     return fixed
 
-
-from kpatch.rewrite.headers import set_descriptor_field, set_e_flags, set_metadata  # noqa: E402,F401

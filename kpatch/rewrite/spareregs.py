@@ -44,22 +44,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kpatch.analysis.detectors.mimg import clause_length
 from kpatch.codeobject import CodeObject
 from kpatch.isa import decode
+from kpatch.isa.operands import clause_length
 from kpatch.isa.tables import IMPLICIT_FORMATS, implicit_uses
 from kpatch.rewrite import residency
+from kpatch.rewrite.edits import CannotFix
 
 CALLS = ("s_call_b64", "s_swappc_b64", "s_setpc_b64")
 SOURCE_ISA = "gfx1030"
-
-
-class NoSpareRegisters(Exception):
-    """The kernel cannot give the VGPRs a fix needs (``reason`` says why)."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass
@@ -152,14 +145,14 @@ class VgprBudget:
 
     def take(self, n: int, why: str) -> int:
         """The first of ``n`` consecutive spare VGPRs for ``why`` (a transient
-        use, see the module docstring); NoSpareRegisters if there are none."""
+        use, see the module docstring); CannotFix if there are none."""
         if self.blocked:
-            raise NoSpareRegisters(f"{why} needs {n} spare VGPR(s), but {self.blocked}")
+            raise CannotFix(f"{why} needs {n} spare VGPR(s), but {self.blocked}")
         want = self.first_free + n
         if want > self.allocated:
             problem = self._cannot_grow(self._whole_granules(want))
             if problem:
-                raise NoSpareRegisters(f"{why} needs {n} spare VGPR(s) from v{self.first_free} on, the "
+                raise CannotFix(f"{why} needs {n} spare VGPR(s) from v{self.first_free} on, the "
                                        f"allocation is {self.allocated}, and {problem}")
         self.next = max(self.next, want)
         return self.first_free

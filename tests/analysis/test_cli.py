@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from conftest import FIXTURES, run_kpatch
+from conftest import FIXTURES, kpatch_in_process
 from kpatch.analysis.findings import CLASSES
 from tests.analysis.conftest import HAZARDS
 
@@ -18,7 +18,7 @@ ISSUE_CLASSES = [
 
 
 def _scan(*args):
-    p = run_kpatch("scan", "--json", *args)
+    p = kpatch_in_process("scan", "--json", *args)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -61,7 +61,7 @@ def test_scan_without_target_does_not_analyse():
 
 
 def test_scan_table_with_target():
-    p = run_kpatch("scan", "--target", "gfx1010", os.path.join(HAZARDS, "bin", "isa_differences.gfx1030.hsaco"),
+    p = kpatch_in_process("scan", "--target", "gfx1010", os.path.join(HAZARDS, "bin", "isa_differences.gfx1030.hsaco"),
                    os.path.join(FIXTURES, "miopen_like.cl.gfx1030.v4.hsaco"))
     assert p.returncode == 0, p.stderr
     out = p.stdout
@@ -71,7 +71,7 @@ def test_scan_table_with_target():
 
 
 def test_scan_other_processors_are_unpatchable():
-    p = run_kpatch("scan", "--json", "--target", "gfx1010", "--sample")
+    p = kpatch_in_process("scan", "--json", "--target", "gfx1010", "--sample")
     doc = json.loads(p.stdout)
     others = [c for c in doc["code_objects"] if not c["target"].startswith("gfx10")]
     for c in others:
@@ -80,7 +80,7 @@ def test_scan_other_processors_are_unpatchable():
 
 def test_explain_every_class():
     for name in ISSUE_CLASSES:
-        p = run_kpatch("explain", name)
+        p = kpatch_in_process("explain", name)
         assert p.returncode == 0, p.stderr
         for part in ("What it is:", "Why it breaks gfx1010:", "How it is fixed", "cannot verify"):
             assert part in p.stdout, (name, part)
@@ -88,10 +88,10 @@ def test_explain_every_class():
 
 
 def test_explain_lists_and_rejects():
-    p = run_kpatch("explain")
+    p = kpatch_in_process("explain")
     assert p.returncode == 0
     lines = p.stdout.strip().splitlines()
     assert [ln.split()[1] for ln in lines] == [c.name for c in CLASSES]
-    assert run_kpatch("explain", "h002").stdout.startswith("H002 VMEMtoScalarWriteHazard")
-    bad = run_kpatch("explain", "NoSuchHazard")
+    assert kpatch_in_process("explain", "h002").stdout.startswith("H002 VMEMtoScalarWriteHazard")
+    bad = kpatch_in_process("explain", "NoSuchHazard")
     assert bad.returncode == 2 and "NoSuchHazard" in bad.stderr

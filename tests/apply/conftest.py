@@ -212,15 +212,12 @@ def invoke(monkeypatch, args: list[str], *, env: dict | None = None, patcher=Non
 
 
 def python_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    e = dict(os.environ)
-    e["KPATCH_NO_PROGRESS"] = "1"
-    e.pop("HSA_OVERRIDE_GFX_VERSION", None)
-    e.pop("MIOPEN_DEVICE_CU", None)
-    e.pop("MIOPEN_CUSTOM_CACHE_DIR", None)
-    if env:
-        e.update(env)
-    return subprocess.run([sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, env=e,
-                          timeout=300)
+    """`kpatch ARGS` through the CLI's own main() (its real exit statuses and
+    error lines), in this process, with the DB-choosing variables unset."""
+    from conftest import kpatch_in_process
+
+    unset = {"HSA_OVERRIDE_GFX_VERSION": None, "MIOPEN_DEVICE_CU": None, "MIOPEN_CUSTOM_CACHE_DIR": None}
+    return kpatch_in_process(*args, env={**unset, **(env or {})})
 
 
 def db_rows(path) -> dict:

@@ -19,8 +19,8 @@ from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.containers.bundle import is_bundle, parse_bundle
 from kpatch.containers.kdb import KernelDB
-from kpatch.outputs.blobpatch import ALL_OR_NOTHING, patch_code_object_checked
-from kpatch.outputs.patchfn import KernelOutcome, PatchResult
+from kpatch.apply.blob import ALL_OR_NOTHING, patch_code_object_checked
+from kpatch.apply.outcome import KernelOutcome, PatchResult
 from kpatch.rewrite.patcher import patch_code_object
 from kpatch.rewrite.provenance import read_provenance
 from apply.conftest import python_cli
@@ -109,7 +109,7 @@ def test_orchestration_never_writes_a_partly_refused_object_in_native_or_relabel
     assert len(names) >= 2
 
     def half_refused(code, *, mode, rule_sets):
-        from kpatch.outputs.relabel import relabel_code_object
+        from kpatch.apply.relabel import relabel_code_object
         from kpatch.codeobject import TargetId, e_flags_for
         import struct
         new = bytearray(code)

@@ -20,13 +20,13 @@ import time
 
 import pytest
 
-import kpatch.outputs.apply_db as apply_db_module
-import kpatch.outputs.userdb as userdb
+import kpatch.apply.db as apply_db_module
+import kpatch.apply.userdb as userdb
 from kpatch.containers.kdb import KernelDB, write_kdb
 from kpatch.data import sample_db_path
 from kpatch.errors import UsageError
-from kpatch.outputs.apply_db import apply_to_db, output_args
-from kpatch.outputs.userdb import list_backups, restore_latest
+from kpatch.apply.db import apply_to_db, output_args
+from kpatch.apply.userdb import list_backups, restore_latest
 
 from .conftest import (
     BUNDLER15, FakePatcher, fake_is_patched, invoke, listing, marked, miopen_select, no_provenance, python_cli, read,

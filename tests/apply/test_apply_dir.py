@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from kpatch.outputs.apply_dir import MANIFEST, apply_to_dir
+from kpatch.apply.directory import MANIFEST, apply_to_dir
 
 from .conftest import BUNDLER15, FakePatcher, fake_is_patched, fixture, invoke, read, readelf_flags
 

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from kpatch.errors import UsageError
-from kpatch.outputs.apply_file import apply_to_file
-from kpatch.outputs.relabel import relabel_code_object, relabel_patch_fn
+from kpatch.apply.file import apply_to_file
+from kpatch.apply.relabel import relabel_code_object, relabel_patch_fn
 
 from .conftest import (
     BUNDLER15, READELF, FakePatcher, fake_is_patched, fixture, invoke, listing, marked, no_provenance, read,

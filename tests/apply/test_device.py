@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kpatch.errors import UsageError
-from kpatch.outputs.device import KFD_NODES, _properties, detect_cu, detect_mode, processor_name, read_gpu_nodes
+from kpatch.miopen.device import KFD_NODES, _properties, detect_cu, detect_mode, processor_name, read_gpu_nodes
 
 from kpatch.data import sample_db_path
 

@@ -28,9 +28,9 @@ from .conftest import FakePatcher, db_rows as rows, fake_is_patched, integrity, 
 CHILD = textwrap.dedent("""
     import sys, time
     sys.path[:0] = {paths!r}
-    import kpatch.outputs.userdb as userdb
+    import kpatch.apply.userdb as userdb
     from kpatch.containers.kdb import KernelDB
-    from kpatch.outputs.apply_db import apply_to_db
+    from kpatch.apply.db import apply_to_db
     import importlib.util
     spec = importlib.util.spec_from_file_location("apply_conftest", {helpers!r})
     helpers = sys.modules["apply_conftest"] = importlib.util.module_from_spec(spec)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kpatch.errors import UsageError
-from kpatch.outputs.miopen_paths import (
+from kpatch.miopen.paths import (
     MiopenVersion, check_output_dir, db_basename, read_version_header, resolve_cache_dir, user_db_name)
 
 
@@ -177,7 +177,7 @@ def libstdcxx_temp_dir(tmp_path_factory):
 
 
 def test_temp_directory_path_agrees_with_libstdcxx(tmp_path, libstdcxx_temp_dir):
-    from kpatch.outputs.miopen_paths import temp_directory_path
+    from kpatch.miopen.paths import temp_directory_path
 
     d1, d2, afile = tmp_path / "d1", tmp_path / "d2", tmp_path / "afile"
     d1.mkdir(), d2.mkdir(), afile.write_bytes(b"")
@@ -252,7 +252,7 @@ def test_fs_type_is_statfs_f_type():
     """Oracle: coreutils `stat -f -c %t` prints statfs's f_type in hex."""
     import subprocess
 
-    from kpatch.outputs.miopen_paths import fs_type
+    from kpatch.miopen.paths import fs_type
 
     for path in ("/", "/proc", "/dev/shm", "/tmp"):
         if not os.path.isdir(path):

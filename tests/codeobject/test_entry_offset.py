@@ -15,7 +15,7 @@ import struct
 
 import pytest
 
-from conftest import FIXTURES, run_kpatch
+from conftest import FIXTURES, kpatch_in_process
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 
@@ -71,7 +71,7 @@ def test_bad_entry_offset_makes_the_kernel_not_analysable(tmp_path, case):
     report = analyse(co, "gfx1010")
     verdict = {r.name: r.verdict for r in report.kernels}[name]
     assert verdict.status == "unpatchable" and any(reason in r for r in verdict.reasons)
-    p = run_kpatch("scan", "--json", "--target", "gfx1010", path)
+    p = kpatch_in_process("scan", "--json", "--target", "gfx1010", path)
     kernels = {k["name"]: k for c in json.loads(p.stdout)["code_objects"] for k in c["kernels"]}
     assert kernels[name]["verdict"] == "unpatchable" and any(reason in r for r in kernels[name]["reasons"])
 
@@ -80,7 +80,7 @@ def test_bad_entry_offset_makes_the_kernel_not_analysable(tmp_path, case):
 def test_bad_entry_offset_is_never_patched(tmp_path, case):
     path, name = damaged(tmp_path, CASES[case][0])
     out = str(tmp_path / "out.hsaco")
-    p = run_kpatch("apply", path, "-o", out, "--mode", "override")
+    p = kpatch_in_process("apply", path, "-o", out, "--mode", "override")
     assert re.search(rf"refused\s+file://{re.escape(path)} {name}:", p.stdout), p.stdout
     assert not re.search(rf"patched\s+\S+ {name} ", p.stdout)
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from kpatch.codeobject import CodeObject, decode_metadata, encode_metadata
 from kpatch.codeobject import mpack
-from kpatch.codeobject.elf import ElfFile
+from kpatch.elf.reader import ElfFile
 from kpatch.errors import FormatError
 
 from .conftest import CLANG19, READELF16, compile_cl, read, run, tool

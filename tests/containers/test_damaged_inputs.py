@@ -177,8 +177,8 @@ def test_apply_db_writes_the_good_rows_and_one_error_per_bad_row(damaged, tmp_pa
 def test_a_bug_on_one_entry_is_that_entrys_error(damaged, tmp_path, monkeypatch, jobs):
     """A non-KpatchError raised while patching one entry (in this process or
     a worker) is that entry's error; every other entry is still patched."""
-    from kpatch.outputs import apply_db
-    from kpatch.outputs.patchfn import DEFAULT_RULE_SETS, default_patch_fn, default_provenance_fn
+    from kpatch.apply import db as apply_db
+    from kpatch.apply.modes import DEFAULT_RULE_SETS, default_patch_fn, default_provenance_fn
 
     real = apply_db.patch_blob
     victim = damaged["rows"][1]

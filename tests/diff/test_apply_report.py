@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_kpatch
+from conftest import kpatch_in_process
 from kpatch.data import sample_db_path
 from tests.apply.conftest import BUNDLER15, FakeKernel, FakePatcher, FakeResult, fake_is_patched, invoke, kernel_names
 
@@ -96,7 +96,7 @@ def counted_instructions(path: str) -> int:
 def apply_sample(tmp_path, *extra: str) -> tuple[str, str, subprocess.CompletedProcess]:
     out_dir = tmp_path / "out"
     report = str(tmp_path / "report.html")
-    p = run_kpatch("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir", str(out_dir),
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir", str(out_dir),
                    "--report", report, *extra)
     assert p.returncode == 0, p.stderr
     return str(out_dir / "gfx1030_18.ukdb"), report, p
@@ -155,7 +155,7 @@ def test_report_refusals_first_and_counts_agree_with_diff(tmp_path, chromium):
         assert all(s.find_all("p", cls="refused") for s in secs)
 
     # the counts are `kpatch diff SRC OUT`'s
-    d = run_kpatch("diff", "--json", "@sample", out)
+    d = kpatch_in_process("diff", "--json", "@sample", out)
     assert d.returncode == 0, d.stderr
     want = json.loads(d.stdout)["summary"]
     summary = kv(dom.find_all("table", cls="summary")[0])
@@ -188,7 +188,7 @@ def test_second_apply_leaves_the_report_alone(tmp_path):
     assert os.stat(report).st_mtime_ns == mtime
     # a new report for a run that changed nothing says so (and still lists the refusals)
     fresh = str(tmp_path / "fresh.html")
-    p = run_kpatch("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
                    str(tmp_path / "out"), "--report", fresh)
     assert p.returncode == 0 and os.path.exists(fresh)
     text = open(fresh, encoding="utf-8").read()

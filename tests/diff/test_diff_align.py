@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kpatch.isa import decode
-from kpatch.outputs import align as A
-from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, align, align_keys
+from kpatch.diff import align as A
+from kpatch.diff.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, align, align_keys
 
 from .conftest import tool
 

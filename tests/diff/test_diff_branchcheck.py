@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kpatch.codeobject import CodeObject
 from kpatch.isa import build, decode_one, encode
-from kpatch.outputs.branchcheck import (
+from kpatch.diff.branchcheck import (
     ADDED_BRANCH, CHANGED_BRANCH, ENTRY, WRONG_TARGET, check_branches)
 
 from .conftest import objdump, read, text_file_offset

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 
-from conftest import run_kpatch
+from conftest import kpatch_in_process
 from kpatch.containers.kdb import write_kdb
 
 from .conftest import ASM_V4, objdump, read, text_file_offset, write
 
 
 def test_text_output_side_by_side(branchy):
-    r = run_kpatch("diff", branchy[0], branchy[1])
+    r = kpatch_in_process("diff", branchy[0], branchy[1])
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == f"--- {branchy[0]}" and lines[1] == f"+++ {branchy[1]}"
@@ -29,7 +29,7 @@ def test_text_output_side_by_side(branchy):
 
 
 def test_json_output(branchy):
-    r = run_kpatch("diff", "--json", branchy[0], branchy[2])
+    r = kpatch_in_process("diff", "--json", branchy[0], branchy[2])
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["summary"]["inserted"] == 1 and doc["summary"]["control_flow_problems"] == 0
@@ -47,7 +47,7 @@ def test_control_flow_problem_sets_exit_status(branchy, tmp_path):
     off = text_file_offset(branchy[1]) + loop
     data[off] ^= 0x01  # simm16 low bit: the loop branch now lands one dword off
     broken = write(str(tmp_path / "broken.co"), bytes(data))
-    r = run_kpatch("diff", branchy[0], broken)
+    r = kpatch_in_process("diff", branchy[0], broken)
     assert r.returncode == 1
     assert "control-flow problems (1):" in r.stdout
     assert f"at {loop:#x}" in r.stdout
@@ -56,15 +56,15 @@ def test_control_flow_problem_sets_exit_status(branchy, tmp_path):
 
 
 def test_exit_code_and_identical(branchy):
-    assert run_kpatch("diff", "--exit-code", branchy[0], branchy[0]).returncode == 0
-    assert run_kpatch("diff", "--exit-code", branchy[0], branchy[1]).returncode == 1
-    r = run_kpatch("diff", branchy[0], branchy[0])
+    assert kpatch_in_process("diff", "--exit-code", branchy[0], branchy[0]).returncode == 0
+    assert kpatch_in_process("diff", "--exit-code", branchy[0], branchy[1]).returncode == 1
+    r = kpatch_in_process("diff", branchy[0], branchy[0])
     assert r.returncode == 0 and "0 changed, 1 identical (not shown)" in r.stdout
 
 
 def test_html_option_writes_a_report(branchy, tmp_path):
     html = str(tmp_path / "r.html")
-    r = run_kpatch("diff", "--html", html, branchy[0], branchy[1])
+    r = kpatch_in_process("diff", "--html", html, branchy[0], branchy[1])
     assert r.returncode == 0, r.stderr
     text = read(html).decode()
     assert text.startswith("<!DOCTYPE html>") and 'data-name="k_branchy"' in text
@@ -80,7 +80,7 @@ def test_kernel_db_against_user_db(tmp_path):
     src, out = str(tmp_path / "s.kdb"), str(tmp_path / "gfx1010_18.ukdb")
     write_kdb(src, [("asm_kernels.s.o", " -mcpu=gfx1030", read(ASM_V4))], user=False)
     write_kdb(out, [("asm_kernels.s.o", " -mcpu=gfx1010", bytes(data))], user=True)
-    r = run_kpatch("diff", src, out)
+    r = kpatch_in_process("diff", src, out)
     assert r.returncode == 0, r.stderr
     assert "== asm_kernels.s.o [-mcpu=gfx1010]" in r.stdout
     changed = [ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("~ ")]
@@ -91,7 +91,7 @@ def test_missing_input_fails_plainly(branchy, tmp_path):
     # one line naming the input as given, exit 1, and no diff of everything against nothing
     missing = os.path.join(str(tmp_path), "nope.co")
     for args in ((branchy[0], missing), (missing, branchy[0]), ("--json", missing, branchy[0])):
-        r = run_kpatch("diff", *args)
+        r = kpatch_in_process("diff", *args)
         assert r.returncode == 1
         assert r.stderr == f"error: {missing}: no such file\n"
         assert r.stdout == ""
@@ -100,10 +100,10 @@ def test_missing_input_fails_plainly(branchy, tmp_path):
 def test_input_without_code_objects_fails_plainly(branchy, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    r = run_kpatch("diff", str(empty), branchy[0])
+    r = kpatch_in_process("diff", str(empty), branchy[0])
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr == f"error: {empty}: no gfx code object in it\n"
     uri = f"kdb://{tmp_path}/none.kdb?name=a&args=b"
-    r = run_kpatch("diff", branchy[0], uri)
+    r = kpatch_in_process("diff", branchy[0], uri)
     assert r.returncode == 1 and r.stdout == "" and r.stderr == f"error: {uri}: no such kernel DB\n"
 

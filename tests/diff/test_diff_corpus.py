@@ -10,10 +10,10 @@ import pytest
 from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, discover
 from kpatch.isa import encode
-from kpatch.outputs.align import CHANGED, FieldChange
-from kpatch.outputs.branchcheck import check_branches
-from kpatch.outputs.diff import diff_objects
-from kpatch.outputs.units import units
+from kpatch.diff.align import CHANGED, FieldChange
+from kpatch.diff.branchcheck import check_branches
+from kpatch.diff.compare import diff_objects
+from kpatch.diff.functions import units
 
 from .conftest import objdump, write
 

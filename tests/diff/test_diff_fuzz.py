@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from kpatch.codeobject import CodeObject
 from kpatch.errors import FormatError
-from kpatch.outputs.branchcheck import check_branches
-from kpatch.outputs.diff import Report, diff_objects, report_json
-from kpatch.outputs.diff_html import render_html
-from kpatch.outputs.diff_text import render_text
+from kpatch.diff.branchcheck import check_branches
+from kpatch.diff.compare import Report, diff_objects, report_json
+from kpatch.diff.html import render_html
+from kpatch.diff.text import render_text
 
 from .conftest import ASM_V4, read
 

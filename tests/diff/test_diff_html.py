@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 
-from kpatch.outputs.diff import diff_inputs
-from kpatch.outputs.diff_html import render_html, write_html
+from kpatch.diff.compare import diff_inputs
+from kpatch.diff.html import render_html, write_html
 
 from .conftest import objdump, read, text_file_offset, write
 

@@ -13,8 +13,8 @@ import pytest
 from kpatch.codeobject import CodeObject
 from kpatch.containers.kdb import write_kdb
 from kpatch.isa import decode_one, encode
-from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange
-from kpatch.outputs.diff import Report, build_report, diff_inputs, diff_objects, report_json
+from kpatch.diff.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange
+from kpatch.diff.compare import Report, build_report, diff_inputs, diff_objects, report_json
 
 from .conftest import (
     ASM_V4, ASM_V5, objdump, objdump_kd, read, readelf_flags, readelf_symbols, text_file_offset, write)

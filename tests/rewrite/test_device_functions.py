@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from conftest import FIXTURES, need_tool, objdump_functions, run_kpatch
+from conftest import FIXTURES, need_tool, objdump_functions, kpatch_in_process
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.rewrite.patcher import patch_code_object
@@ -58,7 +58,7 @@ def test_device_functions_are_patched_and_verified(mode, tmp_path):
     # the CLI says the output is clean
     out = tmp_path / "p.hsaco"
     out.write_bytes(res.data)
-    r = run_kpatch("scan", "--target", "gfx1010", "--json", str(out))
+    r = kpatch_in_process("scan", "--target", "gfx1010", "--json", str(out))
     import json
     a = json.loads(r.stdout)["code_objects"][0]["analysis"]
     assert a["verdict"] == "ok" and a["findings"] == {}
@@ -135,7 +135,7 @@ def test_an_object_without_text_is_unpatchable_not_ok(tmp_path):
     assert res.data is None and all(k.status == "refused" for k in res.kernels)
     p = tmp_path / "n.hsaco"
     p.write_bytes(data)
-    r = run_kpatch("scan", "--target", "gfx1010", str(p))
+    r = kpatch_in_process("scan", "--target", "gfx1010", str(p))
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert f"kernels 0 ok, 0 patchable, {len(co.kernels)} unpatchable" in r.stdout
 

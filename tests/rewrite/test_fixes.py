@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 
-from conftest import run_kpatch
+from conftest import kpatch_in_process
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.rewrite.patcher import patch_code_object
@@ -285,16 +285,16 @@ def test_object_without_notes_is_refused_not_crashed(tmp_path):
 # --- approximations ------------------------------------------------------------------
 
 def test_approximations_only_when_named(tmp_path):
-    p = run_kpatch("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
                    str(tmp_path / "a"), "--dry-run", "--json")
     doc = json.loads(p.stdout)
     refused = {k["name"]: k["reason"] for e in doc["entries"] for k in e["kernels"] if k["status"] == "refused"}
     assert "--allow-approx legacy-fma-as-mad" in refused["asm_scale_loop"]
     assert "--allow-approx dot2-fma-mix" in refused["half2_dot"]
-    p = run_kpatch("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
                    str(tmp_path / "a"), "--rules", "legacy-fma-as-mad")
     assert p.returncode == 2 and "--allow-approx legacy-fma-as-mad" in p.stderr
-    p = run_kpatch("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
                    str(tmp_path / "a"), "--allow-approx", "fast-math")
     assert p.returncode == 2 and "no such approximation" in p.stderr and "Traceback" not in p.stderr
 

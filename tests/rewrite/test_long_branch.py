@@ -76,7 +76,7 @@ def test_the_control_flow_check_follows_the_long_branch(tmp_path):
     import struct
 
     from kpatch.codeobject import CodeObject
-    from kpatch.outputs.branchcheck import WRONG_PC_TARGET, check_branches
+    from kpatch.diff.branchcheck import WRONG_PC_TARGET, check_branches
 
     src = build(tmp_path, "s_mov_b32 s36, 0")
     out = str(tmp_path / "out.hsaco")

@@ -253,21 +253,21 @@ def test_every_fix_name_is_in_the_one_registry(tmp_path):
 
 def test_cli_rules_file_loads_and_rejects(tmp_path):
     """`kpatch rules --rules FILE` shows a rule the engine performs and names a bad one."""
-    from conftest import run_kpatch
+    from conftest import kpatch_in_process
 
     good = rule_file(tmp_path, 'match.mnemonic = "v_mov_b32_e32"\ninsert_before = [{ op = "s_nop", simm16 = 5 }]\n')
-    r = run_kpatch("rules", "--rules", good, "KZ001")
+    r = kpatch_in_process("rules", "--rules", good, "KZ001")
     assert r.returncode == 0 and "KZ001 mine" in r.stdout
     assert "matches: v_mov_b32_e32" in r.stdout and "does: insert_before s_nop simm16=0x5" in r.stdout
     bad = rule_file(tmp_path, 'match.finding = "LdsMisalignedBug"\nheader = { wgp_mode = true }\n', sid="bad")
-    r = run_kpatch("rules", "--rules", bad)
+    r = kpatch_in_process("rules", "--rules", bad)
     assert r.returncode != 0 and "bad.toml: rule KZ001.header.wgp_mode" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_native_without_a_labelling_rule_set_is_one_usage_error_before_any_work(tmp_path):
-    from conftest import run_kpatch
+    from conftest import kpatch_in_process
 
-    r = run_kpatch("apply", "--db", "@sample", "--mode", "native", "--rules", "gfx1010-hazards", "--cu", "18",
+    r = kpatch_in_process("apply", "--db", "@sample", "--mode", "native", "--rules", "gfx1010-hazards", "--cu", "18",
                    "--out-dir", str(tmp_path / "out"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [

@@ -13,7 +13,8 @@ from rw_oracle import check_rewrite, objdump, readelf
 from kpatch.errors import KpatchError
 from kpatch.rewrite.edits import Edit
 from kpatch.rewrite.provenance import add_provenance
-from kpatch.rewrite.relocate import apply_edits, set_metadata
+from kpatch.rewrite.headers import set_metadata
+from kpatch.rewrite.relocate import apply_edits
 
 OBJECTS = [RELOC, CALLS, os.path.join(FIXTURES, "miopen_like.cl.gfx1030.v5.hsaco")]
 _LINES = {p: [x for ls in function_lines(p).values() for x in ls] for p in OBJECTS}

@@ -14,7 +14,7 @@ from kpatch.errors import FormatError
 from kpatch.rewrite.edits import Refusal
 from kpatch.rewrite.provenance import (NT_KPATCH_PROVENANCE, add_provenance, provenance_record,
                                        read_provenance)
-from kpatch.rewrite.relocate import set_descriptor_field, set_e_flags, set_metadata
+from kpatch.rewrite.headers import set_descriptor_field, set_e_flags, set_metadata
 
 GFX1010_XNACK_OFF = "amdgcn-amd-amdhsa--gfx1010:xnack-"
 

@@ -21,7 +21,7 @@ from kpatch.analysis import analyse
 from kpatch.analysis.codescan import scan_text
 from kpatch.analysis.engine import bounded_jumps
 from kpatch.codeobject import CodeObject
-from kpatch.outputs.branchcheck import check_branches
+from kpatch.diff.branchcheck import check_branches
 from kpatch.rewrite.patcher import patch_code_object
 from tests.conftest import need_tool
 from tests.test_miopen_corpus import entries

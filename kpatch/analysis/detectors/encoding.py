@@ -7,14 +7,11 @@ from __future__ import annotations
 from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import COND, FLAT, JUMP, M_LOCAL, Facts, register_encoding_check
 from kpatch.analysis.findings import Finding
+from kpatch.isa.operands import signed12
 
 OFFSET_3F = 0x3F
 SADDR_OFF = 0x7D  # FLAT saddr "off": the address is in VGPRs
 SEG_FLAT, SEG_SCRATCH = 0, 1
-
-
-def signed12(v: int) -> int:
-    return v - 0x1000 if v & 0x800 else v
 
 
 def _check(f: Facts):

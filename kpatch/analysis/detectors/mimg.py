@@ -13,15 +13,11 @@ from __future__ import annotations
 from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import M_BUFFER, M_CLAUSE, M_NSA
 from kpatch.analysis.findings import Finding
+from kpatch.isa.operands import clause_length
 
 GFX1010_NSA_MAX_ADDRESSES = 5
 NSA_VMEM_MIN_SIZE = 16  # bytes of an NSA MIMG that triggers NSAtoVMEMBug
 _BUFFER_FORMATS = ("MUBUF", "MTBUF")
-
-
-def clause_length(simm16: int | None) -> int:
-    """How many instructions after ``s_clause simm16`` form its clause (as kpatch reads it)."""
-    return (simm16 or 0) + 1
 
 
 def _long_nsa(f) -> bool:

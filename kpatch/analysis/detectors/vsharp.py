@@ -23,29 +23,21 @@ from __future__ import annotations
 from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import M_BUFFER, mask_of
 from kpatch.analysis.findings import Finding
+from kpatch.isa.operands import inline_u32
 
 LLC_NOALLOC_SHIFT = 26
 LLC_NOALLOC_MASK = 3 << LLC_NOALLOC_SHIFT
 MAX_DEPTH = 4  # copies followed
 MAX_STEPS = 5000  # instructions walked per trace
 
-# 9-bit / 8-bit scalar source encodings of inline constants
-_INLINE_FLOATS = {240: 0x3F000000, 241: 0xBF000000, 242: 0x3F800000, 243: 0xBF800000,
-                  244: 0x40000000, 245: 0xC0000000, 246: 0x40800000, 247: 0xC0800000, 248: 0x3E22F983}
 LITERAL = 255
 
 
 def scalar_constant(value: int, literal: int | None) -> int | None:
     """The 32-bit value of a scalar source operand that is a constant, else None."""
-    if 128 <= value <= 192:
-        return value - 128
-    if 193 <= value <= 208:
-        return (192 - value) & 0xFFFFFFFF  # -1 .. -16
-    if value in _INLINE_FLOATS:
-        return _INLINE_FLOATS[value]
     if value == LITERAL:
         return literal
-    return None
+    return inline_u32(value)
 
 
 def _writes(f, memo: dict) -> int:

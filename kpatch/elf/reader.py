@@ -4,7 +4,9 @@ Only what kpatch needs: the file header, section and program header tables,
 symbol tables and notes.  Every table is read on first use and checked
 against the size of the data; anything out of range is a
 :class:`~kpatch.errors.FormatError`.  Nothing here is AMDGPU-specific except
-the constants at the top, which the code-object model uses.
+the constants at the top, which the code-object model uses.  The
+constants are kpatch's one set: every module that names an ELF value
+imports it from here.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from kpatch.codeobject.layout import Layout
+from kpatch.elf.layout import Layout
 from kpatch.errors import FormatError
 
 ELF_MAGIC = b"\x7fELF"
@@ -26,8 +28,9 @@ EM_AMDGPU = 224
 ELFOSABI_NAMES = {0: "NONE", 64: "AMDGPU_HSA", 65: "AMDGPU_PAL", 66: "AMDGPU_MESA3D"}
 ELFOSABI_AMDGPU_HSA = 64
 
-SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB = 0, 1, 2, 3
-SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 7, 8, 11
+SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA = 0, 1, 2, 3, 4
+SHT_DYNAMIC, SHT_NOTE, SHT_NOBITS, SHT_REL, SHT_DYNSYM = 6, 7, 8, 9, 11
+SHF_ALLOC, SHF_EXECINSTR = 0x2, 0x4
 SHN_UNDEF, SHN_LORESERVE, SHN_XINDEX = 0, 0xFF00, 0xFFFF
 
 PT_LOAD, PT_NOTE = 1, 4

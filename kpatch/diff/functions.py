@@ -12,14 +12,14 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
-from kpatch.codeobject.elf import SHN_UNDEF, STT_FUNC
-from kpatch.isa import TARGETS, disassemble
+from kpatch.isa import disassemble
+from kpatch.isa.tables import table_for
 
 WHOLE_TEXT = ".text"
 
 
 @dataclass
-class Unit:
+class DiffUnit:
     """One function (or the whole ``.text``): its name, whether it is a
     kernel, its address range and its instructions."""
 
@@ -39,8 +39,7 @@ def decode_target(co: CodeObject, override: str | None = None) -> str | None:
     own processor when kpatch has its table, else None (not decodable)."""
     if override:
         return override
-    proc = co.target.processor if co.target is not None else ""
-    return proc if proc in TARGETS else None
+    return table_for(co.target.processor if co.target is not None else None)
 
 
 def text_symbols(co: CodeObject) -> list[tuple[int, str]]:
@@ -64,14 +63,13 @@ def function_ranges(co: CodeObject) -> list[tuple[str, int, int]]:
         return []
     lo, hi = text.addr, text.addr + text.size
     seen: dict[str, tuple[str, int, int]] = {}
-    for s in co.symbols():
-        if (s.type == STT_FUNC and s.shndx != SHN_UNDEF and s.size > 0 and s.name
-                and lo <= s.value and s.value + s.size <= hi and s.name not in seen):
+    for s in co.function_symbols():
+        if s.size > 0 and s.name and lo <= s.value and s.value + s.size <= hi and s.name not in seen:
             seen[s.name] = (s.name, s.value, s.value + s.size)
     return sorted(seen.values(), key=lambda r: (r[1], r[0]))
 
 
-def units(co: CodeObject, target: str | None) -> list[Unit]:
+def units(co: CodeObject, target: str | None) -> list[DiffUnit]:
     """The units of ``co``; instructions are decoded when ``target`` is given."""
     text = co.section(".text")
     if text is None:
@@ -79,9 +77,9 @@ def units(co: CodeObject, target: str | None) -> list[Unit]:
     kernels = {k.name for k in co.kernels}
     ranges = function_ranges(co)
     if ranges:
-        out = [Unit(n, "kernel" if n in kernels else "function", s, e) for n, s, e in ranges]
+        out = [DiffUnit(n, "kernel" if n in kernels else "function", s, e) for n, s, e in ranges]
     else:
-        out = [Unit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
+        out = [DiffUnit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
     if target is not None:
         insts = disassemble(co.text, target, text.addr, [a for a, _ in text_symbols(co)])
         addrs = [i.address for i in insts]

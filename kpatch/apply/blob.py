@@ -22,15 +22,12 @@ from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
 from kpatch.containers.bundle import (
-    BUNDLE_MAGIC, CCOB_MAGIC, BundleEntry, compress_ccob, decompress_ccob, infer_bundle_layout,
+    BundleEntry, compress_ccob, decompress_ccob, infer_bundle_layout,
     parse_bundle, parse_ccob_header, write_bundle)
+from kpatch.containers.discover import sniff
 from kpatch.errors import FormatError
-from kpatch.outputs.patchfn import (
-    RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, PatchResult, ProvenanceFn, adapt_result)
-
-ELF_MAGIC = b"\x7fELF"
-EM_AMDGPU = 224
-
+from kpatch.apply.modes import RESULT_PROCESSOR, SOURCE_PROCESSOR
+from kpatch.apply.outcome import KernelOutcome, PatchFn, PatchResult, ProvenanceFn, adapt_result
 
 @dataclass
 class BlobResult:
@@ -49,15 +46,13 @@ class BlobResult:
 
 
 def blob_kind(data: bytes) -> str | None:
-    """``code-object``, ``bundle``, ``ccob`` or None (not something apply patches)."""
-    head = bytes(data[:24])
-    if head.startswith(ELF_MAGIC) and len(head) >= 20 and int.from_bytes(head[18:20], "little") == EM_AMDGPU:
-        return "code-object"
-    if head == BUNDLE_MAGIC:
-        return "bundle"
-    if head.startswith(CCOB_MAGIC):
-        return "ccob"
-    return None
+    """``code-object``, ``bundle``, ``ccob`` or None (not something apply
+    patches), by :func:`~kpatch.containers.discover.sniff`'s rule."""
+    return _BLOB_KINDS.get(sniff(bytes(data[:24])))
+
+
+#: What :func:`~kpatch.containers.discover.sniff` calls the blobs apply patches, and what apply calls them.
+_BLOB_KINDS = {"hsaco": "code-object", "bundle": "bundle", "ccob": "ccob"}
 
 
 #: Modes whose output replaces code the runtime would otherwise build or pick

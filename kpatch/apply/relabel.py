@@ -12,22 +12,22 @@ load under the override.  The label is in two places:
 
 The kernel descriptor fields are encoded the same way on both processors,
 and no instruction is touched.  When the re-encoded note keeps its size the
-edit is made in place; otherwise it needs the rewriter's
-``kpatch.rewrite.relocate.set_metadata`` (used when available), else the
-object is refused with the reason.
+edit is made in place; otherwise the rewriter's
+:func:`kpatch.rewrite.headers.set_metadata` lays the note out again (an
+object it cannot lay out is refused with the reason).
 """
 
 from __future__ import annotations
 
-import importlib
 import struct
 from typing import Any
 
 from kpatch.codeobject import CodeObject, TargetId, decode_metadata, e_flags_for, encode_metadata
-from kpatch.codeobject.elf import EHDR
+from kpatch.elf.reader import EHDR
 from kpatch.codeobject.metadata import KEY_TARGET
 from kpatch.errors import FormatError, KpatchError
-from kpatch.outputs.patchfn import KernelOutcome, PatchResult
+from kpatch.rewrite.headers import set_metadata
+from kpatch.apply.outcome import KernelOutcome, PatchResult
 
 RULE = "relabel-gfx1030"
 FROM_PROCESSOR = "gfx1010"
@@ -43,18 +43,6 @@ def _all(co: CodeObject, status: str, reason: str, rules: tuple[str, ...] = ()) 
     return PatchResult(None, tuple(KernelOutcome(n, status, reason, rules) for n in _kernel_names(co)))
 
 
-def _set_metadata_fn() -> Any | None:
-    """The rewriter's ``set_metadata(data, updater) -> bytes`` (``updater``
-    edits the decoded :class:`~kpatch.codeobject.Metadata` in place and
-    returns it), or None when this installation does not have it (or it
-    cannot be imported)."""
-    try:
-        mod = importlib.import_module("kpatch.rewrite.relocate")
-    except ImportError:
-        return None
-    return getattr(mod, "set_metadata", None)
-
-
 def _retarget_note(data: bytearray, co: CodeObject) -> tuple[bytes | None, str]:
     """Rewrite ``amdhsa.target`` in ``data`` (already carrying the new
     e_flags).  Returns (new bytes, '') or (None, reason for refusing)."""
@@ -67,12 +55,6 @@ def _retarget_note(data: bytearray, co: CodeObject) -> tuple[bytes | None, str]:
     if len(desc) == len(note.desc) and len(co.metadata_notes) == 1:
         data[note.desc_offset:note.desc_offset + len(desc)] = desc
         return bytes(data), ""
-    set_metadata = _set_metadata_fn()
-    if set_metadata is None:
-        return None, (f"the metadata note would change size ({len(note.desc)} -> {len(desc)} bytes: "
-                      f"{co.metadata.target!r} -> {TO_TARGET.hsa_target!r}) and this kpatch has no "
-                      "note re-layout (kpatch.rewrite.relocate.set_metadata)")
-
     def update(m: Any) -> Any:
         m[KEY_TARGET] = TO_TARGET.hsa_target
         return m
@@ -81,8 +63,6 @@ def _retarget_note(data: bytearray, co: CodeObject) -> tuple[bytes | None, str]:
         return bytes(set_metadata(bytes(data), update)), ""
     except KpatchError as e:
         return None, f"cannot re-lay out the metadata note: {e.reason}"
-    except TypeError as e:  # an interface this module does not expect
-        return None, f"kpatch.rewrite.relocate.set_metadata cannot be used: {e}"
 
 
 def relabel_code_object(data: bytes) -> PatchResult:

@@ -10,7 +10,7 @@ of DIR that rocBLAS can be pointed at with ``ROCBLAS_TENSILE_LIBPATH=OUTDIR``:
 - every file that holds code of the mode's input processor (gfx1030; decided
   by the bytes: an AMDGPU ELF's ``e_flags``, or a bundle / CCOB with such an
   entry, whatever the file is called) goes through
-  :func:`kpatch.outputs.apply_file.apply_to_file`, exactly as ``kpatch apply
+  :func:`kpatch.apply.file.apply_to_file`, exactly as ``kpatch apply
   FILE -o OUT`` patches it; when that writes nothing (every kernel clean or
   already patched, or refused: override mode writes an object whose refused
   kernels keep their original code, native mode writes an object whole or
@@ -36,7 +36,7 @@ be inside DIR or contain it.
 
 Patching files depends on each file alone, so with kpatch's own patch
 functions and more than one such file it runs in worker processes, as
-``apply --db`` does (:func:`kpatch.outputs.apply_db.jobs_for`); the workers
+``apply --db`` does (:func:`kpatch.apply.db.jobs_for`); the workers
 write the patched files into the temporary directory, everything else
 (order, reports, copies) stays in the calling process.
 """
@@ -59,12 +59,13 @@ from typing import Callable, Iterator
 from kpatch import __version__
 from kpatch.containers.discover import sniff
 from kpatch.errors import FormatError, KpatchError, UsageError, disk_full_reason, internal_reason
-from kpatch.outputs import apply_db
-from kpatch.outputs.apply_db import ChangeFn, jobs_for
-from kpatch.outputs.apply_file import FileApplyResult, PartReport, apply_to_file
-from kpatch.outputs.files import new_file_mode
-from kpatch.outputs.miopen_paths import check_output_dir
-from kpatch.outputs.patchfn import SOURCE_PROCESSOR, PatchFn, ProvenanceFn
+from kpatch.apply import db as apply_db
+from kpatch.apply.db import ChangeFn, jobs_for
+from kpatch.apply.file import FileApplyResult, PartReport, apply_to_file
+from kpatch.atomicfile import new_file_mode
+from kpatch.miopen.paths import check_output_dir
+from kpatch.apply.modes import SOURCE_PROCESSOR
+from kpatch.apply.outcome import PatchFn, ProvenanceFn
 
 #: What became of one file of DIR in OUTDIR.
 FILE_STATUSES = ("patched", "unchanged", "refused", "copied", "error")

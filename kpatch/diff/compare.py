@@ -4,16 +4,16 @@ two containers (kernel DBs, bundles, host libraries).
 :func:`diff_objects` compares one original and one patched code object:
 ELF header, sections, segments, notes and symbols; metadata (kernel by
 kernel); kernel descriptors field by field; and the code, function by
-function, as aligned instruction streams (:mod:`kpatch.outputs.align`)
-whose branches are checked (:mod:`kpatch.outputs.branchcheck`).  A
+function, as aligned instruction streams (:mod:`kpatch.diff.align`)
+whose branches are checked (:mod:`kpatch.diff.branchcheck`).  A
 relocation summary counts what moved, and the provenance note the rewriter
 writes is shown when it can be read.
 
 :func:`diff_inputs` pairs the code objects of two inputs (by kernel DB key
 ``(kernel_name, kernel_args)``, tolerating ``-mcpu=gfx1030`` against
 ``-mcpu=gfx1010``, then by bundle entry, then in order) and returns a
-:class:`Report`; the renderers are :mod:`kpatch.outputs.diff_text` and
-:mod:`kpatch.outputs.diff_html`, :func:`report_json` gives the JSON form.
+:class:`Report`; the renderers are :mod:`kpatch.diff.text` and
+:mod:`kpatch.diff.html`, :func:`report_json` gives the JSON form.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
-from kpatch.codeobject.elf import EHDR
+from kpatch.elf.reader import EHDR
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.containers.uri import Uri
 from kpatch.data import expand
 from kpatch.errors import FormatError, KpatchError
-from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, OP_KINDS, REMOVED, FieldChange, Op, align, fmt_value
-from kpatch.outputs.branchcheck import BranchProblem, check_aligned
-from kpatch.outputs.units import Unit, decode_target, units
+from kpatch.diff.align import CHANGED, EQUAL, INSERTED, OP_KINDS, REMOVED, FieldChange, Op, align, fmt_value
+from kpatch.diff.branchcheck import BranchProblem, check_aligned
+from kpatch.diff.functions import DiffUnit, decode_target, units
 
 IDENTICAL, DIFFERENT, ADDED, MISSING = "identical", "changed", "added", "removed"
 
@@ -43,7 +43,7 @@ _SEGMENT_FIELDS = ("type", "flags", "offset", "vaddr", "filesz", "memsz", "align
 
 @dataclass
 class Row:
-    """One line of a side-by-side listing: an :class:`~kpatch.outputs.align.Op`
+    """One line of a side-by-side listing: an :class:`~kpatch.diff.align.Op`
     with its instructions.  ``relocated``: a branch whose offset alone
     changed while it still reaches the same instruction."""
 
@@ -345,13 +345,13 @@ def _tree(a, b, path: str, out: list[FieldChange]) -> None:
 
 # -- code ------------------------------------------------------------------------------------
 
-def _rows(old: Unit, new: Unit, ops: Sequence[Op]) -> list[Row]:
+def _rows(old: DiffUnit, new: DiffUnit, ops: Sequence[Op]) -> list[Row]:
     return [Row(op.kind, old.insts[op.old] if op.old is not None else None,
                 new.insts[op.new] if op.new is not None else None, op.changes)
             for op in ops]
 
 
-def _rows_for(us: Unit, kind: str) -> list[Row]:
+def _rows_for(us: DiffUnit, kind: str) -> list[Row]:
     if kind == ADDED:
         return [Row(INSERTED, None, i) for i in us.insts]
     return [Row(REMOVED, i, None) for i in us.insts]

@@ -63,7 +63,7 @@ from typing import Iterator
 from kpatch.containers.kdb import (
     INSERT_SQL, SCHEMA_SQL, KdbEntry, KernelDB, encode_blob, key_param, key_text)
 from kpatch.errors import FormatError, KpatchError, UsageError
-from kpatch.outputs.files import new_file_mode
+from kpatch.atomicfile import new_file_mode, remove_quietly
 
 BACKUP_TAG = ".kpatch-backup-"
 #: Suffix of the "there was no DB" markers older kpatch versions wrote (listed, never restored).
@@ -90,12 +90,6 @@ _BACKUP_COLUMNS = {
 StagedRow = tuple[str, str, bytes, str, int, "str | None"]
 
 
-def _remove(*paths: str) -> None:
-    for p in paths:
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
 
 
 def _fsync_file(path: str) -> None:
@@ -119,7 +113,7 @@ def _fsync_dir(directory: str) -> None:
 def _temp_path(directory: str, base: str, kind: str) -> str:
     fd, path = tempfile.mkstemp(prefix=f".{base}.kpatch-{kind}-", suffix=".tmp", dir=directory)
     os.close(fd)
-    _remove(path)  # SQLite creates it; mkstemp only picked a free name
+    remove_quietly(path)  # SQLite creates it; mkstemp only picked a free name
     return path
 
 
@@ -223,7 +217,7 @@ class StagedRows:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        _remove(self.path, *(self.path + s for s in _SIDE_FILES))
+        remove_quietly(self.path, *(self.path + s for s in _SIDE_FILES))
 
     def __enter__(self) -> "StagedRows":
         return self
@@ -331,7 +325,7 @@ def write_backup(db_path: str, written: list[Written], *, db_existed: bool,
             conn.execute("COMMIT;")
         finally:
             conn.close()
-        _remove(*(tmp + s for s in _SIDE_FILES))
+        remove_quietly(*(tmp + s for s in _SIDE_FILES))
         _fsync_file(tmp)
         while True:
             path = db_path + BACKUP_TAG + stamp
@@ -341,7 +335,7 @@ def write_backup(db_path: str, written: list[Written], *, db_existed: bool,
             except FileExistsError:  # two applies in one microsecond: the name says when it was linked
                 stamp = _stamp()
     finally:
-        _remove(tmp, *(tmp + s for s in _SIDE_FILES))
+        remove_quietly(tmp, *(tmp + s for s in _SIDE_FILES))
     _fsync_dir(directory)
     return Backup(path, db_path, stamp)
 
@@ -455,7 +449,7 @@ def _create_with_rows(db_path: str, staged: StagedRows, backup: bool) -> CommitR
                         db.put_row(*row[:5])
         finally:
             db.close()
-        _remove(*(tmp + s for s in _SIDE_FILES))
+        remove_quietly(*(tmp + s for s in _SIDE_FILES))
         os.chmod(tmp, new_file_mode())
         _fsync_file(tmp)
         if backup and plan:
@@ -464,20 +458,20 @@ def _create_with_rows(db_path: str, staged: StagedRows, backup: bool) -> CommitR
             os.link(tmp, db_path)  # never replaces: fails if the DB exists now
         except FileExistsError:
             if taken is not None:
-                _remove(taken.path)
+                remove_quietly(taken.path)
             return None
         result.written, result.backup = len(plan), taken
         return result
     except KpatchError as e:  # name the DB, not the temporary file it was being built in
         if taken is not None:
-            _remove(taken.path)
+            remove_quietly(taken.path)
         raise type(e)(e.reason, db_path) from None
     except BaseException:
         if taken is not None:
-            _remove(taken.path)
+            remove_quietly(taken.path)
         raise
     finally:
-        _remove(tmp, *(tmp + s for s in _SIDE_FILES))
+        remove_quietly(tmp, *(tmp + s for s in _SIDE_FILES))
         _fsync_dir(directory)
 
 
@@ -512,7 +506,7 @@ def commit_rows(db_path: str, staged: StagedRows, *, backup: bool = True) -> Com
             result.written, result.backup = len(plan), taken
         finally:
             if taken is not None and not committed:
-                _remove(taken.path)
+                remove_quietly(taken.path)
     _fsync_dir(os.path.dirname(db_path))
     return result
 
@@ -566,7 +560,7 @@ def restore_latest(db_path: str) -> RevertResult:
                 b = w.before
                 db.put_row(w.kernel_name, w.kernel_args, b.kernel_blob, b.kernel_hash, b.uncompressed_size)
                 out.restored.append(label)
-    _remove(contents.backup.path)  # consumed: the next revert steps back through the one before
+    remove_quietly(contents.backup.path)  # consumed: the next revert steps back through the one before
     _fsync_dir(os.path.dirname(db_path))
     return out
 

@@ -7,13 +7,13 @@ For every entry of every source DB (system ``.kdb``, ``.kdb.bz2``, or a
    mode's input processor; in ``native`` / ``relabel`` mode that token is
    replaced by the output processor's (:func:`output_args`).  Entries with
    other keys are ``skipped`` (MIOpen would never look them up in this DB);
-2. the blob is patched (:func:`kpatch.outputs.blobpatch.patch_blob`);
+2. the blob is patched (:func:`kpatch.apply.blob.patch_blob`);
 3. only a blob that changed, and differs from what the output DB already
    holds under the output key, is staged.
 
 Then the staged rows are written into the output DB in one write
 transaction, beside MIOpen if it is running, with a backup first
-(:mod:`kpatch.outputs.userdb`).  A row another process wrote under the same
+(:mod:`kpatch.apply.userdb`).  A row another process wrote under the same
 key while kpatch was patching is kept, and that entry is reported
 ``unchanged`` with the reason.
 
@@ -53,10 +53,11 @@ from typing import Callable, Iterable, Iterator
 from kpatch.containers.kdb import EncodedCode, KernelDB, md5_hex
 from kpatch.containers.uri import Uri
 from kpatch.errors import KpatchError, internal_reason
-from kpatch.outputs.blobpatch import patch_blob
-from kpatch.outputs.miopen_paths import check_output_dir
-from kpatch.outputs.patchfn import RESULT_PROCESSOR, SOURCE_PROCESSOR, KernelOutcome, PatchFn, ProvenanceFn
-from kpatch.outputs.userdb import StagedRows, commit_rows, refuse_links
+from kpatch.apply.blob import patch_blob
+from kpatch.miopen.paths import check_output_dir
+from kpatch.apply.modes import RESULT_PROCESSOR, SOURCE_PROCESSOR
+from kpatch.apply.outcome import KernelOutcome, PatchFn, ProvenanceFn
+from kpatch.apply.userdb import StagedRows, commit_rows, refuse_links
 
 ENTRY_STATUSES = ("changed", "unchanged", "skipped", "error")
 

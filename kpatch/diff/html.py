@@ -1,4 +1,4 @@
-"""``kpatch diff --html``: a :class:`~kpatch.outputs.diff.Report` as one
+"""``kpatch diff --html``: a :class:`~kpatch.diff.compare.Report` as one
 self-contained HTML file.
 
 The page has its CSS inline, loads nothing, runs no script and escapes
@@ -24,10 +24,10 @@ import re
 from html import escape
 
 from kpatch import __version__
-from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, lcs_pairs, fmt_value
-from kpatch.outputs.diff import (
+from kpatch.diff.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, lcs_pairs, fmt_value
+from kpatch.diff.compare import (
     IDENTICAL, ApplyInfo, ObjectDiff, Report, Row, UnitDiff, flat_items, relocation_items, with_context)
-from kpatch.outputs.files import write_atomic
+from kpatch.atomicfile import write_atomic
 
 CSS = """
 :root { --ins: #dafbe1; --del: #ffebe9; --chg: #fff8c5; --rel: #ddf4ff; --line: #d0d7de;
@@ -376,7 +376,7 @@ def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = 
 
 def write_html(rep: Report, path: str, **kw) -> None:
     """Write :func:`render_html` to ``path`` atomically, with the mode a new
-    file gets (:func:`kpatch.outputs.files.write_atomic`)."""
+    file gets (:func:`kpatch.atomicfile.write_atomic`)."""
     write_atomic(path, render_html(rep, **kw).encode("utf-8"))
 
 

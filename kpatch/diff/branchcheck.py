@@ -1,7 +1,7 @@
 """Does a patched code object keep the original's control flow?
 
 :func:`check_branches` aligns the original and patched instruction streams
-function by function (:func:`kpatch.outputs.align.align`, which knows
+function by function (:func:`kpatch.diff.align.align`, which knows
 nothing of how the patch was made) and checks that
 
 * every original branch (SOPP branches, ``s_call_b64``) is still there, with
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kpatch.codeobject import CodeObject
-from kpatch.outputs.align import INSERTED, REMOVED, Op, align
-from kpatch.outputs.units import Unit, decode_target, units
+from kpatch.diff.align import INSERTED, REMOVED, Op, align
+from kpatch.diff.functions import DiffUnit, decode_target, units
 
 WRONG_TARGET = "wrong-target"
 WRONG_PC_TARGET = "wrong-pc-relative-target"
@@ -68,7 +68,7 @@ def _target(inst) -> int | None:
 class _Mapped:
     """One aligned pair of units: where each original instruction went."""
 
-    def __init__(self, old: Unit, new: Unit, ops: Sequence[Op]):
+    def __init__(self, old: DiffUnit, new: DiffUnit, ops: Sequence[Op]):
         self.old, self.new, self.ops = old, new, list(ops)
         self.pos = {op.old: p for p, op in enumerate(self.ops) if op.old is not None}
 
@@ -200,9 +200,9 @@ def _pc_relative_problems(name: str, m: "_Mapped", where: dict, mapped: dict) ->
     return out
 
 
-def check_aligned(pairs: Sequence[tuple[Unit, Unit | None, Sequence[Op] | None]],
+def check_aligned(pairs: Sequence[tuple[DiffUnit, DiffUnit | None, Sequence[Op] | None]],
                   entries: Sequence[tuple[str, int, int]] = (),
-                  added: Sequence[Unit] = ()) -> list[BranchProblem]:
+                  added: Sequence[DiffUnit] = ()) -> list[BranchProblem]:
     """Branch problems given already-aligned unit pairs ``(old, new, ops)``
     (``new``/``ops`` None for a function missing in the patched object),
     kernel entries ``(name, old_entry, new_entry)``, and units only in the

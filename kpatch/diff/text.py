@@ -1,4 +1,4 @@
-"""``kpatch diff`` in the terminal: a :class:`~kpatch.outputs.diff.Report`
+"""``kpatch diff`` in the terminal: a :class:`~kpatch.diff.compare.Report`
 as lines of :class:`rich.text.Text` (coloured on a terminal, plain text
 when piped).
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from kpatch.outputs.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange
-from kpatch.outputs.diff import (
+from kpatch.diff.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange
+from kpatch.diff.compare import (
     IDENTICAL, ObjectDiff, Report, Row, UnitDiff, flat_items, relocation_items, with_context)
 
 MARK = {EQUAL: " ", CHANGED: "~", INSERTED: "+", REMOVED: "-"}

@@ -1,7 +1,7 @@
 """`kpatch apply FILE -o OUT`: one code object, bundle, CCOB or host library.
 
 A code object, plain bundle or CCOB is patched as a whole
-(:func:`kpatch.outputs.blobpatch.patch_blob`) and written to OUT atomically.
+(:func:`kpatch.apply.blob.patch_blob`) and written to OUT atomically.
 
 A host ELF file (HIP executable or shared library) keeps its layout: each
 bundle in ``.hip_fatbin`` is patched and written back at the same file
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 from elftools.common.exceptions import ELFError
@@ -33,14 +32,15 @@ from elftools.elf.elffile import ELFFile
 
 from kpatch.containers.bundle import subset_bundle
 from kpatch.containers.discover import sniff
+from kpatch.containers.limits import open_input
 from kpatch.containers.hostelf import FATBIN_SECTION, FatbinBundle, find_fatbin_bundles
 from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
-from kpatch.outputs.apply_db import ChangeFn
-from kpatch.outputs.blobpatch import blob_kind, patch_blob
-from kpatch.outputs.files import new_file_mode, write_atomic
-from kpatch.outputs.miopen_paths import check_output_dir
-from kpatch.outputs.patchfn import KernelOutcome, PatchFn, ProvenanceFn
+from kpatch.apply.db import ChangeFn
+from kpatch.apply.blob import blob_kind, patch_blob
+from kpatch.atomicfile import new_file_mode, replacing, write_atomic
+from kpatch.miopen.paths import check_output_dir
+from kpatch.apply.outcome import KernelOutcome, PatchFn, ProvenanceFn
 
 PART_STATUSES = ("changed", "unchanged", "refused", "error")
 
@@ -81,15 +81,8 @@ class FileApplyResult:
 
 
 def _read_head(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(64)
-    except FileNotFoundError:
-        raise UsageError("no such file", path) from None
-    except IsADirectoryError:
-        raise UsageError("is a directory", path) from None
-    except OSError as e:
-        raise UsageError(f"cannot read: {e.strerror}", path) from None
+    with open_input(path) as f:
+        return f.read(64)
 
 
 def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
@@ -217,10 +210,8 @@ def _apply_host(path: str, out: str, result: FileApplyResult, dry_run: bool, kw:
 
 def _write_patched_copy(path: str, out: str, writes: list[tuple[int, bytes, int]]) -> None:
     """Copy ``path`` next to ``out``, overwrite the bundles, rename over ``out``."""
-    directory = os.path.dirname(os.path.abspath(out))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.kpatch-", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
+    with replacing(out, prefix=f".{os.path.basename(out)}.kpatch-", suffix=".tmp") as (fd, tmp):
+        os.close(fd)
         shutil.copyfile(path, tmp)
         # a new file's mode (0644 under umask 022; 0755 if the source is executable): not mkstemp's 0600
         os.chmod(tmp, new_file_mode(executable=bool(os.stat(path).st_mode & 0o111)))
@@ -232,10 +223,3 @@ def _write_patched_copy(path: str, out: str, writes: list[tuple[int, bytes, int]
                     f.write(bytes(old_size - len(data)))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

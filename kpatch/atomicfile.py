@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def current_umask() -> int:
@@ -35,22 +37,41 @@ def new_file_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~current_umask()
 
 
+def remove_quietly(*paths: str) -> None:
+    """Remove each of ``paths`` that exists."""
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+@contextmanager
+def replacing(path: str, *, prefix: str, suffix: str = "", leftovers: tuple[str, ...] = ()
+              ) -> Iterator[tuple[int, str]]:
+    """The one way kpatch writes a file whole or not at all: yields ``(fd,
+    tmp)``, a new temporary file (mode 0600, open as ``fd``) in ``path``'s
+    directory, named ``prefix...suffix``; when the block ends normally,
+    ``tmp`` replaces ``path`` (a rename); when it raises, ``tmp`` and
+    ``tmp + s`` for each suffix of ``leftovers`` (e.g. SQLite's ``-wal``)
+    are removed.  The block owns ``fd`` (it closes it)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+    try:
+        yield fd, tmp
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp, *(tmp + s for s in leftovers))
+        raise
+
+
 def write_atomic(path: str, data: bytes, *, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same
     directory and a rename; the file gets ``mode`` (default
     :func:`new_file_mode`)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kpatch-", dir=directory)
-    try:
+    with replacing(path, prefix=".kpatch-") as (fd, _):
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), new_file_mode() if mode is None else mode)
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -1,0 +1,50 @@
+"""`kpatch --help` and `kpatch explain` load no heavy module; the command
+list they print is the one the commands themselves give."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+import pytest
+
+from kpatch.cli.main import COMMANDS, cli, command_docstring
+
+HEAVY = ("numpy", "kpatch.analysis.engine", "kpatch.rewrite.patcher", "kpatch.isa.decoder", "kpatch.apply", "kpatch.diff")
+
+PROBE = """
+import sys
+sys.argv = ["kpatch"] + sys.argv[1:]
+from kpatch.cli import entry
+try:
+    entry()
+except SystemExit:
+    pass
+print(" ".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"]])
+def test_light_commands_import_no_heavy_module(args):
+    p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+                       capture_output=True, text=True, check=True)
+    loaded = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    assert loaded == "", f"kpatch {' '.join(args)} imported {loaded}"
+    assert p.stdout  # it did print
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_listed_summary_is_the_commands_own(name):
+    module, function = COMMANDS[name]
+    real = cli.get_command(click.Context(cli), name)
+    assert isinstance(real, click.Command) and real.name == name
+    stand_in = click.Command(name, help=command_docstring(module, function))
+    for limit in (20, 45, 60, 74, 200):
+        assert stand_in.get_short_help_str(limit) == real.get_short_help_str(limit)
+
+
+def test_unknown_command_is_a_usage_error():
+    from click.testing import CliRunner
+    r = CliRunner().invoke(cli, ["nosuch"])
+    assert r.exit_code == 2 and "No such command 'nosuch'" in r.output
