@@ -22,6 +22,7 @@ LAYERS = [
     {"miopen"},
     {"apply", "diff"},
     {"delivery"},
+    {"fieldkit"},
     {"cli"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
