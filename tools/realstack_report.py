@@ -103,6 +103,17 @@ def reason_class(reason: str) -> str:
     return r[:160]
 
 
+def _json_of(t: Tally, src: str, *args: str) -> dict | None:
+    """kpatch's --json document, or None with the failure recorded as an
+    error of ``src`` (a check that did not run is never counted as passed)."""
+    code, stdout, stderr = kpatch(*args)
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        t.errors.append(f"{src}: {args[0]} exit {code}, no JSON: {stderr.strip()[-200:]}")
+        return None
+
+
 def patch_one(src: str, out: str, t: Tally, pair: str | None, mcpu_pair: bool) -> None:
     code, stdout, stderr = kpatch("apply", "--mode", "override", "--json", src, "-o", out)
     if code not in (0,) or not stdout.strip():
@@ -117,12 +128,15 @@ def patch_one(src: str, out: str, t: Tally, pair: str | None, mcpu_pair: bool) -
     if not os.path.exists(out):
         return
     t.patched_objects += 1
-    code, stdout, _ = kpatch("scan", "--json", "--target", "gfx1010", out)
-    scan = json.loads(stdout)
+    scan = _json_of(t, src, "scan", "--json", "--target", "gfx1010", out)
+    if scan is None:
+        return
     t.left += sum(len(k.get("findings") or []) for o in scan["code_objects"] for k in o["kernels"]
                   if k.get("verdict") != "unpatchable")
-    code, stdout, _ = kpatch("diff", "--json", src, out)
-    t.cf_problems += json.loads(stdout)["summary"]["control_flow_problems"]
+    diff = _json_of(t, src, "diff", "--json", src, out)
+    if diff is None:
+        return
+    t.cf_problems += diff["summary"]["control_flow_problems"]
     if mcpu_pair:
         before, after = mnemonics(src, "gfx1030"), mnemonics(out, "gfx1030")
         t.inserted.update({m: after[m] - before[m] for m in set(after) | set(before)})
