@@ -21,6 +21,7 @@ from kpatch.cli.rules import rules_cmd
 from kpatch.cli.run import run_cmd
 from kpatch.cli.warm import cache_cmd, warm_cmd
 from kpatch.cli.scan import scan_cmd
+from kpatch.cli.verify import verify_cmd
 from kpatch.errors import KpatchError, UsageError, disk_full_reason
 
 
@@ -66,6 +67,7 @@ cli.add_command(rules_cmd)
 cli.add_command(run_cmd)
 cli.add_command(warm_cmd)
 cli.add_command(cache_cmd)
+cli.add_command(verify_cmd)
 
 
 def main() -> None:

@@ -84,11 +84,12 @@ class Result:
 class Machine:
     """One address space with one code object loaded."""
 
-    def __init__(self, data: bytes, *, name: str = "", seed: int = 0):
+    def __init__(self, data: bytes, *, name: str = "", seed: int = 0, target: str | None = None):
+        """``target``: decode the code as this processor (default: the code object's own)."""
         self.co = CodeObject.from_bytes(bytes(data), name=name)
         if self.co.target is None:
             raise EmulationError("code object without a target")
-        self.target = self.co.target_id.split(":")[0]
+        self.target = target or self.co.target_id.split(":")[0]
         if self.target not in ("gfx1010", "gfx1030"):
             raise CannotEmulate(f"code for {self.target}")
         self.memory = Memory()
