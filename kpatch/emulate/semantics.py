@@ -549,6 +549,28 @@ def _perm(a, b, sel):
     return out
 
 
+def _idot(bits, signed):
+    """Integer dot product of packed ``bits``-bit elements plus an accumulator (wraps at 32 bits)."""
+    def fn(a, b, c):
+        a, b = _u64(a), _u64(b)
+        m = np.uint64((1 << bits) - 1)
+        total = c.astype(np.int64)
+        for k in range(32 // bits):
+            x = ((a >> np.uint64(bits * k)) & m).astype(np.int64)
+            y = ((b >> np.uint64(bits * k)) & m).astype(np.int64)
+            if signed:
+                x = np.where(x >> (bits - 1) & 1, x - (1 << bits), x)
+                y = np.where(y >> (bits - 1) & 1, y - (1 << bits), y)
+            total = total + x * y
+        return total & _U32
+    return fn
+
+
+for _n, _b, _sg in (("v_dot4_i32_i8", 8, True), ("v_dot4c_i32_i8", 8, True), ("v_dot4_u32_u8", 8, False),
+                    ("v_dot2_i32_i16", 16, True), ("v_dot2_u32_u16", 16, False), ("v_dot8_i32_i4", 4, True),
+                    ("v_dot8_u32_u4", 4, False), ("v_dot8c_i32_i4", 4, True), ("v_dot2c_i32_i16", 16, True)):
+    VALU[_n] = ("alu", "u32", ("u32", "u32", "i32"), _idot(_b, _sg))
+
 VALU["v_perm_b32"] = ("alu", "b32", ("u32", "u32", "u32"), _perm)
 VALU["v_mac_legacy_f32"] = ("alu", "f32", ("f32", "f32", "f32"),
                             lambda a, b, c: np.where((a == 0) | (b == 0), c + x0(c), (a * b) + c).astype(np.float32))

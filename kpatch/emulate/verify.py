@@ -30,10 +30,10 @@ from kpatch.emulate.dispatch import Machine
 from kpatch.emulate.errors import CannotEmulate, EmulationError
 from kpatch.emulate.launch import hidden_value, kernarg_segment
 
-BUFFER_BYTES = 1 << 16
+BUFFER_BYTES = 1 << 20
 GUARD_BYTES = 4096
 #: Values integer by-value arguments take, run by run.
-INT_GRID = (64, 1, 200, 7, 1000, 33)
+INT_GRID = (64, 1, 40, 7, 100, 33)
 #: Workgroup size used when the metadata does not require one.
 DEFAULT_BLOCK = 256
 
