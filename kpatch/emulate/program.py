@@ -628,7 +628,10 @@ def _valu(inst, ctx):
     for k in range(nsrc):
         if ((absb | negb | neg_hi) >> k) & 1 and not is_float[k]:
             raise CannotEmulate(m, addr, "neg/abs on an integer operand")
-    if clamp and not (dtype in V.FLOAT and ekind in ("alu", "pk")) and ekind not in ("cmp", "cmpx"):
+    int_clamp = None
+    if clamp and base in _SATURATING:
+        int_clamp = _RANGE[dtype]
+    elif clamp and not (dtype in V.FLOAT and ekind in ("alu", "pk")) and ekind not in ("cmp", "cmpx"):
         raise CannotEmulate(m, addr, "integer clamp")
     if omod and dtype not in ("f32", "f64", "f16"):
         raise CannotEmulate(m, addr, "omod")
@@ -706,6 +709,9 @@ def _valu(inst, ctx):
             flush = w.mode_denorm32 in (0, 1) if dtype == "f32" else w.mode_denorm16 in (0, 1)
             if flush:
                 r = V.flush_denormals(r)
+        elif int_clamp is not None:  # saturating integer add/sub: the exact result clipped
+            r = np.clip(np.asarray(r).astype(np.int64) if np.asarray(r).dtype != np.uint64
+                        else np.minimum(r, np.uint64(int_clamp[1])).astype(np.int64), *int_clamp)
         return V.raw(r, dtype)
 
     def write(w, res, active):
@@ -903,6 +909,12 @@ def _swap(inst, ctx):
         np.copyto(w.v[b], x, where=ex)
     return sw
 
+
+#: Integer operations whose clamp bit saturates (the table functions return the exact result).
+_SATURATING = frozenset({"v_add_nc_u32", "v_sub_nc_u32", "v_subrev_nc_u32", "v_add_nc_i32", "v_sub_nc_i32",
+                         "v_add_nc_u16", "v_sub_nc_u16", "v_add_nc_i16", "v_sub_nc_i16"})
+_RANGE = {"u32": (0, 2 ** 32 - 1), "i32": (-2 ** 31, 2 ** 31 - 1), "u16": (0, 2 ** 16 - 1),
+          "i16": (-2 ** 15, 2 ** 15 - 1)}
 
 _VSPECIAL = {
     "v_readfirstlane_b32": _readfirstlane, "v_readlane_b32": _readlane, "v_writelane_b32": _writelane,
