@@ -623,6 +623,10 @@ def _valu(inst, ctx):
         negb |= sneg << k
     types = [r[2] for r in readers]
     is_float = [t in V.FLOAT for t in types]
+    signbits = {t: V.SIGN.get(t, 0) for t in types}
+    if base == "v_cndmask_b32":  # a select: neg/abs act on the f32 sign bit, nothing is flushed
+        is_float = [True] * nsrc
+        signbits = {t: V.SIGN["f32"] for t in types}
     if ekind == "pk":
         is_float = [t == "f16" for t in types]
     for k in range(nsrc):
@@ -645,7 +649,6 @@ def _valu(inst, ctx):
         for k in range(nsrc):
             if (opsel >> k) & 1 and types[k] not in ("f16", "u16", "i16"):
                 opsel &= ~(1 << k)  # ignored by 32-bit operands
-    signbits = {t: V.SIGN.get(t, 0) for t in types}
     vdst = f.get("vdst", 0)
     dwidth = V.WIDTH.get(dtype, 1)
     sdst = f.get("sdst") if (fmt == "VOP3" and inst.d.info.vop3b) else None
@@ -910,6 +913,59 @@ def _swap(inst, ctx):
     return sw
 
 
+def _fma_mix(inst, ctx):
+    """v_fma_mix_f32 / v_fma_mixlo_f16 / v_fma_mixhi_f16: each source is f32, or
+    (op_sel_hi bit set) the f16 half op_sel picks, converted exactly; neg_hi
+    is abs.  Model: a*b+c rounded once to the destination type."""
+    f = inst.d.fields
+    m = inst.mnemonic
+    n = ctx.n
+    fetch = [vector_src(inst, f[k], 1, "b32", n) for k in ("src0", "src1", "src2")]
+    opsel, hi = f["op_sel"], f["op_sel_hi"] | (f["op_sel_hi2"] << 2)
+    neg, absb, clamp = f["neg"], f["neg_hi"], f["clamp"]
+    for k in range(3):
+        v = f[("src0", "src1", "src2")[k]]
+        if 128 <= v <= 255 and (hi >> k) & 1:
+            raise CannotEmulate(m, inst.address, "a constant as an f16 mix operand")
+    out16 = m != "v_fma_mix_f32"
+    d = f["vdst"]
+
+    def mix(w):
+        vals = []
+        for k in range(3):
+            b = fetch[k](w)
+            if (hi >> k) & 1:
+                h = (b >> np.uint32(16)) if (opsel >> k) & 1 else b
+                x = V.typed(h, "f16").astype(np.float32)
+                if w.mode_denorm16 in (0, 2):
+                    x = V.flush_denormals(V.typed(h, "f16")).astype(np.float32)
+            else:
+                x = V.typed(b, "f32")
+                if w.mode_denorm32 in (0, 2):
+                    x = V.flush_denormals(x)
+            if (absb >> k) & 1:
+                x = np.abs(x)
+            if (neg >> k) & 1:
+                x = -x
+            vals.append(x)
+        r = V.fma_via64(*vals, np.float16 if out16 else np.float32)
+        if clamp:
+            r = np.where(np.isnan(r), r.dtype.type(0), np.clip(r, 0, 1)).astype(r.dtype)
+        if out16:
+            if w.mode_denorm16 in (0, 1):
+                r = V.flush_denormals(r)
+            bits = V.raw(r, "f16")
+            old = w.v[d]
+            res = ((old & np.uint32(0xFFFF)) | (bits << np.uint32(16))) if m.endswith("hi_f16") \
+                else ((old & np.uint32(0xFFFF0000)) | bits)
+        else:
+            if w.mode_denorm32 in (0, 1):
+                r = V.flush_denormals(r)
+            res = V.raw(r, "f32")
+        np.copyto(w.v[d], res, where=w.exec)
+    return mix
+
+
 #: Integer operations whose clamp bit saturates (the table functions return the exact result).
 _SATURATING = frozenset({"v_add_nc_u32", "v_sub_nc_u32", "v_subrev_nc_u32", "v_add_nc_i32", "v_sub_nc_i32",
                          "v_add_nc_u16", "v_sub_nc_u16", "v_add_nc_i16", "v_sub_nc_i16"})
@@ -918,6 +974,7 @@ _RANGE = {"u32": (0, 2 ** 32 - 1), "i32": (-2 ** 31, 2 ** 31 - 1), "u16": (0, 2 
 
 _VSPECIAL = {
     "v_readfirstlane_b32": _readfirstlane, "v_readlane_b32": _readlane, "v_writelane_b32": _writelane,
+    "v_fma_mix_f32": _fma_mix, "v_fma_mixlo_f16": _fma_mix, "v_fma_mixhi_f16": _fma_mix,
     "v_mbcnt_lo_u32_b32": _mbcnt, "v_mbcnt_hi_u32_b32": _mbcnt, "v_swap_b32": _swap,
 }
 

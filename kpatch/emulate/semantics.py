@@ -355,6 +355,7 @@ VALU: dict[str, tuple] = {
     "v_sub_nc_u16": ("alu", "u16", ("u16", "u16"), lambda a, b: _i64(a) - b),
     "v_add_nc_i16": ("alu", "i16", ("i16", "i16"), lambda a, b: _i64(a) + b),
     "v_mul_lo_u16": ("alu", "u16", ("u16", "u16"), lambda a, b: _u64(a) * b),
+    "v_xad_u32": ("alu", "u32", ("u32", "u32", "u32"), lambda a, b, c: _u64(a ^ b) + c),
     "v_add3_u32": ("alu", "u32", ("u32", "u32", "u32"), lambda a, b, c: _u64(a) + b + c),
     "v_mul_lo_u32": ("alu", "u32", ("u32", "u32"), lambda a, b: _u64(a) * b),
     "v_mul_hi_u32": ("alu", "u32", ("u32", "u32"), _mulhi_u),
