@@ -282,6 +282,18 @@ def _salu(inst, ctx):
         return _sopk(inst, ctx)
     if inst.format == "SOPC":
         return _sopc(inst, ctx)
+    if m in ("s_bitset0_b32", "s_bitset1_b32", "s_bitset0_b64", "s_bitset1_b64"):
+        c = 1 if m.endswith("32") else 2
+        bits = 32 * c
+        src = scalar_src(inst, f["ssrc0"], 1)
+        d = f["sdst"]
+        one = m.startswith("s_bitset1")
+
+        def bitset(w):
+            bit = 1 << (src(w) & (bits - 1))
+            v = w.sreg(d, c)
+            w.set_sreg(d, c, (v | bit) if one else (v & ~bit))
+        return bitset
     if m in ("s_cmov_b32", "s_cmov_b64"):
         c = 1 if m.endswith("32") else 2
         src = scalar_src(inst, f["ssrc0"], c)
@@ -901,6 +913,26 @@ def _mbcnt(inst, ctx):
     return mb
 
 
+def _movrel(inst, ctx):
+    """v_movrels_b32 (source VGPR index + M0), v_movreld_b32 (destination + M0),
+    v_movrelsd_b32 (both)."""
+    f = inst.d.fields
+    m = base_name(inst.mnemonic)
+    if inst.format != "VOP1" or f["src0"] < 256:
+        raise CannotEmulate(inst.mnemonic, inst.address, "operands")
+    s0, d = f["src0"] - 256, f["vdst"]
+    rs = m in ("v_movrels_b32", "v_movrelsd_b32", "v_movrelsd_2_b32")
+    rd = m in ("v_movreld_b32", "v_movrelsd_b32", "v_movrelsd_2_b32")
+
+    def movrel(w):
+        off = w.s[M0]
+        si, di = s0 + (off if rs else 0), d + (off if rd else 0)
+        if si > 255 or di > 255:
+            raise EmulationError(f"{inst.mnemonic}: register index past v255 (m0={off})")
+        np.copyto(w.v[di], w.v[si].copy(), where=w.exec)
+    return movrel
+
+
 def _swap(inst, ctx):
     f = inst.d.fields
     a, b = f["vdst"], f["src0"] - 256
@@ -975,6 +1007,7 @@ _RANGE = {"u32": (0, 2 ** 32 - 1), "i32": (-2 ** 31, 2 ** 31 - 1), "u16": (0, 2 
 _VSPECIAL = {
     "v_readfirstlane_b32": _readfirstlane, "v_readlane_b32": _readlane, "v_writelane_b32": _writelane,
     "v_fma_mix_f32": _fma_mix, "v_fma_mixlo_f16": _fma_mix, "v_fma_mixhi_f16": _fma_mix,
+    "v_movrels_b32": _movrel, "v_movreld_b32": _movrel, "v_movrelsd_b32": _movrel,
     "v_mbcnt_lo_u32_b32": _mbcnt, "v_mbcnt_hi_u32_b32": _mbcnt, "v_swap_b32": _swap,
 }
 
