@@ -9,17 +9,22 @@ import sys
 import click
 
 from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, error_line, flush_stdout, out_console
-from kpatch.containers.discover import resolve
-from kpatch.containers.uri import parse_uri
-from kpatch.errors import FormatError, KpatchError, UsageError
+from kpatch.errors import FormatError
 from kpatch.isa import TARGETS
 
 
-def _read(uri: str) -> bytes:
-    try:
-        return resolve(parse_uri(uri))
-    except UsageError as e:
-        raise KpatchError(e.reason, e.item or uri) from None
+def _pairs(orig: str, patched: str):
+    """(label, original bytes, patched bytes) of each pair of code objects, and
+    the problems met (items that could not be read, unpaired objects)."""
+    from kpatch.outputs.diff import _label, collect_side, pair_items
+
+    fa, pa = collect_side(orig)
+    fb, pb = collect_side(patched)
+    pairs, only_a, only_b = pair_items(fa, fb)
+    problems = [(p.uri, p.error) for p in pa + pb]
+    problems += [(_label(f), "only in PATCHED: nothing to compare it with") for f in only_b]
+    single = len(pairs) == 1
+    return [("" if single else _label(y), x.data, y.data) for x, y in pairs], problems
 
 
 @click.command("verify")
@@ -38,9 +43,12 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
                mcpu_orig: str | None, mcpu_patched: str, as_json: bool) -> None:
     """Check that PATCHED computes what ORIG computes.
 
-    ORIG and PATCHED are code objects (paths or URIs as `kpatch scan`
-    prints them).  With --emulate, each kernel of ORIG and the kernel of the
-    same name in PATCHED run in kpatch's functional GFX10 emulator on the
+    ORIG and PATCHED are anything `kpatch scan` reads (code objects,
+    bundles, kernel DBs, URIs); their code objects are paired as `kpatch
+    diff` pairs them (`kpatch verify --emulate SYSTEM.kdb OUT.ukdb` checks
+    what `kpatch apply` wrote; code objects of ORIG that apply left alone
+    are not in OUT.ukdb and not listed).  With --emulate, each kernel of an
+    original and the kernel of the same name in its patched counterpart run in kpatch's functional GFX10 emulator on the
     same synthesised inputs (random buffers with guard zones, integer
     arguments from a small grid, 1-3 workgroups), and every byte they write
     is compared.
@@ -62,14 +70,23 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     from kpatch.emulate.errors import EmulationError
     from kpatch.emulate.verify import EQUAL, verify
 
-    a, b = _read(orig), _read(patched)
-    try:
-        verdicts = verify(a, b, kernel=kernel, runs=runs, seed=seed, orig_target=mcpu_orig,
-                          patched_target=mcpu_patched)
-    except FormatError as e:
-        raise KpatchError(e.reason, e.item or orig) from None
-    except EmulationError as e:
-        raise KpatchError(e.reason, kernel or orig) from None
+    pairs, problems = _pairs(orig, patched)
+    verdicts = []
+    for label, a, b in pairs:
+        try:
+            vs = verify(a, b, kernel=kernel, runs=runs, seed=seed, orig_target=mcpu_orig,
+                        patched_target=mcpu_patched)
+        except (FormatError, EmulationError) as e:
+            if kernel is not None and len(pairs) > 1 and "no kernel" in e.reason:
+                continue  # the kernel is in another pair
+            problems.append((label or orig, e.reason))
+            continue
+        for v in vs:
+            if label:
+                v.name = f"{label}: {v.name}"
+        verdicts.extend(vs)
+    if kernel is not None and not verdicts and not problems:
+        problems.append((orig, f"no kernel {kernel}"))
     total = [0, 0]
     secs = 0.0
     for v in verdicts:
@@ -95,4 +112,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     for v in verdicts:
         if v.status != EQUAL:
             error_line(v.name, f"{v.status}: {v.detail}")
-    sys.exit(EXIT_OK if verdicts and all(v.status == EQUAL for v in verdicts) else EXIT_SOME_FAILED)
+    for item, reason in problems:
+        error_line(item, reason)
+    ok = verdicts and not problems and all(v.status == EQUAL for v in verdicts)
+    sys.exit(EXIT_OK if ok else EXIT_SOME_FAILED)

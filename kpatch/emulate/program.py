@@ -794,7 +794,26 @@ def _valu(inst, ctx):
         def valu(w):
             bits = read(w)
             write(w, finish(w, fn(*typed_srcs(w, bits))), w.exec)
-        return valu
+
+        plain = not (absb or negb or opsel or clamp or omod or dst_hi or kind is not None)
+        if not plain:
+            return valu
+        # the common case: no modifiers, no SDWA/DPP (falls back when a denormal mode flushes)
+        tf = [(fetch[k], types[k]) for k in range(nsrc)]
+        floats = dtype in V.FLOAT or any(t in V.FLOAT for t in types)
+
+        def fast(w):
+            if floats and (w.mode_denorm32 != 3 or w.mode_denorm16 != 3):
+                return valu(w)
+            res = V.raw(fn(*[V.typed(g(w), t) for g, t in tf]), dtype)
+            ex = w.exec
+            if dwidth == 2:
+                lo, hi = V.split64(res)
+                np.copyto(w.v[vdst], lo, where=ex)
+                np.copyto(w.v[vdst + 1], hi, where=ex)
+            else:
+                np.copyto(w.v[vdst], res.astype(np.uint32, copy=False), where=ex)
+        return fast
 
     if ekind == "mask":
         if fmt == "VOP3":
@@ -894,22 +913,16 @@ def _mbcnt(inst, ctx):
     if f["abs"] or f["neg"] or f["op_sel"] or f["clamp"] or f["omod"]:
         raise CannotEmulate(inst.mnemonic, inst.address, "modifiers")
 
+    # lanes below each lane, as the 32 bits of the mask half this instruction counts
+    lo_bits = np.where(lane >= 32, np.uint64(_M32),
+                       (np.uint64(1) << np.minimum(lane, 32).astype(np.uint64)) - np.uint64(1)) & np.uint64(_M32)
+    hi_bits = np.where(lane >= 32, (np.uint64(1) << np.maximum(lane - 32, 0).astype(np.uint64)) - np.uint64(1),
+                       np.uint64(0)) & np.uint64(_M32)
+    below = (hi_bits if hi else lo_bits).astype(np.uint32)
+
     def mb(w):
-        mask = a(w).astype(np.uint64)
-        if hi:
-            below = np.where(lane >= 32, (np.uint64(1) << np.maximum(lane - 32, 0).astype(np.uint64))
-                             - np.uint64(1), np.uint64(_M32))
-            below = np.where(lane >= 32, below, np.uint64(0))
-            below = np.where(lane >= 64, np.uint64(_M32), below)
-        else:
-            below = np.where(lane >= 32, np.uint64(_M32),
-                             (np.uint64(1) << np.minimum(lane, 31).astype(np.uint64)) - np.uint64(1))
-        cnt = np.zeros(n, np.int64)
-        mm = mask & below
-        for k in range(32):
-            cnt += ((mm >> np.uint64(k)) & np.uint64(1)).astype(np.int64)
-        r = (cnt + b(w).astype(np.int64)) & _M32
-        np.copyto(w.v[d], r.astype(np.uint32), where=w.exec)
+        cnt = V.popcount(a(w) & below).astype(np.uint64)
+        np.copyto(w.v[d], (cnt + b(w)).astype(np.uint32), where=w.exec)
     return mb
 
 

@@ -127,11 +127,7 @@ def _ffbh_i32(x):
 
 
 def _popc(x):
-    x = x.astype(np.uint64)
-    c = np.zeros(len(x), np.int64)
-    for k in range(32):
-        c += ((x >> np.uint64(k)) & np.uint64(1)).astype(np.int64)
-    return c
+    return V.popcount(x.astype(np.uint32))
 
 
 def _brev(x):

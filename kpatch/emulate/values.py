@@ -68,6 +68,17 @@ def raw(value: np.ndarray, t: str) -> np.ndarray:
     return (v.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)
 
 
+_POP8 = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+def popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits of each uint32/uint64 value (int64 array)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x).astype(np.int64)
+    b = np.ascontiguousarray(x).view(np.uint8).reshape(len(x), -1)
+    return _POP8[b].sum(axis=1, dtype=np.int64)
+
+
 def split64(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     v = v.astype(np.uint64, copy=False)
     return (v & np.uint64(0xFFFFFFFF)).astype(np.uint32), (v >> np.uint64(32)).astype(np.uint32)
