@@ -1112,10 +1112,13 @@ def _ds(inst, ctx):
 
 
 def _lds_write_ordered(lds, a0, b0, a1, b1):
-    """write2: per lane, first data0 then data1 (lane order)."""
-    for i in range(len(a0)):
-        lds.write(a0[i:i + 1], b0[i:i + 1])
-        lds.write(a1[i:i + 1], b1[i:i + 1])
+    """write2: per lane data0 then data1, lanes in order (interleaved into one
+    write, whose later elements win where addresses repeat)."""
+    addr = np.empty(2 * len(a0), np.int64)
+    addr[0::2], addr[1::2] = a0, a1
+    vals = np.empty((2 * len(a0), b0.shape[1]), np.uint8)
+    vals[0::2], vals[1::2] = b0, b1
+    lds.write(addr, vals)
 
 
 def _ds_swizzle(inst, ctx):

@@ -33,7 +33,9 @@ from kpatch.emulate.launch import hidden_value, kernarg_segment
 BUFFER_BYTES = 1 << 20
 GUARD_BYTES = 4096
 #: Values integer by-value arguments take, run by run.
-INT_GRID = (64, 1, 40, 7, 100, 33)
+INT_GRID = (8, 1, 5, 3, 16, 2)
+#: Wave-instructions one run of one kernel may take (each side) before it is stopped.
+RUN_LIMIT = 1_000_000
 #: Workgroup size used when the metadata does not require one.
 DEFAULT_BLOCK = 256
 
@@ -118,7 +120,7 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None):
             values.append(v)
     seg = kernarg_segment(md, values, plan.grid, plan.block)
     try:
-        r = m.dispatch(name, seg, plan.grid, plan.block)
+        r = m.dispatch(name, seg, plan.grid, plan.block, limit=RUN_LIMIT)
     except EmulationError as e:
         return e, 0, 0.0
     return m.memory.image(), r.instructions, r.seconds
