@@ -946,6 +946,39 @@ def _movrel(inst, ctx):
     return movrel
 
 
+def _permlane(inst, ctx):
+    """v_permlane16_b32 / v_permlanex16_b32: each lane reads lane sel (4 bits of
+    src1:src2 per lane) of its own row of 16 (x16: of the other row of the
+    pair).  op_sel[0] is FI, op_sel[1] bound_ctrl: a source lane that is
+    inactive (without FI) gives 0 with bound_ctrl, else leaves vdst as it was."""
+    f = inst.d.fields
+    n = ctx.n
+    # abs/neg: the opcode tables say LLVM ignores them here (the compiler sets them on the lane selects)
+    if f["clamp"] or f["omod"] or f["src0"] < 256:
+        raise CannotEmulate(inst.mnemonic, inst.address, "operands or modifiers")
+    src = f["src0"] - 256
+    s1 = scalar_src(inst, f["src1"], 1)
+    s2 = scalar_src(inst, f["src2"], 1)
+    fi, bound = f["op_sel"] & 1, (f["op_sel"] >> 1) & 1
+    d = f["vdst"]
+    lane = np.arange(n)
+    other = "x16" in inst.mnemonic
+
+    def perm(w):
+        sel = (s1(w) | (s2(w) << 32))
+        nib = np.array([(sel >> (4 * (l % 16))) & 0xF for l in range(16)])
+        row = lane // 16
+        if other:
+            row = row ^ 1
+        srcl = row * 16 + nib[lane % 16]
+        ex = w.exec
+        ok = np.ones(n, bool) if fi else ex[srcl]
+        v = w.v[src][srcl]
+        val = np.where(ok, v, np.uint32(0) if bound else w.v[d])
+        np.copyto(w.v[d], val, where=ex)
+    return perm
+
+
 def _swap(inst, ctx):
     f = inst.d.fields
     a, b = f["vdst"], f["src0"] - 256
@@ -1020,6 +1053,7 @@ _RANGE = {"u32": (0, 2 ** 32 - 1), "i32": (-2 ** 31, 2 ** 31 - 1), "u16": (0, 2 
 _VSPECIAL = {
     "v_readfirstlane_b32": _readfirstlane, "v_readlane_b32": _readlane, "v_writelane_b32": _writelane,
     "v_fma_mix_f32": _fma_mix, "v_fma_mixlo_f16": _fma_mix, "v_fma_mixhi_f16": _fma_mix,
+    "v_permlane16_b32": _permlane, "v_permlanex16_b32": _permlane,
     "v_movrels_b32": _movrel, "v_movreld_b32": _movrel, "v_movrelsd_b32": _movrel,
     "v_mbcnt_lo_u32_b32": _mbcnt, "v_mbcnt_hi_u32_b32": _mbcnt, "v_swap_b32": _swap,
 }

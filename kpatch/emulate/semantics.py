@@ -401,6 +401,12 @@ VALU: dict[str, tuple] = {
     "v_cvt_f32_ubyte2": ("alu", "f32", ("u32",), lambda a: ((a >> 16) & 0xFF).astype(np.float32)),
     "v_cvt_f32_ubyte3": ("alu", "f32", ("u32",), lambda a: ((a >> 24) & 0xFF).astype(np.float32)),
     "v_cvt_pkrtz_f16_f32": ("alu", "b32", ("f32", "f32"), _cvt_pkrtz),
+    # saturating packs (ISA: u32_to_u16 / i32_to_i16 clamp to the 16-bit range)
+    "v_cvt_pk_u16_u32": ("alu", "b32", ("u32", "u32"),
+                         lambda a, b: np.minimum(_u64(a), 0xFFFF) | (np.minimum(_u64(b), 0xFFFF) << np.uint64(16))),
+    "v_cvt_pk_i16_i32": ("alu", "b32", ("i32", "i32"),
+                         lambda a, b: (np.clip(_i64(a), -2 ** 15, 2 ** 15 - 1) & 0xFFFF)
+                         | ((np.clip(_i64(b), -2 ** 15, 2 ** 15 - 1) & 0xFFFF) << 16)),
     "v_pack_b32_f16": ("alu", "b32", ("f16", "f16"),
                        lambda a, b: V.raw(a, "f16") | (V.raw(b, "f16") << np.uint32(16))),
     # -- f32

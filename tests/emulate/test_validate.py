@@ -238,3 +238,41 @@ def test_rocprim_device_reduce(target):
         if "ILb1E" in name:
             exp = exp + init if "4plus" in name else max(exp, init)
         assert r.array(2)[0] == exp, name
+
+
+# ---- wave64 (OpenCL, -mwavefrontsize64: 64-bit EXEC/VCC, s_*_b64 mask operations) ----
+
+def w64(target: str) -> bytes:
+    with open(os.path.join(DATA, f"emu_w64.{target}.hsaco"), "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_wave64(target):
+    assert __import__("kpatch.codeobject", fromlist=["CodeObject"]).CodeObject.from_bytes(
+        w64(target)).kernel("w64_ops").descriptor.wavefront_size == 64
+    n = 200  # a partial last wave
+    a, b = int_inputs(n, 11)
+    out = np.zeros(2 * n, np.int32)
+    r = run(w64(target), "w64_ops", [a, b, out, n], (256,), (128,))
+    x, y = a.astype(np.int64), b.astype(np.int64)
+    d = y | 1
+    q = np.sign(x) * np.sign(d) * (np.abs(x) // np.abs(d))
+    e0 = q + np.where(x > y, 3, -4)
+    rem = x - np.trunc(x / 1000).astype(np.int64) * 1000
+    rem = np.fmod(x, 1000)
+    e1 = np.where(rem > 500, x * 3, y - x)
+    got = r.array(2).reshape(2, n)
+    assert (got[0] == wrap32(e0)).all() and (got[1] == wrap32(e1)).all()
+
+    x = np.random.default_rng(12).integers(-1000, 1000, 512).astype(np.int32)
+    out = np.zeros(2, np.int32)
+    r = run(w64(target), "w64_reduce", [x, out], (512,), (256,))
+    assert (r.array(1) == x.reshape(2, 256).sum(1)).all()
+
+    sums = np.zeros(4, np.int32)
+    scan = np.zeros(256, np.int32)
+    x = x[:256].copy()
+    r = run(w64(target), "w64_subgroup", [x, sums, scan], (256,), (256,))
+    assert (r.array(1) == x.reshape(4, 64).sum(1)).all()
+    assert (r.array(2) == np.cumsum(x.reshape(4, 64), 1).reshape(-1)).all()

@@ -13,3 +13,9 @@ for t in gfx1010 gfx1030; do
     /usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input="$TMP/emu.bundle" \
         --targets="hipv4-amdgcn-amd-amdhsa--$t" --output="emu_kernels.$t.hsaco"
 done
+# wave64 kernels: OpenCL (HIP refuses wave64 on GFX10)
+for t in gfx1010 gfx1030; do
+    clang-15 -x cl -cl-std=CL2.0 -Xclang -finclude-default-header -target amdgcn-amd-amdhsa -mcpu="$t" \
+        -mwavefrontsize64 -O3 --rocm-device-lib-path=/usr/lib/x86_64-linux-gnu/amdgcn/bitcode \
+        emu_w64.cl -o "emu_w64.$t.hsaco"
+done
