@@ -34,12 +34,14 @@ def _pairs(orig: str, patched: str):
 @click.option("--kernel", "kernel", metavar="NAME", help="Only this kernel.")
 @click.option("--runs", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Runs per kernel (each with other inputs and grid size).")
+@click.option("--limit", type=click.IntRange(1000), default=1_000_000, show_default=True,
+              help="Wave-instructions one run of one kernel may take (each side) before it is stopped.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthesised inputs.")
 @click.option("--mcpu-orig", type=click.Choice(sorted(TARGETS)), help="Decode ORIG as this target (default: its own).")
 @click.option("--mcpu-patched", type=click.Choice(sorted(TARGETS)), default="gfx1010", show_default=True,
               help="Decode PATCHED as this target (the hardware the patch is for).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs: int, seed: int,
+def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs: int, limit: int, seed: int,
                mcpu_orig: str | None, mcpu_patched: str, as_json: bool) -> None:
     """Check that PATCHED computes what ORIG computes.
 
@@ -75,7 +77,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     for label, a, b in pairs:
         try:
             vs = verify(a, b, kernel=kernel, runs=runs, seed=seed, orig_target=mcpu_orig,
-                        patched_target=mcpu_patched)
+                        patched_target=mcpu_patched, limit=limit)
         except (FormatError, EmulationError) as e:
             if kernel is not None and len(pairs) > 1 and "no kernel" in e.reason:
                 continue  # the kernel is in another pair

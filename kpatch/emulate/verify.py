@@ -106,7 +106,7 @@ def synthesise(md: dict, run: int, seed: int) -> Plan:
     return plan
 
 
-def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None):
+def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, limit: int = RUN_LIMIT):
     """(memory image, wave-instructions, seconds) of one run, or the error that stopped it."""
     m = Machine(data, seed=seed, target=target)
     k = m.kernel(name)
@@ -120,7 +120,7 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None):
             values.append(v)
     seg = kernarg_segment(md, values, plan.grid, plan.block)
     try:
-        r = m.dispatch(name, seg, plan.grid, plan.block, limit=RUN_LIMIT)
+        r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit)
     except EmulationError as e:
         return e, 0, 0.0
     return m.memory.image(), r.instructions, r.seconds
@@ -145,7 +145,8 @@ def _first_difference(a: list, b: list) -> str:
 
 
 def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed: int = 0,
-                  orig_target: str | None = None, patched_target: str | None = None) -> KernelVerdict:
+                  orig_target: str | None = None, patched_target: str | None = None,
+                  limit: int = RUN_LIMIT) -> KernelVerdict:
     """Run kernel ``name`` of both code objects ``runs`` times and compare."""
     v = KernelVerdict(name, NOT_VERIFIED)
     try:
@@ -163,8 +164,11 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
         except CannotSynthesise as e:
             v.detail = f"arguments cannot be synthesised: {e}"
             return v
-        a = _execute(orig, name, plan, seed + r, orig_target)
-        b = _execute(patched, name, plan, seed + r, patched_target)
+        a = _execute(orig, name, plan, seed + r, orig_target, limit)
+        if isinstance(a[0], CannotEmulate):  # the patched side need not run
+            v.detail = f"original: {a[0].reason}"
+            return v
+        b = _execute(patched, name, plan, seed + r, patched_target, limit)
         ins[0] += a[1]
         ins[1] += b[1]
         v.seconds += a[2] + b[2]
@@ -194,7 +198,8 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
 
 
 def verify(orig: bytes, patched: bytes, *, kernel: str | None = None, runs: int = 3, seed: int = 0,
-           orig_target: str | None = None, patched_target: str | None = None) -> list[KernelVerdict]:
+           orig_target: str | None = None, patched_target: str | None = None,
+           limit: int = RUN_LIMIT) -> list[KernelVerdict]:
     """A verdict for each kernel of ``orig`` (or the one named)."""
     mo = Machine(orig, target=orig_target)
     mp = Machine(patched, target=patched_target)
@@ -209,5 +214,5 @@ def verify(orig: bytes, patched: bytes, *, kernel: str | None = None, runs: int 
             out.append(KernelVerdict(name, DIFFERENT, "the patched code object has no such kernel"))
             continue
         out.append(verify_kernel(orig, patched, name, runs=runs, seed=seed, orig_target=orig_target,
-                                 patched_target=patched_target))
+                                 patched_target=patched_target, limit=limit))
     return out

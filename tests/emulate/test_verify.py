@@ -212,3 +212,20 @@ def test_unmodelled_instruction_is_named_not_guessed(tmp_path):
     assert v.status == NOT_VERIFIED
     co = CodeObject.from_bytes(read(src))
     assert v.detail == f"patched: cannot emulate s_memtime at {co.kernel('mt').entry:#x}"
+
+
+def test_a_write_into_a_guard_zone_is_caught(tmp_path):
+    """A store moved before its buffer lands in the guard zone: seen, not faulted."""
+    src = os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco")
+    good = read(patched(tmp_path, src))
+    bad = mutate(good, "vec_add", lambda i: i.mnemonic == "global_store_dword",
+                 lambda i: with_field(i, F.FLAT, "offset", (i.field("offset") - 2048) & 0xFFF))
+    v = verify_kernel(read(src), bad, "vec_add", runs=1, patched_target="gfx1010")
+    assert v.status == DIFFERENT and "(guard zone)" in v.detail, v.detail
+
+
+def test_arguments_that_cannot_be_synthesised_are_not_passed():
+    from kpatch.emulate.verify import CannotSynthesise, synthesise
+    for kind in ("image", "sampler", "pipe", "queue", "dynamic_shared_pointer", "hidden_something_new"):
+        with pytest.raises(CannotSynthesise):
+            synthesise({".args": [{".value_kind": kind, ".size": 8, ".offset": 0}]}, 0, 0)
