@@ -36,12 +36,15 @@ def _pairs(orig: str, patched: str):
               help="Runs per kernel (each with other inputs and grid size).")
 @click.option("--limit", type=click.IntRange(1000), default=1_000_000, show_default=True,
               help="Wave-instructions one run of one kernel may take (each side) before it is stopped.")
+@click.option("--max-ulp", type=click.IntRange(0), default=None,
+              help="Accept results that differ only in f32 words by at most this many ulps "
+                   "(for patches made with --allow-approx); the largest difference is reported.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthesised inputs.")
 @click.option("--mcpu-orig", type=click.Choice(sorted(TARGETS)), help="Decode ORIG as this target (default: its own).")
 @click.option("--mcpu-patched", type=click.Choice(sorted(TARGETS)), default="gfx1010", show_default=True,
               help="Decode PATCHED as this target (the hardware the patch is for).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs: int, limit: int, seed: int,
+def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs: int, limit: int, max_ulp: int | None, seed: int,
                mcpu_orig: str | None, mcpu_patched: str, as_json: bool) -> None:
     """Check that PATCHED computes what ORIG computes.
 
@@ -58,6 +61,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     \b
     Per kernel:
       equal         every run of both finished and wrote the same bytes
+      within ulp    (with --max-ulp N) only f32 words differ, by at most N ulps
       DIFFERENT     some run wrote other bytes, or only one side faulted
       not verified  something was not emulated (named), arguments could not
                     be synthesised, or both sides stopped: nothing proven
@@ -70,14 +74,14 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     if not emulate:
         raise click.UsageError("only --emulate is implemented: say `kpatch verify --emulate ORIG PATCHED`")
     from kpatch.emulate.errors import EmulationError
-    from kpatch.emulate.verify import EQUAL, verify
+    from kpatch.emulate.verify import EQUAL, WITHIN, verify
 
     pairs, problems = _pairs(orig, patched)
     verdicts = []
     for label, a, b in pairs:
         try:
             vs = verify(a, b, kernel=kernel, runs=runs, seed=seed, orig_target=mcpu_orig,
-                        patched_target=mcpu_patched, limit=limit)
+                        patched_target=mcpu_patched, limit=limit, max_ulp=max_ulp)
         except (FormatError, EmulationError) as e:
             if kernel is not None and len(pairs) > 1 and "no kernel" in e.reason:
                 continue  # the kernel is in another pair
@@ -95,26 +99,29 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
         total[0] += v.instructions[0]
         total[1] += v.instructions[1]
         secs += v.seconds
-    counts = {s: sum(v.status == s for v in verdicts) for s in ("equal", "different", "not verified")}
+    counts = {s: sum(v.status == s for v in verdicts) for s in ("equal", "within ulp", "different", "not verified")}
     if as_json:
         json.dump({"kernels": [v.to_json() for v in verdicts], "summary": counts,
                    "wave_instructions": sum(total), "seconds": round(secs, 3)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         for v in verdicts:
-            label = {"equal": "equal", "different": "DIFFERENT", "not verified": "not verified"}[v.status]
+            label = {"equal": "equal", "within ulp": "within ulp", "different": "DIFFERENT",
+                     "not verified": "not verified"}[v.status]
             extra = f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions)" \
                 if v.status == "equal" else f": {v.detail}"
             out_console.print(f"{label:<13} {v.name}{extra}", markup=False, highlight=False, crop=False)
         rate = sum(total) / secs if secs else 0.0
-        out_console.print(f"{len(verdicts)} kernels: {counts['equal']} equal, {counts['different']} different, "
+        within = f"{counts['within ulp']} within {max_ulp} ulp, " if max_ulp is not None else ""
+        out_console.print(f"{len(verdicts)} kernels: {counts['equal']} equal, {within}{counts['different']} different, "
                           f"{counts['not verified']} not verified; {sum(total):,} wave-instructions emulated "
                           f"in {secs:.1f} s ({rate:,.0f}/s)", markup=False, highlight=False, crop=False)
     flush_stdout()
+    passed = (EQUAL, WITHIN)
     for v in verdicts:
-        if v.status != EQUAL:
+        if v.status not in passed:
             error_line(v.name, f"{v.status}: {v.detail}")
     for item, reason in problems:
         error_line(item, reason)
-    ok = verdicts and not problems and all(v.status == EQUAL for v in verdicts)
+    ok = verdicts and not problems and all(v.status in passed for v in verdicts)
     sys.exit(EXIT_OK if ok else EXIT_SOME_FAILED)

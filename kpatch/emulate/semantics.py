@@ -582,8 +582,22 @@ for _n, _b, _sg in (("v_dot4_i32_i8", 8, True), ("v_dot4c_i32_i8", 8, True), ("v
     VALU[_n] = ("alu", "u32", ("u32", "u32", "i32"), _idot(_b, _sg))
 
 VALU["v_perm_b32"] = ("alu", "b32", ("u32", "u32", "u32"), _perm)
-VALU["v_mac_legacy_f32"] = ("alu", "f32", ("f32", "f32", "f32"),
-                            lambda a, b, c: np.where((a == 0) | (b == 0), c + x0(c), (a * b) + c).astype(np.float32))
+def _mad(legacy: bool):
+    """v_mad_f32 / v_mac_f32 (and the legacy forms): the product rounded to
+    f32 before the add, f32 denormals flushed (inputs and result) whatever
+    the mode, as the ISA says of MAD; legacy: 0 * anything = 0."""
+    def fn(a, b, c):
+        a, b, c = V.flush_denormals(a), V.flush_denormals(b), V.flush_denormals(c)
+        p = V.flush_denormals((a * b).astype(np.float32))
+        if legacy:
+            p = np.where((a == 0) | (b == 0), x0(p), p)
+        return V.flush_denormals((p + c).astype(np.float32))
+    return fn
+
+
+for _n, _lg in (("v_mac_legacy_f32", True), ("v_mad_legacy_f32", True), ("v_mac_f32", False),
+                ("v_mad_f32", False), ("v_madmk_f32", False), ("v_madak_f32", False)):
+    VALU[_n] = ("alu", "f32", ("f32", "f32", "f32"), _mad(_lg))
 
 # -- comparisons ---------------------------------------------------------------
 _FCMP = {

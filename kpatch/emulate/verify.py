@@ -40,6 +40,8 @@ RUN_LIMIT = 1_000_000
 DEFAULT_BLOCK = 256
 
 EQUAL, DIFFERENT, NOT_VERIFIED = "equal", "different", "not verified"
+#: Every difference is an f32 word within the allowed ulp distance (approximations, ``max_ulp``).
+WITHIN = "within ulp"
 
 
 @dataclass
@@ -52,11 +54,12 @@ class KernelVerdict:
     runs: int = 0
     instructions: tuple[int, int] = (0, 0)
     seconds: float = 0.0
+    max_ulp: float | None = None  # largest f32 distance among differing words (None: none differed)
 
     def to_json(self) -> dict:
         return {"kernel": self.name, "status": self.status, "detail": self.detail, "runs": self.runs,
                 "wave_instructions": {"original": self.instructions[0], "patched": self.instructions[1]},
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp}
 
 
 class CannotSynthesise(Exception):
@@ -144,10 +147,38 @@ def _first_difference(a: list, b: list) -> str:
     return "different buffers"
 
 
+def ulp_distance(a: list, b: list) -> tuple[float, int]:
+    """(largest distance in f32 ulps, number of differing aligned 4-byte words)
+    over two memory images; inf when a differing word is NaN on one side only
+    or a buffer's size differs."""
+    worst, count = 0.0, 0
+    for (_, da), (_, db) in zip(a, b):
+        if da == db:
+            continue
+        if len(da) != len(db) or len(da) % 4:
+            return float("inf"), count + 1
+        x = np.frombuffer(da, np.int32).astype(np.int64)
+        y = np.frombuffer(db, np.int32).astype(np.int64)
+        d = x != y
+        count += int(d.sum())
+        fx, fy = x[d].astype(np.int32).view(np.float32), y[d].astype(np.int32).view(np.float32)
+        if (np.isnan(fx) != np.isnan(fy)).any():
+            return float("inf"), count
+        ox = np.where(x[d] < 0, -(x[d] & 0x7FFFFFFF), x[d])  # sign-magnitude -> ordered
+        oy = np.where(y[d] < 0, -(y[d] & 0x7FFFFFFF), y[d])
+        both_nan = np.isnan(fx) & np.isnan(fy)
+        dist = np.where(both_nan, 0, np.abs(ox - oy))
+        worst = max(worst, float(dist.max()) if len(dist) else 0.0)
+    return worst, count
+
+
 def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed: int = 0,
                   orig_target: str | None = None, patched_target: str | None = None,
-                  limit: int = RUN_LIMIT) -> KernelVerdict:
-    """Run kernel ``name`` of both code objects ``runs`` times and compare."""
+                  limit: int = RUN_LIMIT, max_ulp: int | None = None) -> KernelVerdict:
+    """Run kernel ``name`` of both code objects ``runs`` times and compare.
+    ``max_ulp``: accept differences that are all f32 words within that many
+    ulps (status "within ulp", for approximations); the largest distance
+    seen is kept in ``max_ulp`` of the verdict either way."""
     v = KernelVerdict(name, NOT_VERIFIED)
     try:
         md = Machine(orig, target=orig_target).kernel(name).metadata
@@ -190,16 +221,24 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
             v.detail = f"run {r + 1}: only the {which} stopped: {e.reason}"
             return v
         if a[0] != b[0]:
+            ulps, words = ulp_distance(a[0], b[0])
+            v.max_ulp = max(v.max_ulp or 0.0, ulps)
+            if max_ulp is not None and ulps <= max_ulp:
+                v.detail = f"{words} f32 words differ in run {r + 1}, by at most {ulps:g} ulp"
+                continue
             v.status = DIFFERENT
-            v.detail = f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(a[0], b[0])}"
+            v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(a[0], b[0])}"
+                        f" (largest f32 difference {ulps:g} ulp)")
             return v
-    v.status = EQUAL
+    v.status = EQUAL if v.max_ulp is None else WITHIN
+    if v.status == WITHIN:
+        v.detail = f"f32 results differ by at most {v.max_ulp:g} ulp (allowed {max_ulp})"
     return v
 
 
 def verify(orig: bytes, patched: bytes, *, kernel: str | None = None, runs: int = 3, seed: int = 0,
            orig_target: str | None = None, patched_target: str | None = None,
-           limit: int = RUN_LIMIT) -> list[KernelVerdict]:
+           limit: int = RUN_LIMIT, max_ulp: int | None = None) -> list[KernelVerdict]:
     """A verdict for each kernel of ``orig`` (or the one named)."""
     mo = Machine(orig, target=orig_target)
     mp = Machine(patched, target=patched_target)
@@ -214,5 +253,5 @@ def verify(orig: bytes, patched: bytes, *, kernel: str | None = None, runs: int 
             out.append(KernelVerdict(name, DIFFERENT, "the patched code object has no such kernel"))
             continue
         out.append(verify_kernel(orig, patched, name, runs=runs, seed=seed, orig_target=orig_target,
-                                 patched_target=patched_target, limit=limit))
+                                 patched_target=patched_target, limit=limit, max_ulp=max_ulp))
     return out

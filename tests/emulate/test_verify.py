@@ -229,3 +229,18 @@ def test_arguments_that_cannot_be_synthesised_are_not_passed():
     for kind in ("image", "sampler", "pipe", "queue", "dynamic_shared_pointer", "hidden_something_new"):
         with pytest.raises(CannotSynthesise):
             synthesise({".args": [{".value_kind": kind, ".size": 8, ".offset": 0}]}, 0, 0)
+
+
+def test_an_approximation_is_measured_in_ulps(tmp_path):
+    """dot2-fma-mix (two roundings where gfx1030's dot rounds once) is not
+    equal; with an ulp allowance it passes as "within ulp" and the largest
+    difference is reported."""
+    from kpatch.emulate.verify import WITHIN
+    src = os.path.join(FIXTURES, "mathops.hip.gfx1030.v4.hsaco")
+    out = str(tmp_path / "approx.hsaco")
+    p = kpatch("apply", "--mode", "override", "--allow-approx", "dot2-fma-mix", src, "-o", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    strict = verify_kernel(read(src), read(out), "half2_dot", runs=3, patched_target="gfx1010")
+    assert strict.status == DIFFERENT and "ulp" in strict.detail
+    loose = verify_kernel(read(src), read(out), "half2_dot", runs=3, patched_target="gfx1010", max_ulp=1 << 20)
+    assert loose.status == WITHIN and 0 < loose.max_ulp <= 1 << 20
