@@ -211,7 +211,7 @@ def test_unmodelled_instruction_is_named_not_guessed(tmp_path):
     v = verify_kernel(read(src), read(src), "mt", runs=1)
     assert v.status == NOT_VERIFIED
     co = CodeObject.from_bytes(read(src))
-    assert v.detail == f"patched: cannot emulate s_memtime at {co.kernel('mt').entry:#x}"
+    assert v.detail == f"original: cannot emulate s_memtime at {co.kernel('mt').entry:#x}"
 
 
 def test_a_write_into_a_guard_zone_is_caught(tmp_path):
