@@ -421,6 +421,10 @@ def _sopk(inst, ctx):
         hw = imm & 0x3F
         off = (imm >> 6) & 31
         size = ((imm >> 11) & 31) + 1
+        if hw == 15:  # SH_MEM_BASES: [15:0] private, [31:16] shared aperture, bits 63:48 of the address
+            v = ((SHARED_APERTURE_HI >> 16) << 16) | (PRIVATE_APERTURE_HI >> 16)
+            val = (v >> off) & ((1 << size) - 1)
+            return lambda w: w.s.__setitem__(d, val)
         if hw == 1:
             def getmode(w):
                 mode = (w.mode_denorm32 << 4) | (w.mode_denorm16 << 6)

@@ -276,3 +276,15 @@ def test_wave64(target):
     r = run(w64(target), "w64_subgroup", [x, sums, scan], (256,), (256,))
     assert (r.array(1) == x.reshape(4, 64).sum(1)).all()
     assert (r.array(2) == np.cumsum(x.reshape(4, 64), 1).reshape(-1)).all()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_private_memory_and_calls(target):
+    n = 100
+    x = np.random.default_rng(13).integers(-1000, 1000, n).astype(np.int32)
+    out = np.zeros(64, np.int32)
+    r = run(code(target), "emu_private_call", [x, out, n], (64,), (64,))
+    i = np.arange(64)
+    buf = x[(i[:, None] * 16 + np.arange(16)) % n]
+    idx = x[i % n] & 15
+    assert (r.array(1) == buf[i, idx] * 3 + buf[i, (idx + 3) & 15]).all()

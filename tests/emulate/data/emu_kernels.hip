@@ -157,3 +157,15 @@ extern "C" __global__ void emu_rp_warp(const float* __restrict__ in, int* __rest
     ws_t().inclusive_scan(iin[i], o, ss[w]);
     iscan[i] = o;
 }
+
+// Private memory (a local array indexed at run time: scratch) and a call to a
+// function that is not inlined (s_getpc_b64 / s_swappc_b64 / s_setpc_b64).
+__device__ __attribute__((noinline)) int emu_helper(int x, int y) { return x * 3 + y; }
+
+extern "C" __global__ void emu_private_call(const int* __restrict__ in, int* __restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    volatile int buf[16];
+    for (int k = 0; k < 16; k++) buf[k] = in[(i * 16 + k) % n];
+    int idx = in[i % n] & 15;
+    out[i] = emu_helper(buf[idx], buf[(idx + 3) & 15]);
+}
