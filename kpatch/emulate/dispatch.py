@@ -145,9 +145,6 @@ class Machine:
                          LOAD_BASE + k.descriptor_vaddr, karg.base)
         dpkt = mem.allocate(f"dispatch:{name}", bytes(pkt), readonly=True)
         queue = mem.allocate(f"queue:{name}", bytes(256), readonly=True)
-        # exclude the set-up buffers from what a comparison looks at
-        karg.readonly = False
-        self._setup_names = {karg.name}
         program = self.program(lanes)
         step = program.step
         lds_size = kd.group_segment_fixed_size + dynamic_lds

@@ -143,6 +143,8 @@ class LocalMemory:
 
     def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
         addr = np.asarray(addr, np.int64)
+        if len(self.data) == 0:
+            return np.zeros((len(addr), nbytes), np.uint8)
         idx = addr[:, None] + np.arange(nbytes)
         ok = (idx >= 0) & (idx < len(self.data))
         return np.where(ok, self.data[np.where(ok, idx, 0)], 0).astype(np.uint8)

@@ -36,6 +36,9 @@ GUARD_BYTES = 4096
 INT_GRID = (8, 1, 5, 3, 16, 2)
 #: Wave-instructions one run of one kernel may take (each side) before it is stopped.
 RUN_LIMIT = 1_000_000
+#: LDS a workgroup may have on GFX10; kernels get what their descriptor does not
+#: allocate as dynamic LDS (the launcher would give dynamic shared memory).
+LDS_BYTES = 65536
 #: Workgroup size used when the metadata does not require one.
 DEFAULT_BLOCK = 256
 
@@ -121,9 +124,10 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
             values.append(b.base + GUARD_BYTES)
         else:
             values.append(v)
-    seg = kernarg_segment(md, values, plan.grid, plan.block)
+    dyn = max(0, LDS_BYTES - k.descriptor.group_segment_fixed_size)
+    seg = kernarg_segment(md, values, plan.grid, plan.block, dyn)
     try:
-        r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit)
+        r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit, dynamic_lds=dyn)
     except EmulationError as e:
         return e, 0, 0.0
     return m.memory.image(), r.instructions, r.seconds
