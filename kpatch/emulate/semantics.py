@@ -118,14 +118,6 @@ def _ffbl(x):
     return out
 
 
-def _ffbh_i32(x):
-    x = x.astype(np.int64)
-    y = np.where(x < 0, ~x, x) & _U32
-    r = _ffbh_u32(y)
-    r = np.where((y == 0), _U32, r - 1 + 1)  # count of sign bits after the sign
-    return np.where(y == 0, _U32, _ffbh_u32(y) - 0)
-
-
 def _popc(x):
     return V.popcount(x.astype(np.uint32))
 
@@ -680,11 +672,13 @@ def _flbit(x, bits):
 
 
 def _flbit_i32(x):
+    """s_flbit_i32: position, counted from the MSB, of the first bit that
+    differs from the sign bit; -1 when every bit equals it."""
     v = _s32(x)
     if v in (0, -1):
         return _U32
     y = ~v if v < 0 else v
-    return 32 - y.bit_length() - 1 + 1 - 1 + 0 if False else 31 - y.bit_length()
+    return 32 - y.bit_length()
 
 
 _M = {32: _U32, 64: _U64}
