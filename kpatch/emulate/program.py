@@ -21,7 +21,7 @@ from kpatch.emulate import values as V
 from kpatch.emulate.errors import CannotEmulate, EmulationError
 from kpatch.emulate.memory import (
     PRIVATE_APERTURE_HI, SCRATCH_RSRC_BASE, SHARED_APERTURE_HI, from_bytes, to_bytes)
-from kpatch.emulate.wave import EXEC_LO, M0, NULL, VCC_LO, lanes, mask_bits
+from kpatch.emulate.wave import EXEC_LO, M0, NULL, VCC_LO, lanes
 from kpatch.isa import operands as O
 
 BARRIER = -1  # returned by s_barrier
@@ -835,6 +835,8 @@ def _valu(inst, ctx):
         return cndmask
 
     if ekind in ("co", "ci", "dscale"):
+        if base == "v_mad_i64_i32" and f.get("sdst") != NULL:
+            raise CannotEmulate(m, addr, "the carry-out of the signed multiply-add")
         if fmt == "VOP3":
             creg_out = f["sdst"]
             creg_in = f["src2"] if ekind == "ci" else None

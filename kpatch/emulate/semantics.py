@@ -522,10 +522,9 @@ def _borrow(d):
 
 def _mad64(a, b, c, signed):
     if signed:
-        from kpatch.emulate.values import typed
         p = a.astype(object) * b.astype(object) + c.astype(object)
         res = np.array([int(x) & _U64 for x in p], np.uint64)
-        return res, np.zeros(len(a), bool)  # signed overflow flag not modelled: checked by caller
+        return res, np.zeros(len(a), bool)  # the carry-out of the signed form is not modelled (0)
     p = a.astype(object) * b.astype(object) + c.astype(object)
     res = np.array([int(x) & _U64 for x in p], np.uint64)
     carry = np.array([int(x) >> 64 != 0 for x in p], bool)
