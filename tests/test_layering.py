@@ -17,7 +17,7 @@ LAYERS = [
     {"containers"},
     {"codeobject"},
     {"isa"},
-    {"analysis"},
+    {"analysis", "emulate"},
     {"rewrite"},
     {"miopen"},
     {"apply", "diff"},

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("kpatch.cli.run", "run_cmd"),
     "scan": ("kpatch.cli.scan", "scan_cmd"),
     "selftest": ("kpatch.cli.selftest", "selftest_cmd"),
+    "verify": ("kpatch.cli.verify", "verify_cmd"),
     "warm": ("kpatch.cli.warm", "warm_cmd"),
 }
 

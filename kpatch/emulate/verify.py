@@ -1,0 +1,261 @@
+"""Differential check of a patch: the original and the patched kernel run on
+the same synthesised inputs, every byte they write compared.
+
+For each kernel, :func:`synthesise` builds arguments from the metadata:
+each global buffer argument gets :data:`BUFFER_BYTES` of random data with
+:data:`GUARD_BYTES` of random guard zone on each side (inside the same
+allocation, so a stray write there is seen, not faulted), integer
+by-value arguments take values from a small grid, hidden arguments what
+the runtime passes.  Arguments it cannot make up safely (images, samplers,
+pipes, queues, dynamic LDS pointers, hidden arguments it does not know)
+make the kernel "not verified".  Both code objects get the same buffers at
+the same addresses and the same values in the registers the hardware
+leaves undefined; run ``r`` uses seed ``seed + r`` and a grid of ``1 + r %
+3`` workgroups.
+
+A kernel is **equal** when every run of both finished and all buffers
+(guard zones included) hold the same bytes; **different** when some run
+wrote different bytes or only one side faulted or stopped; **not
+verified** otherwise (something not emulated, arguments not synthesised,
+both sides faulting).  Only "equal" passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kpatch.emulate.dispatch import Machine
+from kpatch.emulate.errors import CannotEmulate, EmulationError
+from kpatch.emulate.launch import hidden_value, kernarg_segment
+
+BUFFER_BYTES = 1 << 20
+GUARD_BYTES = 4096
+#: Values integer by-value arguments take, run by run.
+INT_GRID = (8, 1, 5, 3, 16, 2)
+#: Wave-instructions one run of one kernel may take (each side) before it is stopped.
+RUN_LIMIT = 1_000_000
+#: LDS a workgroup may have on GFX10; kernels get what their descriptor does not
+#: allocate as dynamic LDS (the launcher would give dynamic shared memory).
+LDS_BYTES = 65536
+#: Workgroup size used when the metadata does not require one.
+DEFAULT_BLOCK = 256
+
+EQUAL, DIFFERENT, NOT_VERIFIED = "equal", "different", "not verified"
+#: Every difference is an f32 word within the allowed ulp distance (approximations, ``max_ulp``).
+WITHIN = "within ulp"
+
+
+@dataclass
+class KernelVerdict:
+    """The outcome for one kernel."""
+
+    name: str
+    status: str
+    detail: str = ""
+    runs: int = 0
+    instructions: tuple[int, int] = (0, 0)
+    seconds: float = 0.0
+    max_ulp: float | None = None  # largest f32 distance among differing words (None: none differed)
+
+    def to_json(self) -> dict:
+        return {"kernel": self.name, "status": self.status, "detail": self.detail, "runs": self.runs,
+                "wave_instructions": {"original": self.instructions[0], "patched": self.instructions[1]},
+                "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp}
+
+
+class CannotSynthesise(Exception):
+    """A kernel argument no safe value can be made up for."""
+
+
+@dataclass
+class Plan:
+    """Arguments of one run: buffers (name, bytes, offset of the data) and the kernarg values."""
+
+    buffers: list = field(default_factory=list)
+    values: list = field(default_factory=list)  # per explicit arg: ("buf", index) or int
+    grid: tuple = (1, 1, 1)
+    block: tuple = (1, 1, 1)
+
+
+def workgroup_size(md: dict) -> tuple[int, int, int]:
+    req = md.get(".reqd_workgroup_size")
+    if req:
+        return tuple(int(x) for x in req) + (1,) * (3 - len(req))
+    mx = int(md.get(".max_flat_workgroup_size", DEFAULT_BLOCK) or DEFAULT_BLOCK)
+    return (min(mx, DEFAULT_BLOCK), 1, 1)
+
+
+def synthesise(md: dict, run: int, seed: int) -> Plan:
+    """Arguments for run ``run`` of the kernel described by metadata ``md``."""
+    rng = np.random.default_rng(seed + 7919 * run)
+    block = workgroup_size(md)
+    plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
+    for i, a in enumerate(md.get(".args", [])):
+        kind = a.get(".value_kind", "")
+        size = a.get(".size", 0)
+        if kind.startswith("hidden_"):
+            if hidden_value(kind, plan.grid, plan.block) is None:
+                raise CannotSynthesise(f"hidden argument {kind}")
+            continue
+        if kind == "global_buffer" and a.get(".address_space", "global") in ("global", "generic", "constant"):
+            data = rng.integers(0, 256, BUFFER_BYTES + 2 * GUARD_BYTES, dtype=np.uint8)
+            plan.values.append(("buf", len(plan.buffers)))
+            plan.buffers.append((f"arg{i}", data))
+        elif kind == "by_value" and size in (1, 2, 4, 8):
+            plan.values.append(INT_GRID[(run + i) % len(INT_GRID)])
+        elif kind == "by_value":
+            plan.values.append(bytes(size))  # aggregates: all zero
+        else:
+            raise CannotSynthesise(f"argument {i} ({kind or 'no kind'})")
+    return plan
+
+
+def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, limit: int = RUN_LIMIT):
+    """(memory image, wave-instructions, seconds) of one run, or the error that stopped it."""
+    m = Machine(data, seed=seed, target=target)
+    k = m.kernel(name)
+    md = k.metadata or {}
+    values = []
+    for v in plan.values:
+        if isinstance(v, tuple):
+            b = m.memory.allocate(plan.buffers[v[1]][0], plan.buffers[v[1]][1])
+            values.append(b.base + GUARD_BYTES)
+        else:
+            values.append(v)
+    dyn = max(0, LDS_BYTES - k.descriptor.group_segment_fixed_size)
+    seg = kernarg_segment(md, values, plan.grid, plan.block, dyn)
+    try:
+        r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit, dynamic_lds=dyn)
+    except EmulationError as e:
+        return e, 0, 0.0
+    return m.memory.image(), r.instructions, r.seconds
+
+
+def _first_difference(a: list, b: list) -> str:
+    for (na, da), (nb, db) in zip(a, b):
+        if da != db:
+            x = np.frombuffer(da, np.uint8)
+            y = np.frombuffer(db, np.uint8)
+            n = min(len(x), len(y))
+            idx = np.nonzero(x[:n] != y[:n])[0]
+            if len(idx) == 0:
+                return f"{na}: sizes differ"
+            i = int(idx[0])
+            where = f"byte {i - GUARD_BYTES:#x}" if na.startswith("arg") else f"byte {i:#x}"
+            if na.startswith("arg") and not GUARD_BYTES <= i < GUARD_BYTES + BUFFER_BYTES:
+                where += " (guard zone)"
+            return (f"{na}: {len(idx)} bytes differ, first at {where}: original {x[i]:#04x}, "
+                    f"patched {y[i]:#04x}")
+    return "different buffers"
+
+
+def ulp_distance(a: list, b: list) -> tuple[float, int]:
+    """(largest distance in f32 ulps, number of differing aligned 4-byte words)
+    over two memory images; inf when a differing word is NaN on one side only
+    or a buffer's size differs."""
+    worst, count = 0.0, 0
+    for (_, da), (_, db) in zip(a, b):
+        if da == db:
+            continue
+        if len(da) != len(db) or len(da) % 4:
+            return float("inf"), count + 1
+        x = np.frombuffer(da, np.int32).astype(np.int64)
+        y = np.frombuffer(db, np.int32).astype(np.int64)
+        d = x != y
+        count += int(d.sum())
+        fx, fy = x[d].astype(np.int32).view(np.float32), y[d].astype(np.int32).view(np.float32)
+        if (np.isnan(fx) != np.isnan(fy)).any():
+            return float("inf"), count
+        ox = np.where(x[d] < 0, -(x[d] & 0x7FFFFFFF), x[d])  # sign-magnitude -> ordered
+        oy = np.where(y[d] < 0, -(y[d] & 0x7FFFFFFF), y[d])
+        both_nan = np.isnan(fx) & np.isnan(fy)
+        dist = np.where(both_nan, 0, np.abs(ox - oy))
+        worst = max(worst, float(dist.max()) if len(dist) else 0.0)
+    return worst, count
+
+
+def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed: int = 0,
+                  orig_target: str | None = None, patched_target: str | None = None,
+                  limit: int = RUN_LIMIT, max_ulp: int | None = None) -> KernelVerdict:
+    """Run kernel ``name`` of both code objects ``runs`` times and compare.
+    ``max_ulp``: accept differences that are all f32 words within that many
+    ulps (status "within ulp", for approximations); the largest distance
+    seen is kept in ``max_ulp`` of the verdict either way."""
+    v = KernelVerdict(name, NOT_VERIFIED)
+    try:
+        md = Machine(orig, target=orig_target).kernel(name).metadata
+    except EmulationError as e:
+        v.detail = e.reason
+        return v
+    if md is None:
+        v.detail = "no metadata for the kernel: arguments cannot be synthesised"
+        return v
+    ins = [0, 0]
+    for r in range(runs):
+        try:
+            plan = synthesise(md, r, seed)
+        except CannotSynthesise as e:
+            v.detail = f"arguments cannot be synthesised: {e}"
+            return v
+        a = _execute(orig, name, plan, seed + r, orig_target, limit)
+        if isinstance(a[0], CannotEmulate):  # the patched side need not run
+            v.detail = f"original: {a[0].reason}"
+            return v
+        b = _execute(patched, name, plan, seed + r, patched_target, limit)
+        ins[0] += a[1]
+        ins[1] += b[1]
+        v.seconds += a[2] + b[2]
+        v.runs = r + 1
+        v.instructions = tuple(ins)
+        ea, eb = isinstance(a[0], Exception), isinstance(b[0], Exception)
+        if isinstance(b[0], CannotEmulate):
+            v.detail = f"patched: {b[0].reason}"
+            return v
+        if isinstance(a[0], CannotEmulate):
+            v.detail = f"original: {a[0].reason}"
+            return v
+        if ea and eb:
+            v.detail = f"run {r + 1}: both stopped: original: {a[0].reason}; patched: {b[0].reason}"
+            return v
+        if ea != eb:
+            v.status = DIFFERENT
+            which, e = ("original", a[0]) if ea else ("patched", b[0])
+            v.detail = f"run {r + 1}: only the {which} stopped: {e.reason}"
+            return v
+        if a[0] != b[0]:
+            ulps, words = ulp_distance(a[0], b[0])
+            v.max_ulp = max(v.max_ulp or 0.0, ulps)
+            if max_ulp is not None and ulps <= max_ulp:
+                v.detail = f"{words} f32 words differ in run {r + 1}, by at most {ulps:g} ulp"
+                continue
+            v.status = DIFFERENT
+            v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(a[0], b[0])}"
+                        f" (largest f32 difference {ulps:g} ulp)")
+            return v
+    v.status = EQUAL if v.max_ulp is None else WITHIN
+    if v.status == WITHIN:
+        v.detail = f"f32 results differ by at most {v.max_ulp:g} ulp (allowed {max_ulp})"
+    return v
+
+
+def verify(orig: bytes, patched: bytes, *, kernel: str | None = None, runs: int = 3, seed: int = 0,
+           orig_target: str | None = None, patched_target: str | None = None,
+           limit: int = RUN_LIMIT, max_ulp: int | None = None) -> list[KernelVerdict]:
+    """A verdict for each kernel of ``orig`` (or the one named)."""
+    mo = Machine(orig, target=orig_target)
+    mp = Machine(patched, target=patched_target)
+    names = [k.name for k in mo.co.kernels]
+    if kernel is not None:
+        if kernel not in names:
+            raise EmulationError(f"no kernel {kernel} in the original")
+        names = [kernel]
+    out = []
+    for name in names:
+        if mp.co.kernel(name) is None:
+            out.append(KernelVerdict(name, DIFFERENT, "the patched code object has no such kernel"))
+            continue
+        out.append(verify_kernel(orig, patched, name, runs=runs, seed=seed, orig_target=orig_target,
+                                 patched_target=patched_target, limit=limit, max_ulp=max_ulp))
+    return out

@@ -1,0 +1,246 @@
+"""`kpatch verify --emulate`: patches kpatch writes are proven equal on the
+fixtures, and wrong patches are caught (mutation tests: an offset flipped,
+a register swapped, a long branch's getpc literal shifted by 4).
+
+The originals are LLVM's output (tests/fixtures/bin, and assembly kernels
+in tests/emulate/data assembled here by clang-15); the patched objects are
+what `kpatch apply --mode override` writes; the mutants are those bytes
+with one field changed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from kpatch.codeobject import CodeObject
+from kpatch.emulate.verify import DIFFERENT, EQUAL, NOT_VERIFIED, verify, verify_kernel
+from kpatch.isa import decode
+from kpatch.isa import formats as F
+
+HERE = os.path.dirname(__file__)
+FIXTURES = os.path.join(HERE, "..", "fixtures", "bin")
+
+
+def kpatch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, timeout=300)
+
+
+def assemble(tmp_path, name: str, text: str | None = None) -> str:
+    if shutil.which("clang-15") is None:
+        pytest.skip("clang-15 not installed")
+    src = os.path.join(HERE, "data", f"{name}.s")
+    if text is not None:
+        src = str(tmp_path / f"{name}.s")
+        with open(src, "w") as f:
+            f.write(text)
+    out = str(tmp_path / f"{name}.hsaco")
+    subprocess.run(["clang-15", "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1030",
+                    "-mcode-object-version=4", src, "-o", out], check=True)
+    return out
+
+
+def patched(tmp_path, src: str) -> str:
+    out = str(tmp_path / (os.path.basename(src) + ".patched"))
+    p = kpatch("apply", "--mode", "override", src, "-o", out)
+    assert p.returncode == 0 and os.path.exists(out), p.stdout + p.stderr
+    return out
+
+
+def read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def statuses(orig: str, new: str) -> dict:
+    return {v.name: v.status for v in verify(read(orig), read(new), runs=2, patched_target="gfx1010")}
+
+
+# ---- what kpatch writes is proven equal ------------------------------------------
+
+@pytest.mark.parametrize("fixture", ["vecops.hip", "miopen_like.cl"])
+def test_patched_fixtures_are_equal(tmp_path, fixture):
+    src = os.path.join(FIXTURES, f"{fixture}.gfx1030.v4.hsaco")
+    st = statuses(src, patched(tmp_path, src))
+    assert st and set(st.values()) == {EQUAL}, st
+
+
+def test_a_refused_kernel_is_not_verified(tmp_path):
+    """mathops: kpatch patches fma_loop and refuses half2_dot (v_dot2c_f32_f16,
+    which gfx1010 lacks): the one is equal, the other cannot run as gfx1010
+    code and is reported, not passed."""
+    src = os.path.join(FIXTURES, "mathops.hip.gfx1030.v4.hsaco")
+    res = {v.name: v for v in verify(read(src), read(patched(tmp_path, src)), runs=1, patched_target="gfx1010")}
+    assert res["fma_loop"].status == EQUAL
+    assert res["half2_dot"].status == NOT_VERIFIED
+    assert "cannot emulate" in res["half2_dot"].detail
+
+
+def test_int_dot_expansion_is_equal(tmp_path):
+    src = assemble(tmp_path, "int_dot_run")
+    assert statuses(src, patched(tmp_path, src)) == {"idot_run": EQUAL}
+
+
+def test_long_branch_relocation_is_equal(tmp_path):
+    src = assemble(tmp_path, "long_branch_run")
+    assert statuses(src, patched(tmp_path, src)) == {"lbr": EQUAL}
+
+
+# ---- mutation tests: wrong patches are caught --------------------------------------
+
+def mutate(data: bytes, kernel: str, pick, change, target: str = "gfx1010") -> bytes:
+    """``data`` with the first instruction of ``kernel`` that ``pick`` accepts
+    replaced by ``change(instruction)`` (same length)."""
+    co = CodeObject.from_bytes(data)
+    k = co.kernel(kernel)
+    insts = decode(co.data[k.code_offset:k.code_offset + k.code_size], target, base_address=k.entry)
+    inst = next(i for i in insts if pick(i))
+    new = change(inst)
+    assert len(new) == inst.size and new != inst.raw
+    off = k.code_offset + (inst.address - k.entry)
+    return data[:off] + new + data[off + len(new):]
+
+
+def with_field(inst, fmt: F.Format, name: str, value: int) -> bytes:
+    word = int.from_bytes(inst.raw[:fmt.size], "little")
+    return fmt.field(name).put(word, value).to_bytes(fmt.size, "little") + inst.raw[fmt.size:]
+
+
+def test_mutant_offset_is_caught(tmp_path):
+    src = os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco")
+    good = read(patched(tmp_path, src))
+    bad = mutate(good, "vec_add", lambda i: i.mnemonic == "global_load_dword",
+                 lambda i: with_field(i, F.FLAT, "offset", i.field("offset") ^ 4))
+    assert verify_kernel(read(src), good, "vec_add", runs=1, patched_target="gfx1010").status == EQUAL
+    v = verify_kernel(read(src), bad, "vec_add", runs=1, patched_target="gfx1010")
+    assert v.status == DIFFERENT and "arg2" in v.detail, v.detail
+
+
+def test_mutant_register_is_caught(tmp_path):
+    src = assemble(tmp_path, "int_dot_run")
+    good = read(patched(tmp_path, src))
+    bad = mutate(good, "idot_run", lambda i: i.mnemonic == "v_mul_i32_i24_sdwa",
+                 lambda i: with_field(i, F.VOP2, "vsrc1", 5))  # v3 -> v5
+    v = verify_kernel(read(src), bad, "idot_run", runs=1, patched_target="gfx1010")
+    assert v.status == DIFFERENT, v.detail
+
+
+def test_mutant_getpc_literal_is_caught(tmp_path):
+    src = assemble(tmp_path, "long_branch_run")
+    good = read(patched(tmp_path, src))
+
+    def shift(i):
+        return i.raw[:4] + ((i.literal + 4) & 0xFFFFFFFF).to_bytes(4, "little")
+    bad = mutate(good, "lbr", lambda i: i.mnemonic == "s_add_i32" and i.literal is not None, shift)
+    v = verify_kernel(read(src), bad, "lbr", runs=1, patched_target="gfx1010")
+    assert v.status == DIFFERENT, v.detail
+
+
+# ---- the command -------------------------------------------------------------------
+
+def test_cli(tmp_path):
+    src = os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco")
+    out = patched(tmp_path, src)
+    p = kpatch("verify", "--emulate", "--runs", "1", src, out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "equal         vec_add (1 runs" in p.stdout
+    assert "2 kernels: 2 equal, 0 different, 0 not verified" in p.stdout
+    p = kpatch("verify", "--emulate", "--json", "--kernel", "vec_add", "--runs", "1", src, out)
+    doc = json.loads(p.stdout)
+    assert [k["status"] for k in doc["kernels"]] == ["equal"] and p.returncode == 0
+    bad = str(tmp_path / "bad.hsaco")
+    with open(bad, "wb") as f:
+        f.write(mutate(read(out), "vec_add", lambda i: i.mnemonic == "global_load_dword",
+                       lambda i: with_field(i, F.FLAT, "offset", i.field("offset") ^ 4)))
+    p = kpatch("verify", "--emulate", "--runs", "1", "--kernel", "vec_add", src, bad)
+    assert p.returncode == 1 and "DIFFERENT     vec_add: run 1" in p.stdout
+    assert p.stderr.startswith("error: vec_add: different: ")
+    p = kpatch("verify", src, out)
+    assert p.returncode == 2 and "only --emulate" in p.stderr
+    p = kpatch("verify", "--emulate", str(tmp_path / "missing"), out)
+    assert p.returncode == 1 and p.stderr.strip().endswith("no such file")
+    assert "Traceback" not in p.stderr
+
+
+MEMTIME = """
+.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
+.text
+.globl mt
+.p2align 8
+.type mt,@function
+mt:
+    s_memtime s[2:3]
+    s_endpgm
+.Lmt_end:
+    .size mt, .Lmt_end - mt
+.rodata
+.p2align 6
+.amdhsa_kernel mt
+    .amdhsa_user_sgpr_kernarg_segment_ptr 1
+    .amdhsa_next_free_vgpr 4
+    .amdhsa_next_free_sgpr 8
+    .amdhsa_wavefront_size32 1
+.end_amdhsa_kernel
+.amdgpu_metadata
+---
+amdhsa.version: [ 1, 1 ]
+amdhsa.kernels:
+  - .name: mt
+    .symbol: mt.kd
+    .kernarg_segment_size: 0
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .kernarg_segment_align: 8
+    .wavefront_size: 32
+    .sgpr_count: 8
+    .vgpr_count: 4
+    .max_flat_workgroup_size: 32
+    .args: []
+...
+.end_amdgpu_metadata
+"""
+
+
+def test_unmodelled_instruction_is_named_not_guessed(tmp_path):
+    src = assemble(tmp_path, "memtime", MEMTIME)
+    v = verify_kernel(read(src), read(src), "mt", runs=1)
+    assert v.status == NOT_VERIFIED
+    co = CodeObject.from_bytes(read(src))
+    assert v.detail == f"original: cannot emulate s_memtime at {co.kernel('mt').entry:#x}"
+
+
+def test_a_write_into_a_guard_zone_is_caught(tmp_path):
+    """A store moved before its buffer lands in the guard zone: seen, not faulted."""
+    src = os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco")
+    good = read(patched(tmp_path, src))
+    bad = mutate(good, "vec_add", lambda i: i.mnemonic == "global_store_dword",
+                 lambda i: with_field(i, F.FLAT, "offset", (i.field("offset") - 2048) & 0xFFF))
+    v = verify_kernel(read(src), bad, "vec_add", runs=1, patched_target="gfx1010")
+    assert v.status == DIFFERENT and "(guard zone)" in v.detail, v.detail
+
+
+def test_arguments_that_cannot_be_synthesised_are_not_passed():
+    from kpatch.emulate.verify import CannotSynthesise, synthesise
+    for kind in ("image", "sampler", "pipe", "queue", "dynamic_shared_pointer", "hidden_something_new"):
+        with pytest.raises(CannotSynthesise):
+            synthesise({".args": [{".value_kind": kind, ".size": 8, ".offset": 0}]}, 0, 0)
+
+
+def test_an_approximation_is_measured_in_ulps(tmp_path):
+    """dot2-fma-mix (two roundings where gfx1030's dot rounds once) is not
+    equal; with an ulp allowance it passes as "within ulp" and the largest
+    difference is reported."""
+    from kpatch.emulate.verify import WITHIN
+    src = os.path.join(FIXTURES, "mathops.hip.gfx1030.v4.hsaco")
+    out = str(tmp_path / "approx.hsaco")
+    p = kpatch("apply", "--mode", "override", "--allow-approx", "dot2-fma-mix", src, "-o", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    strict = verify_kernel(read(src), read(out), "half2_dot", runs=3, patched_target="gfx1010")
+    assert strict.status == DIFFERENT and "ulp" in strict.detail
+    loose = verify_kernel(read(src), read(out), "half2_dot", runs=3, patched_target="gfx1010", max_ulp=1 << 20)
+    assert loose.status == WITHIN and 0 < loose.max_ulp <= 1 << 20
