@@ -118,7 +118,13 @@ def test_ctrl_c_while_starting(tmp_path, big_db):
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         seen.append((delay, p.returncode, stderr))
-    assert [s for s in seen if s[1:] != (130, "error: interrupted\n")] == []
+    # A SIGINT that lands while Python itself starts (its site module, before any line of kpatch
+    # runs) is Python's to report ("Fatal Python error: init_import_site"); on a loaded machine
+    # the first probes can land there. Every probe that reached kpatch must be 130 and one line.
+    before_kpatch = [s for s in seen if "init_import_site" in s[2] and "kpatch" not in s[2].replace(
+        "__editable___kpatch", "")]
+    assert [s for s in seen if s[1:] != (130, "error: interrupted\n") and s not in before_kpatch] == []
+    assert len(before_kpatch) <= 3, before_kpatch  # most probes land in kpatch's own start-up
     assert os.listdir(out) == []
 
 
