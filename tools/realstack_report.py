@@ -41,6 +41,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -178,6 +179,13 @@ def corpus_rocblas(limit: int | None, jobs: int, tmp: str) -> Tally | None:
         patch_one(p, out, t, pair if pair.endswith(".hsaco") else None, True)
         if os.path.exists(out):
             os.unlink(out)
+        with lock:  # running totals on stderr: a run stopped part-way still leaves its figures
+            done.append(p)
+            print(f"   [{len(done)}/{len(objs)}] {os.path.basename(p)}: kernels so far {dict(t.kernels)}, "
+                  f"refusals {sum(t.refusals.values())}, findings left {t.left}, control-flow problems "
+                  f"{t.cf_problems}, errors {len(t.errors)}", file=sys.stderr, flush=True)
+
+    lock, done = threading.Lock(), []
 
     with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(one, objs))
