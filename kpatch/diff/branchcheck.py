@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kpatch.codeobject import CodeObject
+from kpatch.isa.operands import LITERAL, inline_int
 from kpatch.diff.align import INSERTED, REMOVED, Op, align
 from kpatch.diff.functions import DiffUnit, decode_target, units
 
@@ -101,7 +102,7 @@ class _Mapped:
 #: how far after an s_getpc_b64 :func:`pc_relative_target` looks for its use
 PC_WINDOW = 16
 _M32 = 0xFFFFFFFF
-_SRC_LITERAL = 255
+_SGPR_MAX = 105
 
 
 def _src(inst, field: str, known: dict[int, int]) -> int | None:
@@ -110,15 +111,12 @@ def _src(inst, field: str, known: dict[int, int]) -> int | None:
     v = inst.fields.get(field)
     if v is None:
         return None
-    if v <= 105:
+    if v <= _SGPR_MAX:
         return known.get(v)
-    if 128 <= v <= 192:
-        return v - 128
-    if 193 <= v <= 208:
-        return (192 - v) & _M32
-    if v == _SRC_LITERAL:
+    if v == LITERAL:
         return inst.literal
-    return None
+    i = inline_int(v)
+    return None if i is None else i & _M32
 
 
 def pc_relative_target(insts: Sequence, i: int) -> int | None:

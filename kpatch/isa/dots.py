@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kpatch.isa.operands import VGPR_BASE, inline_int
+
 #: mnemonic (as llvm-objdump prints it) -> (signed, bits per element, elements)
 INT_DOTS = {
     "v_dot4c_i32_i8_e32": (True, 8, 4),
@@ -28,9 +30,9 @@ INT_DOTS = {
 }
 #: VOP3P fields of the plain form (no clamp, no op_sel, no negation)
 VOP3P_PLAIN = dict(op_sel=0, op_sel_hi=3, op_sel_hi2=1, neg=0, neg_hi=0, clamp=0)
-#: 9-bit source values: s0..s105, and the inline integers 0..64, -1..-16
-SGPR_MAX, INLINE_INT_MIN, INLINE_INT_MAX = 105, 128, 208
-VGPR0 = 256
+#: 9-bit source values s0..s105
+SGPR_MAX = 105
+VGPR0 = VGPR_BASE
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,6 @@ def int_dot(mnemonic: str, fmt: str, f: dict[str, int]) -> IntDot | None:
             problem = "clamp or operand modifiers"
     if problem is None and (a < VGPR0 or b < VGPR0):
         problem = "an SGPR or constant multiplicand"
-    if problem is None and not (c >= VGPR0 or c <= SGPR_MAX or INLINE_INT_MIN <= c <= INLINE_INT_MAX):
+    if problem is None and not (c >= VGPR0 or c <= SGPR_MAX or inline_int(c) is not None):
         problem = "an accumulator that is not a VGPR, SGPR or inline integer"
     return IntDot(*shape, a, b, c, d, problem)
