@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -306,6 +307,17 @@ def _record_for(cache_dir: str, key: str, mode: str) -> dict:
         return {}
 
 
+#: The patcher's hint for a kernel an approximation could patch names apply's
+#: option; `kpatch run` has none (it patches exactly or not at all).
+_APPLY_HINT = re.compile(r"\(approximation: --allow-approx ([\w-]+)\)")
+
+
+def _for_run(reason: str) -> str:
+    """A refusal reason as `kpatch run` says it: the approximation hint points at `kpatch apply`."""
+    return _APPLY_HINT.sub(r"(run patches only exactly; an approximation exists: "
+                           r"`kpatch apply --allow-approx \1` on the library)", reason)
+
+
 def summary_text(s: dict) -> list[str]:
     """The summary as the lines kpatch prints on stderr."""
     a = s["actions"]
@@ -323,10 +335,10 @@ def summary_text(s: dict) -> list[str]:
         head = f"kpatch: {d['action']} {d['key']}" + (f" ({d['target']})" if d.get("target") else "")
         if d["refused_kernels"]:
             for k in d["refused_kernels"]:
-                why = "; ".join(k["reasons"]) or "no reason recorded"
+                why = "; ".join(_for_run(r) for r in k["reasons"]) or "no reason recorded"
                 out.append(f"{head}: kernel {k['name']} refused: {why}")
         else:
-            out.append(head + (f": {d['reason']}" if d.get("reason") else ""))
+            out.append(head + (f": {_for_run(d['reason'])}" if d.get("reason") else ""))
     if not s.get("hook_loaded"):
         out.append("kpatch: the hook was not loaded: the program did not start ROCr (no GPU code), or ROCr "
                    "refused the hook (run with HSA_TOOLS_REPORT_LOAD_FAILURE=1 to see why)")

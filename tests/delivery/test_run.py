@@ -107,7 +107,8 @@ def test_summary_from_a_hand_written_log_and_cache(tmp_path):
     kr, kp, ke = "a" * 32, "b" * 32, "c" * 32
     _write_record(cache_dir, kr, "override", "refused",
                   [{"name": "miopenSp3AsmConv_v30_3_1_gfx10_fp16_dot2_f2x3_stride1", "outcome": "refused",
-                    "reasons": ["UnsupportedInstruction at 0x10: v_dot2_f32_f16"]}])
+                    "reasons": ["UnsupportedInstruction at 0x10: v_dot2_f32_f16 (approximation: "
+                                "--allow-approx dot2-fma-mix)"]}])
     log = tmp_path / "log.jsonl"
     rows = [{"api": "OnLoad", "action": "hooked", "key": None},
             {"api": "from_memory", "key": kr, "size": 100, "target": "gfx1030", "action": "refused", "cache": "miss"},
@@ -126,6 +127,9 @@ def test_summary_from_a_hand_written_log_and_cache(tmp_path):
     assert "1 patched, 0 partial, 0 already safe, 1 refused, 1 error(s), 2 cache hit(s)" in text
     assert ("kernel miopenSp3AsmConv_v30_3_1_gfx10_fp16_dot2_f2x3_stride1 refused: "
             "UnsupportedInstruction at 0x10: v_dot2_f32_f16") in text
+    # `kpatch run` has no --allow-approx: the hint names the command that has it
+    assert "`kpatch apply --allow-approx dot2-fma-mix` on the library" in text
+    assert "(approximation: --allow-approx" not in text
     assert "patcher timed out" in text and str(log) in text
 
 
