@@ -302,13 +302,51 @@ def entries(directory: str) -> Iterator[Record]:
 STALE_SECONDS = 3600.0
 
 
+def _prune_locks(locks: str) -> int:
+    """Remove the lock files in ``locks`` that no process holds.
+
+    Each is unlinked while this process holds its lock (taken without
+    waiting; a held one is skipped).  The hook re-checks after locking that
+    the file it holds is still the one at the path, so one that locked the
+    file just unlinked opens the path again instead of patching beside a
+    second holder."""
+    import fcntl
+
+    try:
+        names = os.listdir(locks)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if not name.endswith(".lock"):
+            continue
+        path = os.path.join(locks, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)     # a hook is patching this object now
+            continue
+        try:
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
 def prune(directory: str, *, statuses: Iterable[str] | None = None, older_than: float | None = None,
           everything: bool = False) -> int:
     """Remove entries: all (``everything``), those with a status in
     ``statuses``, or those created more than ``older_than`` seconds ago
     (record file time); always corrupt entries, patched objects without a
     record and leftover temp files older than :data:`STALE_SECONDS`
-    (with ``everything``: at once; lock files are kept).
+    (with ``everything``: at once) and the lock files no process holds.
     Returns the number of entries (records) removed."""
     wanted = set(statuses or ())
     now = time.time()
@@ -334,7 +372,7 @@ def prune(directory: str, *, statuses: Iterable[str] | None = None, older_than: 
                     remove_quietly(path)
             elif name.startswith(".kpatch-") and (everything or age > STALE_SECONDS):
                 remove_quietly(path)
-    # locks/ stays: removing a lock file another process holds would let a third one lock a new file
+    _prune_locks(os.path.join(directory, "locks"))
     d = os.path.join(directory, "tmp")
     try:
         names = os.listdir(d)

@@ -306,3 +306,60 @@ def test_harden_mode_takes_gfx1010_objects_and_passes_gfx1030_ones(world, tmp_pa
     assert run.objects()[0]["action"] == "other-target" and run.objects()[0]["target"] == "gfx1030"
     bad = harness(world, tmp_path, ["memory:wino"], env={"KPATCH_MODE": "native"})
     assert bad.onload["ok"] is False and "KPATCH_MODE" in bad.log[0]["reason"]
+
+
+def test_a_lock_file_pruned_while_the_hook_waits_is_not_trusted(world, tmp_path):
+    """`kpatch cache prune` unlinks a lock file while holding it. A hook that
+    was waiting on the old file must not patch while a third process holds the
+    file now at the path: it re-opens the path and waits for that holder."""
+    import fcntl
+
+    count = str(tmp_path / "count")
+    py = counting_python(str(tmp_path / "py"), count)
+    cache_dir = tmp_path / "cache"
+    locks = cache_dir / "locks"
+    locks.mkdir(parents=True)
+    key = object_key(open(world["objs"]["softmax"], "rb").read())
+    path = str(locks / f"{key}.override.lock")
+    old = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(old, fcntl.LOCK_EX)
+    p, log = harness(world, tmp_path, ["memory:softmax"], env={"KPATCH_PYTHON": py}, cache_dir=cache_dir,
+                     popen=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(log) and time.monotonic() < deadline:  # the hook is loaded and waiting
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.unlink(path)                                   # what prune does, holding the old lock
+        new = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # a third process locks the new file
+        fcntl.flock(new, fcntl.LOCK_EX)
+        os.close(old)                                     # prune lets go of the old one
+        time.sleep(3)
+        assert spawns(count) == 0 and p.poll() is None     # still waiting for the third process
+        os.close(new)
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    run = parse(out, err, log)
+    assert spawns(count) == 1 and run.loads[0].received == world["expected"]["softmax"]
+
+
+def test_prune_removes_the_lock_files_no_process_holds(tmp_path):
+    import fcntl
+
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    free, held = locks / ("a" * 32 + ".override.lock"), locks / ("b" * 32 + ".override.lock")
+    free.write_bytes(b"")
+    held.write_bytes(b"")
+    fd = os.open(held, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        cache.prune(str(tmp_path))
+        assert not free.exists() and held.exists()
+    finally:
+        os.close(fd)
+    cache.prune(str(tmp_path))
+    assert not held.exists()

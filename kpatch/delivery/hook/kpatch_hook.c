@@ -431,23 +431,34 @@ static int lookup(const char *key, struct entry *e) {
   return -1;
 }
 
-/* take the exclusive lock for (key, mode), polling until deadline; fd or -1 */
+/* take the exclusive lock for (key, mode), polling until deadline; fd or -1.
+ * `kpatch cache prune` unlinks a lock file while holding its lock, so a lock
+ * taken on a file that is no longer at `path` protects nothing: it is dropped
+ * and the path opened again (the file locked must be the file at the path). */
 static int take_lock(const char *key, double deadline) {
   char dir[PATH_MAX], path[PATH_MAX];
   if (snprintf(dir, sizeof dir, "%s/locks", cfg.cache) >= (int)sizeof dir) return -1;
   if (mkdirs(dir) != 0) return -1;
   if (snprintf(path, sizeof path, "%s/%s.%s.lock", dir, key, cfg.mode) >= (int)sizeof path) return -1;
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return -1;
   for (;;) {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
-    if (errno != EWOULDBLOCK && errno != EINTR) break;
-    if (now_ms() > deadline) break;
-    struct timespec ts = {0, 5 * 1000000L};
-    nanosleep(&ts, NULL);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    int locked = 0;
+    for (;;) {
+      if (flock(fd, LOCK_EX | LOCK_NB) == 0) { locked = 1; break; }
+      if (errno != EWOULDBLOCK && errno != EINTR) break;
+      if (now_ms() > deadline) break;
+      struct timespec ts = {0, 5 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    if (!locked) { close(fd); return -1; }
+    struct stat held, named;
+    if (fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino)
+      return fd;
+    close(fd);   /* pruned while we waited: lock the file now at the path */
+    if (now_ms() > deadline) return -1;
   }
-  close(fd);
-  return -1;
 }
 
 static int write_all(int fd, const void *data, size_t size) {
