@@ -116,11 +116,9 @@ def _json_of(t: Tally, src: str, *args: str) -> dict | None:
 
 
 def patch_one(src: str, out: str, t: Tally, pair: str | None, mcpu_pair: bool) -> None:
-    code, stdout, stderr = kpatch("apply", "--mode", "override", "--json", src, "-o", out)
-    if code not in (0,) or not stdout.strip():
-        t.errors.append(f"{src}: apply exit {code}: {stderr.strip()[:200]}")
+    doc = _json_of(t, src, "apply", "--mode", "override", "--json", src, "-o", out)
+    if doc is None:
         return
-    doc = json.loads(stdout)
     for part in doc.get("parts", []):
         for k in part.get("kernels", []):
             t.kernels[k["status"]] += 1
@@ -151,8 +149,9 @@ def patch_one(src: str, out: str, t: Tally, pair: str | None, mcpu_pair: bool) -
 def scan_gfx1010(paths: list[str], t: Tally) -> None:
     if not paths:
         return
-    code, stdout, stderr = kpatch("scan", "--json", "--target", "gfx1010", *paths)
-    doc = json.loads(stdout)
+    doc = _json_of(t, "gfx1010 builds", "scan", "--json", "--target", "gfx1010", *paths)
+    if doc is None:
+        return
     t.gfx1010_objects += len(doc["code_objects"])
     for o in doc["code_objects"]:
         for k in o["kernels"]:
@@ -201,9 +200,9 @@ def corpus_miopen(tmp: str) -> Tally | None:
 
     t = Tally("MIOpen's kernels (tests/fixtures/miopen, built from MIOpen's sources)")
     out_dir = os.path.join(tmp, "miopen")
-    code, stdout, stderr = kpatch("apply", "--db", src, "--mode", "override", "--cu", "18", "--out-dir", out_dir,
-                                  "--json")
-    doc = json.loads(stdout)
+    doc = _json_of(t, src, "apply", "--db", src, "--mode", "override", "--cu", "18", "--out-dir", out_dir, "--json")
+    if doc is None:
+        return t
     t.objects = len(doc["entries"])
     t.errors += [f"{e['uri']}: {e['error']}" for e in doc["errors"]]
     for e in doc["entries"]:
@@ -212,14 +211,13 @@ def corpus_miopen(tmp: str) -> Tally | None:
             if k["status"] == "refused":
                 t.refusals[reason_class(k.get("reason", ""))] += 1
     out = doc["output"]
-    if os.path.exists(out):
-        code, stdout, _ = kpatch("scan", "--json", "--target", "gfx1010", out)
-        scan = json.loads(stdout)
+    scan = _json_of(t, out, "scan", "--json", "--target", "gfx1010", out) if os.path.exists(out) else None
+    diff = _json_of(t, out, "diff", "--json", src, out) if scan is not None else None
+    if diff is not None:
         t.patched_objects = len(scan["code_objects"])
         t.left = sum(len(k.get("findings") or []) for o in scan["code_objects"] for k in o["kernels"]
                      if k.get("verdict") != "unpatchable")
-        code, stdout, _ = kpatch("diff", "--json", src, out)
-        t.cf_problems = json.loads(stdout)["summary"]["control_flow_problems"]
+        t.cf_problems = diff["summary"]["control_flow_problems"]
         # mitigations: per key, source vs patched, and the gfx1010 build of the same key
         g1010 = os.path.join(MIOPEN, "gfx1010.kdb")
         with KernelDB.open(src) as a, KernelDB.open(out) as b, KernelDB.open(g1010) as c:
@@ -250,8 +248,9 @@ def corpus_hostlib(name: str, path: str, tmp: str) -> Tally | None:
     t = Tally(f"{name} (Debian bookworm, {os.path.basename(path)})")
     out = os.path.join(tmp, os.path.basename(path))
     # as a user would: a bundle that grew keeps only its host/gfx1030/gfx1010 entries
-    code, stdout, stderr = kpatch("apply", "--mode", "override", "--json", "--drop-other-targets", path, "-o", out)
-    doc = json.loads(stdout)
+    doc = _json_of(t, path, "apply", "--mode", "override", "--json", "--drop-other-targets", path, "-o", out)
+    if doc is None:
+        return t
     t.objects = len(doc.get("parts", []))
     t.errors += [f"{e['uri']}: {e['error']}" for e in doc.get("errors", [])]
     for part in doc.get("parts", []):
@@ -261,12 +260,13 @@ def corpus_hostlib(name: str, path: str, tmp: str) -> Tally | None:
                 t.refusals[reason_class(k.get("reason", ""))] += 1
     if os.path.exists(out):
         t.patched_objects = 1
-        code, stdout, _ = kpatch("scan", "--json", "--target", "gfx1010", out)
-        scan = json.loads(stdout)
-        t.left = sum(len(k.get("findings") or []) for o in scan["code_objects"] if o["target"].startswith("gfx1030")
-                     for k in o["kernels"] if k.get("verdict") != "unpatchable")
-        code, stdout, _ = kpatch("diff", "--json", path, out)
-        t.cf_problems = json.loads(stdout)["summary"]["control_flow_problems"]
+        scan = _json_of(t, out, "scan", "--json", "--target", "gfx1010", out)
+        diff = _json_of(t, out, "diff", "--json", path, out) if scan is not None else None
+        if diff is not None:
+            t.left = sum(len(k.get("findings") or []) for o in scan["code_objects"]
+                         if o["target"].startswith("gfx1030")
+                         for k in o["kernels"] if k.get("verdict") != "unpatchable")
+            t.cf_problems = diff["summary"]["control_flow_problems"]
         os.unlink(out)
     return t
 
@@ -290,8 +290,11 @@ def corrupted_copy_is_caught(tmp: str) -> str:
     data[at] = (data[at] + 1) & 0xFF  # the branch now lands one dword further
     bad = os.path.join(tmp, "selfcheck-corrupt.hsaco")
     open(bad, "wb").write(bytes(data))
-    _, stdout, _ = kpatch("diff", "--json", src, bad)
-    n = json.loads(stdout)["summary"]["control_flow_problems"]
+    _, stdout, stderr = kpatch("diff", "--json", src, bad)
+    try:
+        n = json.loads(stdout)["summary"]["control_flow_problems"]
+    except (ValueError, KeyError):
+        return f"control-flow check on a deliberately corrupted copy: did not run ({stderr.strip()[-200:]})"
     return f"control-flow check on a deliberately corrupted copy: {n} problem(s) found ({'ok' if n else 'MISSED'})"
 
 
