@@ -63,13 +63,24 @@ def kpatch(*args: str, timeout: int = 7200) -> tuple[int, str, str]:
     return p.returncode, p.stdout, p.stderr
 
 
+#: What each s_waitcnt_depctr immediate waits for (the hazard it mitigates, as LLVM inserts it).
+DEPCTR = {"0xffe3": "vm_vsrc=0: VMEMtoScalarWrite", "0xfffe": "sa_sdst=0: VcmpxExecWAR"}
+
+
 def mnemonics(path: str, mcpu: str) -> collections.Counter:
-    """Counts of the mitigation instructions llvm-objdump-16 sees in a code object."""
+    """Counts of the mitigation instructions llvm-objdump-16 sees in a code object
+    (s_waitcnt_depctr by immediate), and of v_cmpx: LLVM forms v_cmpx only for
+    gfx10.3, so a gfx1010 build has none and needs no VcmpxExecWAR wait."""
     text = subprocess.run(["llvm-objdump-16", "-d", f"--mcpu={mcpu}", path], capture_output=True, text=True).stdout
     out: collections.Counter = collections.Counter()
     for m, ops in _INSN.findall(text):
-        if m in ("s_nop", "v_nop", "s_waitcnt_depctr", "s_inst_prefetch"):
+        if m == "s_waitcnt_depctr":
+            imm = (ops or "").strip()
+            out[f"{m} {imm} ({DEPCTR[imm]})" if imm in DEPCTR else f"{m} {imm}"] += 1
+        elif m in ("s_nop", "v_nop", "s_inst_prefetch"):
             out[m] += 1
+        elif m.startswith("v_cmpx"):
+            out["v_cmpx (not a mitigation)"] += 1
     return out
 
 
