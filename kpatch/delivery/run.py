@@ -77,38 +77,52 @@ def _quote_tool(path: str) -> str:
 
 
 def parse_tool_names(value: str) -> list[str]:
-    """HSA_TOOLS_LIB split into library names as ROCr's parse_tool_names does."""
-    names, name, quoted, i = [], "", False, 0
+    """HSA_TOOLS_LIB split into library names exactly as ROCr's
+    parse_tool_names (runtime.cpp) does, quirks included: a space outside
+    quotes ends a name even when it is empty (two spaces give an empty
+    name, which ROCr fails to load); an opening double quote drops the plain
+    text just before it; a closing one ends the name; a backslash takes the
+    next character literally.  A backslash as the last character, on which
+    ROCr never returns, is dropped here (:func:`tools_lib_value` never
+    writes one)."""
+    names: list[str] = []
+    name, plain, quoted, i = "", "", False, 0
     while i < len(value):
         c = value[i]
-        if c == "\\" and i + 1 < len(value):
-            name, i = name + value[i + 1], i + 2
-            continue
-        if c == '"':
-            quoted = not quoted
-        elif c == " " and not quoted:
-            if name:
-                names.append(name)
-            name = ""
-        else:
-            name += c
         i += 1
-    if name:
-        names.append(name)
+        if c == "\\":
+            if i < len(value):
+                name, plain, i = name + plain + value[i], "", i + 1
+        elif c == '"' and quoted:
+            names.append(name + plain)
+            name, plain, quoted = "", "", False
+        elif c == '"':
+            plain, quoted = "", True
+        elif c == " " and not quoted:
+            names.append(name + plain)
+            name, plain = "", ""
+        elif c == " ":
+            name, plain = name + plain + " ", ""
+        else:
+            plain += c
+    if name + plain:
+        names.append(name + plain)
     return names
 
 
 def tools_lib_value(existing: str | None, hook: str) -> str:
     """HSA_TOOLS_LIB with the hook appended to the tools already there (ROCr
     loads each, in order; the hook last, so it wraps what they installed and
-    they see the bytes it passes on). The hook is not added twice."""
-    mine = _quote_tool(hook)
-    existing = (existing or "").strip()
-    if not existing:
-        return mine
-    if hook in parse_tool_names(existing):
-        return existing
-    return existing + " " + mine
+    they see the bytes it passes on). The hook is not added twice.
+
+    The value is written anew from the names ROCr reads in *existing*, each
+    escaped (:func:`_quote_tool`), so an unclosed quote or a trailing
+    backslash in it cannot swallow the hook's name (or hang ROCr); empty
+    names, which ROCr cannot load, are left out."""
+    names = [n for n in parse_tool_names(existing or "") if n]
+    if hook not in names:
+        names.append(hook)
+    return " ".join(_quote_tool(n) for n in names)
 
 
 @dataclass

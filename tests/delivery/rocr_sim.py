@@ -19,23 +19,45 @@ import sys
 HEADER = os.path.join(os.path.dirname(__file__), "..", "..", "kpatch", "delivery", "hook", "kpatch_hsa_table.h")
 
 
+class WouldHang(ValueError):
+    """ROCr's parse_tool_names never returns on this value."""
+
+
 def tool_names(value: str) -> list[str]:
-    names, name, quoted, i = [], "", False, 0
-    while i < len(value):
-        c = value[i]
-        if c == "\\" and i + 1 < len(value):
-            name += value[i + 1]
-            i += 2
-            continue
-        if c == '"':
-            quoted = not quoted
-        elif c == " " and not quoted:
-            if name:
-                names.append(name)
-            name = ""
+    """HSA_TOOLS_LIB as ROCr's parse_tool_names (src/core/runtime/runtime.cpp)
+    splits it, step by step as that function does, written from its source and
+    not from kpatch's parser (this is the oracle kpatch's parser is tested
+    against).  It looks for the first of space, double quote, backslash:
+    none: the rest joins the name, done; space outside quotes: the text before
+    it joins the name, which is pushed (even when empty: two spaces give an
+    empty name); space inside quotes: kept; opening quote: the text before it
+    is DROPPED; closing quote: the text before it joins the name, which is
+    pushed; backslash: the next character joins the name (a backslash as the
+    last character is never consumed: ROCr loops forever).  At the end a
+    non-empty name is pushed."""
+    names: list[str] = []
+    name, quoted, rest = "", False, value
+    while rest:
+        hits = [i for i in (rest.find(" "), rest.find('"'), rest.find("\\")) if i >= 0]
+        if not hits:
+            name += rest
+            break
+        i = min(hits)
+        c, before = rest[i], rest[:i]
+        if c == " " and not quoted:
+            names.append(name + before)
+            name, rest = "", rest[i + 1:]
+        elif c == " ":
+            name, rest = name + before + " ", rest[i + 1:]
+        elif c == '"' and quoted:
+            names.append(name + before)
+            name, quoted, rest = "", False, rest[i + 1:]
+        elif c == '"':
+            quoted, rest = True, rest[i + 1:]
+        elif i + 1 < len(rest):
+            name, rest = name + before + rest[i + 1], rest[i + 2:]
         else:
-            name += c
-        i += 1
+            raise WouldHang(value)
     if name:
         names.append(name)
     return names

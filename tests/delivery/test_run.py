@@ -69,6 +69,50 @@ def test_tool_names_are_quoted_as_rocr_splits_them():
     assert runmod.tools_lib_value(v, "/my dir/hook.so") == v
 
 
+# ROCr's parse_tool_names (runtime.cpp), traced by hand from its source: the text
+# before an opening quote is dropped, a closing quote ends a name, every unquoted
+# space ends one (empty too)
+ROCR_SPLITS = [("a.so b.so", ["a.so", "b.so"]), ("a.so  b.so", ["a.so", "", "b.so"]),
+               ('"my dir/a.so" b.so', ["my dir/a.so", "", "b.so"]), ('x"a b"c', ["a b", "c"]),
+               ("a\\ b.so", ["a b.so"]), ('a\\"b', ['a"b']), ('"open quote a', ["open quote a"]),
+               ("a.so ", ["a.so"]), (" a.so", ["", "a.so"])]
+
+
+@pytest.mark.parametrize("value,names", ROCR_SPLITS)
+def test_the_rocr_stand_in_and_kpatch_split_as_rocr_does(value, names):
+    from tests.delivery.rocr_sim import tool_names
+    assert tool_names(value) == names
+    assert runmod.parse_tool_names(value) == names
+
+
+@pytest.mark.parametrize("existing", ['"unclosed a.so', "a.so\\", 'x"a b"c', "a.so  b.so", "\\"])
+def test_the_hook_is_its_own_name_whatever_the_existing_value(existing):
+    from tests.delivery.rocr_sim import tool_names
+    hook = '/my "dir"/hook\\.so'
+    v = runmod.tools_lib_value(existing, hook)
+    names = tool_names(v)                     # never hangs, never swallows the hook
+    assert names[-1] == hook and names.count(hook) == 1 and "" not in names
+
+
+def test_kpatch_reads_hsa_tools_lib_as_the_rocr_stand_in_does():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    from tests.delivery.rocr_sim import WouldHang, tool_names
+
+    @hypothesis.given(st.text(alphabet='ab/ "\\', max_size=24))
+    @hypothesis.settings(max_examples=400, deadline=None)
+    def check(value):
+        try:
+            expected = tool_names(value)
+        except WouldHang:
+            return
+        assert runmod.parse_tool_names(value) == expected
+        v = runmod.tools_lib_value(value, "/h k.so")
+        assert tool_names(v) == [n for n in expected if n] + (["/h k.so"] if "/h k.so" not in expected else [])
+
+    check()
+
+
 def test_a_signal_ends_the_child_as_a_shell_reports_it(tmp_path):
     p = run_kpatch("run", "--mode", "override", "--cache", str(tmp_path), "--", sys.executable, "-c",
                    "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
