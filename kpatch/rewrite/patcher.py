@@ -140,8 +140,10 @@ def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[Rul
     return chosen
 
 
-def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
-    return {k.name: (k.entry, k.entry + (k.code_size or 0)) for k in co.kernels}
+def _code_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
+    """[start, end) of every kernel and device function, by name
+    (:meth:`CodeObject.function_extents`)."""
+    return {e.name: (e.start, e.end) for e in co.function_extents()}
 
 
 def reachable_units(co: CodeObject) -> dict[str, set[str]]:
@@ -403,7 +405,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         except Refusal as e:
             return _refused(names, e.reason)
     kernel_objs = {k.name: k for k in co.kernels}
-    ranges = _kernel_ranges(co)
+    ranges = _code_ranges(co)
     outcomes: dict[str, KernelOutcome] = {}
     fn_outcomes: dict[str, KernelOutcome] = {}
     contexts: dict[str, FixContext] = {}
@@ -411,9 +413,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     header_kernels: dict[str, tuple[Rule, list[str]]] = {}  # rule id -> (rule, kernels it changes)
     units = [(kr, kernel_objs.get(kr.name), outcomes) for kr in report.kernels]
     for fr in report.functions:
-        fn = DeviceFunction(fr.name, fr.address, fr.size)
-        ranges[fr.name] = (fn.entry, fn.entry + fn.code_size)
-        units.append((fr, fn, fn_outcomes))
+        units.append((fr, DeviceFunction(fr.name, fr.address, fr.size), fn_outcomes))
     for kr, unit, into in units:
         ctx = FixContext(co, unit)
         if into is outcomes:
