@@ -40,7 +40,7 @@ from kpatch.apply.db import ChangeFn
 from kpatch.apply.blob import blob_kind, patch_blob
 from kpatch.atomicfile import new_file_mode, replacing, write_atomic
 from kpatch.miopen.paths import check_output_dir
-from kpatch.apply.outcome import KernelOutcome, PatchFn, ProvenanceFn
+from kpatch.rewrite.outcome import KernelOutcome, PatchFn, ProvenanceFn
 
 PART_STATUSES = ("changed", "unchanged", "refused", "error")
 

@@ -23,7 +23,7 @@ from kpatch.miopen.device import Choice, detect_cu, detect_mode, read_gpu_nodes
 from kpatch.miopen.paths import DEFAULT_ROCM_ROOTS, check_output_dir, resolve_cache_dir, user_db_name
 from kpatch.rewrite.rules import load_all
 from kpatch.apply.modes import DEFAULT_RULE_SETS, MODES, RESULT_PROCESSOR, default_patch_fn, default_provenance_fn
-from kpatch.apply.outcome import KernelOutcome
+from kpatch.rewrite.outcome import KernelOutcome
 
 #: Test hooks (environment): a fake sysfs root and the places to look for MIOpen's version.h.
 SYSFS_ENV = "KPATCH_SYSFS_ROOT"

@@ -47,7 +47,7 @@ from kpatch.errors import KpatchError, internal_reason
 from kpatch.apply.blob import blob_kind, patch_blob
 from kpatch.atomicfile import remove_quietly, write_atomic
 from kpatch.apply.modes import DEFAULT_RULE_SETS, SOURCE_PROCESSOR, default_patch_fn, default_provenance_fn
-from kpatch.apply.outcome import KernelOutcome
+from kpatch.rewrite.outcome import KernelOutcome
 
 #: record statuses (see the module doc)
 STATUSES = ("patched", "partial", "safe", "refused", "error")

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 from kpatch.errors import FormatError
 
-#: Kernel outcomes (``kpatch.apply.outcome.KERNEL_STATUSES``) whose code runs
+#: Kernel outcomes (``kpatch.rewrite.outcome.KERNEL_STATUSES``) whose code runs
 #: unpatched: the ones to steer around.
 REFUSED_OUTCOME = "refused"
 

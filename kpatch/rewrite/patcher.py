@@ -49,6 +49,7 @@ from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
 from kpatch.rewrite import headers, residency
 from kpatch.rewrite.edits import CannotFix, Edit, Refusal
+from kpatch.rewrite.outcome import KernelOutcome, PatchResult
 from kpatch.rewrite.fixes import APPROX_FOR, FIXES, FixContext, InstructionMatch
 from kpatch.analysis.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
@@ -73,33 +74,6 @@ ALL_OR_NOTHING = ("native", "harden")
 # in override mode the object keeps its gfx1030 label, which the loader reads
 # as "no XNACK"; the hardware's XNACK mode is the driver's (amdgpu.noretry)
 OVERRIDE_ACCEPTS = ("Xnack",)
-
-
-@dataclass
-class KernelOutcome:
-    name: str
-    status: str  # patched | refused | untouched
-    reason: str = ""
-    rules: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "reason": self.reason, "rules": list(self.rules)}
-
-
-@dataclass
-class PatchResult:
-    data: bytes | None  # None: unchanged
-    kernels: list[KernelOutcome]
-    changed: bool
-    relocations: dict[str, int] = field(default_factory=dict)
-    provenance: dict | None = None
-    note: str = ""
-    functions: list[KernelOutcome] = field(default_factory=list)  # device functions
-
-    @property
-    def unchanged(self) -> list[KernelOutcome]:
-        """Refused kernels of a written object (override mode): their code is the original's."""
-        return [k for k in self.kernels if k.status == "refused"] if self.data is not None else []
 
 
 @dataclass(frozen=True)
@@ -380,7 +354,7 @@ def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_file
 
 def _refused(names: list[str], reason: str, note: str | None = None, **extra) -> PatchResult:
     """The whole object refused: every kernel with ``reason``, nothing written."""
-    return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False,
+    return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names],
                        note=reason if note is None else note, **extra)
 
 
@@ -391,7 +365,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     prov = read_provenance(data)
     if prov is not None:
         return PatchResult(None, [KernelOutcome(n, "untouched", "already patched by kpatch") for n in names],
-                           False, provenance=prov, note="already patched by kpatch")
+                           provenance=prov, note="already patched by kpatch")
     try:
         _check_source(co, mode)
     except Refusal as e:
@@ -462,12 +436,12 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         if refused is not None:
             return refused
     if rec is None:
-        return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated, functions=fns)
+        return PatchResult(None, [outcomes[n] for n in names], relocations=relocated, functions=fns)
     new = result.data
     problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=[r for r in plan.approx if r.fix in KEEPS])
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))
-    return PatchResult(new, [outcomes[n] for n in names], True, relocations=relocated, provenance=rec,
+    return PatchResult(new, [outcomes[n] for n in names], relocations=relocated, provenance=rec,
                        functions=fns)
 
 
@@ -629,7 +603,7 @@ def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, K
            f"({first.name}: {first.reason})")
     kernels = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in outcomes.values()]
     fns = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in fn_outcomes.values()]
-    return PatchResult(None, kernels, False, note=why, functions=fns)
+    return PatchResult(None, kernels, note=why, functions=fns)
 
 
 def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list[Rule] = ()) -> list[str]:
