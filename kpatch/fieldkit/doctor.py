@@ -277,6 +277,9 @@ def find_torch_python(requested: str | None, env: Mapping[str, str]) -> tuple[To
 
 def _dynamic(path: str) -> tuple[list[str], list[str], list[str]] | None:
     """(DT_NEEDED, DT_RPATH dirs, DT_RUNPATH dirs) of an ELF shared library, or None."""
+    # pyelftools, not kpatch.elf: kpatch.elf.reader holds a whole file in memory
+    # and reads no dynamic section; these are PyTorch's libraries (hundreds of
+    # megabytes each), of which only .dynamic and its strings are wanted
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     try:
