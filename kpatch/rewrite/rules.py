@@ -67,11 +67,11 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from importlib.resources import files
 
-from kpatch.errors import FormatError, UsageError
+from kpatch.data import read_toml
+from kpatch.errors import FormatError
 
 MATCH_KINDS = ("finding", "mnemonic", "header")
 SEQ_ACTIONS = ("replace", "insert_before", "insert_after")
@@ -350,13 +350,7 @@ def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: d
 
 def load_file(path: str) -> RuleSet:
     """Load and validate one rule file; FormatError names the file, rule and key."""
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as e:
-        raise UsageError(e.strerror or str(e), path) from None
-    except tomllib.TOMLDecodeError as e:
-        raise FormatError(f"not valid TOML: {e}", os.path.basename(path)) from None
+    doc = read_toml(path, os.path.basename(path))
     head = doc.get("set")
     if not isinstance(head, dict) or not isinstance(head.get("id"), str):
         raise _err(path, "[set]", "needs id = NAME")
