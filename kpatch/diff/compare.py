@@ -214,24 +214,23 @@ def layout_changes(a: CodeObject, b: CodeObject) -> list[FieldChange]:
     out: list[FieldChange] = []
     sa, sb = a.sections, b.sections
     for name in list(sa) + [n for n in sb if n not in sa]:
-        x, y = sa.get(name), sb.get(name)
-        if x is None or y is None:
-            out.append(FieldChange(f"section {name}", "present" if x else None, "present" if y else None))
-            continue
-        for f in _SECTION_FIELDS:
-            if getattr(x, f) != getattr(y, f):
-                out.append(FieldChange(f"section {name} {f}", getattr(x, f), getattr(y, f)))
+        _record_changes(out, f"section {name}", "", sa.get(name), sb.get(name), _SECTION_FIELDS)
     pa, pb = a.elf.segments, b.elf.segments
     for i in range(max(len(pa), len(pb))):
-        x = pa[i] if i < len(pa) else None
-        y = pb[i] if i < len(pb) else None
-        if x is None or y is None:
-            out.append(FieldChange(f"segment {i}", "present" if x else None, "present" if y else None))
-            continue
-        for f in _SEGMENT_FIELDS:
-            if getattr(x, f) != getattr(y, f):
-                out.append(FieldChange(f"segment {i} p_{f}", getattr(x, f), getattr(y, f)))
+        _record_changes(out, f"segment {i}", "p_", pa[i] if i < len(pa) else None, pb[i] if i < len(pb) else None,
+                        _SEGMENT_FIELDS)
     return out
+
+
+def _record_changes(out: list[FieldChange], what: str, prefix: str, x, y, fields: Sequence[str]) -> None:
+    """Add to ``out`` that ``what`` is on one side only, or each of its
+    ``fields`` that differs (named ``what prefix+field``)."""
+    if x is None or y is None:
+        out.append(FieldChange(what, "present" if x else None, "present" if y else None))
+        return
+    for f in fields:
+        if getattr(x, f) != getattr(y, f):
+            out.append(FieldChange(f"{what} {prefix}{f}", getattr(x, f), getattr(y, f)))
 
 
 def note_changes(a: CodeObject, b: CodeObject) -> list[FieldChange]:
