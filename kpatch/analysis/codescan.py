@@ -177,6 +177,17 @@ class TextScan:
     def problems_of(self, cls: str) -> list[RelocationProblem]:
         return [p for p in self.problems if p.cls == cls]
 
+    def reach(self, ui: int) -> set[int]:
+        """Indices of the units unit ``ui`` can reach through :attr:`edges`
+        (calls, tail calls, branches into other units, addresses taken), ``ui`` included."""
+        seen, todo = {ui}, [ui]
+        while todo:
+            for v in self.edges.get(todo.pop(), ()):
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return seen
+
 
 def _words(data: bytes) -> list[int]:
     return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]

@@ -171,12 +171,7 @@ def _relocation_verdicts(report: Report, scan: TextScan) -> None:
         ui = start_of.get(rep.address)
         if ui is None:
             continue
-        reach, todo = {ui}, [ui]
-        while todo:
-            for v in scan.edges.get(todo.pop(), ()):
-                if v not in reach:
-                    reach.add(v)
-                    todo.append(v)
+        reach = scan.reach(ui)
         reasons = [p.reason for p in class_b if p.ui in reach]
         if class_a and set(rep.verdict.rules) - HEADER_ONLY_RULE_SETS:
             a = class_a[0]

@@ -136,12 +136,7 @@ def reachable_units(co: CodeObject) -> dict[str, set[str]]:
     for ui, u in enumerate(scan.units):
         if u.kind != "kernel":
             continue
-        seen, todo = {ui}, [ui]
-        while todo:
-            for v in scan.edges.get(todo.pop(), ()):
-                if v not in seen:
-                    seen.add(v)
-                    todo.append(v)
+        seen = scan.reach(ui)
         out[u.name] = (every if seen & unbounded else {scan.units[v].name for v in seen}) - {u.name}
     return out
 
