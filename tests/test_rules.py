@@ -108,3 +108,19 @@ def test_every_fixable_finding_class_has_a_rule_in_the_set_the_analysis_names():
                 continue
             assert rs in sets, (c.name, rs)
             assert any(r.finding == c.name for r in sets[rs].rules), (c.name, rs)
+
+
+def test_rule_files_and_the_solver_table_share_one_toml_reader(tmp_path):
+    # one loader (kpatch.data.read_toml), one error type each: an unreadable file is the
+    # user's error naming the path, invalid TOML a FormatError
+    from kpatch.delivery.steering import load_table
+    from kpatch.errors import UsageError
+    missing = str(tmp_path / "nope.toml")
+    for load in (load_file, load_table):
+        with pytest.raises(UsageError) as e:
+            load(missing)
+        assert e.value.item == missing
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[set\n")
+    with pytest.raises(FormatError, match="not valid TOML"):
+        load_table(str(bad))

@@ -177,31 +177,16 @@ class TextScan:
     def problems_of(self, cls: str) -> list[RelocationProblem]:
         return [p for p in self.problems if p.cls == cls]
 
-
-def _func_ranges(co: CodeObject, text_index: int, text_start: int, text_end: int):
-    """(start, size, name, is_kernel) of every function symbol and kernel entry in .text."""
-    kernels = {k.entry: k.name for k in co.kernels}
-    found: dict[int, list] = {}
-    for s in co.function_symbols():
-        if s.shndx != text_index or not text_start <= s.value < text_end:
-            continue
-        cur = found.get(s.value)
-        if cur is None:
-            found[s.value] = [s.value, s.size, s.name]
-        else:
-            cur[1] = max(cur[1], s.size)
-            if s.value in kernels:
-                cur[2] = kernels[s.value]
-    for entry, name in kernels.items():
-        if text_start <= entry < text_end and entry not in found:
-            found[entry] = [entry, 0, name]
-        elif entry in found:
-            found[entry][2] = name
-    out = []
-    for start in sorted(found):
-        _, size, name = found[start]
-        out.append((start, min(size, text_end - start), name, start in kernels))
-    return out
+    def reach(self, ui: int) -> set[int]:
+        """Indices of the units unit ``ui`` can reach through :attr:`edges`
+        (calls, tail calls, branches into other units, addresses taken), ``ui`` included."""
+        seen, todo = {ui}, [ui]
+        while todo:
+            for v in self.edges.get(todo.pop(), ()):
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return seen
 
 
 def _words(data: bytes) -> list[int]:
@@ -232,19 +217,18 @@ def scan_text(co: CodeObject, target: str) -> TextScan | None:
         return None
     data = co.text
     start, end = text.addr, text.addr + text.size
-    ranges = _func_ranges(co, text.index, start, end)
-    # merge overlapping ranges, give size-0 ones the room up to the next range
+    # the functions where CodeObject.function_extents bounds them (an unsized
+    # one, up to the next function, is trimmed of its padding when decoded);
+    # overlapping ones are merged into one unit, named after a kernel
+    extents = sorted(co.function_extents(), key=lambda e: (e.start, e.kind != "kernel"))
     units: list[TextUnit] = []
-    for i, (s, size, name, is_kernel) in enumerate(ranges):
-        nxt = ranges[i + 1][0] if i + 1 < len(ranges) else end
-        e = s + size if size else nxt
-        kind = "kernel" if is_kernel else "function"
-        if units and s < units[-1].end:  # overlapping symbols: one unit, named after a kernel
-            units[-1].end = max(units[-1].end, e)
-            if is_kernel and units[-1].kind != "kernel":
-                units[-1].kind, units[-1].name = "kernel", name
+    for e in extents:
+        if units and e.start < units[-1].end:
+            units[-1].end = max(units[-1].end, e.end)
+            if e.kind == "kernel" and units[-1].kind != "kernel":
+                units[-1].kind, units[-1].name = "kernel", e.name
             continue
-        units.append(TextUnit(name, s, e, kind, align=_alignment(s), sized=bool(size)))
+        units.append(TextUnit(e.name, e.start, e.end, e.kind, align=_alignment(e.start), sized=e.sized))
     units = _add_anonymous_code(units, data, start, end)
     return _decode_units(co, text.index, start, end, data, target, units)
 

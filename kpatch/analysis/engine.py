@@ -1,7 +1,8 @@
 """``analyse(code_object, target)``: every kernel's findings and verdict.
 
 For each kernel (and each other function symbol in ``.text``, since
-kernels may call them): take its bytes from the symbol's offset and size
+kernels may call them): take its bytes where
+:meth:`~kpatch.codeobject.CodeObject.function_extents` says it lies
 (without the ``s_code_end`` padding that follows the last function) and
 decode them as the code object's own ISA (gfx1010 for gfx101x objects,
 gfx1030 for gfx103x).  All functions go into one control-flow graph (no
@@ -54,35 +55,18 @@ def _strip_code_end(code: bytes) -> bytes:
 
 def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
     """(name, kind, kernel or None, start index in .text, end index) of every
-    kernel and device function whose code lies in ``.text``."""
-    text = co.text
-    t_off = co.text_offset
-    t_addr = co.text_vaddr or 0
-    kernels = co.kernels
-    if t_off is None or not text:  # no code at all: every kernel is unseen, never "ok"
-        return [(k.name, "kernel", k, -1, -1) for k in kernels]
-    kernel_names = {k.name for k in kernels}
-    funcs = []
-    starts = set()
-    for s in co.function_symbols():
-        if t_addr <= s.value < t_addr + len(text):
-            starts.add(s.value - t_addr)
-            if s.name not in kernel_names and s.size and s.name not in (f[0] for f in funcs):
-                funcs.append((s.name, "function", None, s.value - t_addr, s.value - t_addr + s.size))
-    ordered = sorted(starts)
+    kernel and device function whose code lies in ``.text``, as
+    :meth:`~kpatch.codeobject.CodeObject.function_extents` bounds it; a kernel
+    whose code is not there has the range (-1, -1)."""
+    base = co.text_vaddr or 0
+    extents = co.function_extents()
+    seen = {e.name: e for e in extents if e.kind == "kernel"}
     out = []
-    for k in kernels:
-        if k.code_offset is None or not t_off <= k.code_offset < t_off + len(text):
-            out.append((k.name, "kernel", k, -1, -1))
-            continue
-        a = k.code_offset - t_off
-        if k.code_size:
-            b = a + k.code_size
-        else:
-            i = bisect.bisect_right(ordered, a)
-            b = ordered[i] if i < len(ordered) else len(text)
-        out.append((k.name, "kernel", k, a, min(b, len(text))))
-    return out + funcs
+    for k in co.kernels:  # no code at all, or not in .text: unseen, never "ok"
+        e = seen.get(k.name)
+        out.append((k.name, "kernel", k, e.start - base, e.end - base) if e is not None and co.text
+                   else (k.name, "kernel", k, -1, -1))
+    return out + [(e.name, "function", None, e.start - base, e.end - base) for e in extents if e.kind == "function"]
 
 
 def _not_analysable(name: str, kind: str, address, size: int, reason: str) -> FunctionReport:
@@ -187,12 +171,7 @@ def _relocation_verdicts(report: Report, scan: TextScan) -> None:
         ui = start_of.get(rep.address)
         if ui is None:
             continue
-        reach, todo = {ui}, [ui]
-        while todo:
-            for v in scan.edges.get(todo.pop(), ()):
-                if v not in reach:
-                    reach.add(v)
-                    todo.append(v)
+        reach = scan.reach(ui)
         reasons = [p.reason for p in class_b if p.ui in reach]
         if class_a and set(rep.verdict.rules) - HEADER_ONLY_RULE_SETS:
             a = class_a[0]

@@ -5,8 +5,8 @@ package does to the places code objects live, whole or not at all:
 
 * :mod:`.modes` -- the modes (override, native, relabel, harden), the rule
   sets each uses and the patch function each calls.
-* :mod:`.outcome` -- what apply reads back from a patch function
-  (:class:`~.outcome.KernelOutcome`, :class:`~.outcome.PatchResult`).
+  What a patch function returns is the rewriter's own result types
+  (:mod:`kpatch.rewrite.outcome`: :class:`KernelOutcome`, :class:`PatchResult`).
 * :mod:`.relabel` -- ``--mode relabel``: the target label changed, code unchanged.
 * :mod:`.blob` -- one blob: a code object, a clang offload bundle or a CCOB.
 * :mod:`.db` -- a MIOpen kernel DB into a user DB (:mod:`.userdb` writes it,

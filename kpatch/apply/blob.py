@@ -18,16 +18,16 @@ gfx1030 entry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kpatch.codeobject import CodeObject
 from kpatch.containers.bundle import (
     BundleEntry, compress_ccob, decompress_ccob, infer_bundle_layout,
     parse_bundle, parse_ccob_header, write_bundle)
 from kpatch.containers.discover import sniff
-from kpatch.errors import FormatError
+from kpatch.errors import FormatError, UsageError
 from kpatch.apply.modes import RESULT_PROCESSOR, SOURCE_PROCESSOR
-from kpatch.apply.outcome import KernelOutcome, PatchFn, PatchResult, ProvenanceFn, adapt_result
+from kpatch.rewrite.outcome import KERNEL_STATUSES, KernelOutcome, PatchFn, PatchResult, ProvenanceFn
 
 @dataclass
 class BlobResult:
@@ -93,7 +93,7 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
     if is_patched(code):
         return PatchResult(None, tuple(KernelOutcome(n, "untouched", "already patched by kpatch (provenance record)")
                                        for n in names))
-    result = adapt_result(patch_fn(code, mode=mode, rule_sets=list(rule_sets)), code)
+    result = _checked_result(patch_fn(code, mode=mode, rule_sets=list(rule_sets)), code)
     if result.data is None:
         return result
     refused = [k for k in result.kernels if k.status == "refused"]
@@ -114,6 +114,19 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
     if problem:
         return PatchResult(None, tuple(KernelOutcome(k.name, "refused", problem, k.rules) for k in result.kernels)
                            or tuple(KernelOutcome(n, "refused", problem) for n in names))
+    return result
+
+
+def _checked_result(result: PatchResult, original: bytes) -> PatchResult:
+    """What a patch function returned, as apply takes it: bytes equal to the
+    original are no change; a kernel status outside :data:`KERNEL_STATUSES`
+    is an error of the patch function (UsageError naming it)."""
+    for k in result.kernels:
+        if k.status not in KERNEL_STATUSES:
+            raise UsageError(f"patch function returned kernel status {k.status!r} "
+                             f"(expected one of {', '.join(KERNEL_STATUSES)})")
+    if result.data is not None and bytes(result.data) == original:
+        return replace(result, data=None)
     return result
 
 

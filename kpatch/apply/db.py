@@ -56,7 +56,7 @@ from kpatch.errors import KpatchError, internal_reason
 from kpatch.apply.blob import patch_blob
 from kpatch.miopen.paths import check_output_dir
 from kpatch.apply.modes import RESULT_PROCESSOR, SOURCE_PROCESSOR
-from kpatch.apply.outcome import KernelOutcome, PatchFn, ProvenanceFn
+from kpatch.rewrite.outcome import KernelOutcome, PatchFn, ProvenanceFn
 from kpatch.apply.userdb import StagedRows, commit_rows, refuse_links
 
 ENTRY_STATUSES = ("changed", "unchanged", "skipped", "error")

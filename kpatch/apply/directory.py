@@ -65,7 +65,7 @@ from kpatch.apply.file import FileApplyResult, PartReport, apply_to_file
 from kpatch.atomicfile import new_file_mode
 from kpatch.miopen.paths import check_output_dir
 from kpatch.apply.modes import SOURCE_PROCESSOR
-from kpatch.apply.outcome import PatchFn, ProvenanceFn
+from kpatch.rewrite.outcome import PatchFn, ProvenanceFn
 
 #: What became of one file of DIR in OUTDIR.
 FILE_STATUSES = ("patched", "unchanged", "refused", "copied", "error")

@@ -27,20 +27,17 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from kpatch.containers.bundle import subset_bundle
 from kpatch.containers.discover import sniff
 from kpatch.containers.limits import open_input
-from kpatch.containers.hostelf import FATBIN_SECTION, FatbinBundle, find_fatbin_bundles
+from kpatch.containers.hostelf import FatbinBundle, fatbin_sections, find_fatbin_bundles
 from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
 from kpatch.apply.db import ChangeFn
 from kpatch.apply.blob import blob_kind, patch_blob
 from kpatch.atomicfile import new_file_mode, replacing, write_atomic
 from kpatch.miopen.paths import check_output_dir
-from kpatch.apply.outcome import KernelOutcome, PatchFn, ProvenanceFn
+from kpatch.rewrite.outcome import KernelOutcome, PatchFn, ProvenanceFn
 
 PART_STATUSES = ("changed", "unchanged", "refused", "error")
 
@@ -126,12 +123,7 @@ def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch
 def _fatbin_limits(path: str, bundles: list[FatbinBundle]) -> dict[int, int]:
     """For each bundle offset, the file offset it may extend to: the next
     bundle's start or the end of its ``.hip_fatbin`` section."""
-    try:
-        with open(path, "rb") as f:
-            spans = [(s["sh_offset"], s["sh_offset"] + s["sh_size"]) for s in ELFFile(f).iter_sections()
-                     if s.name == FATBIN_SECTION]
-    except (ELFError, OSError, ValueError) as e:
-        raise FormatError(f"cannot read the section table: {e}", path) from None
+    spans = fatbin_sections(path)
     limits: dict[int, int] = {}
     starts = sorted(b.offset for b in bundles)
     for b in bundles:

@@ -3,12 +3,12 @@ it takes and labels, the rule sets it uses when ``--rules`` names none, and
 the patch function it calls (the rules engine,
 :func:`kpatch.rewrite.patcher.patch_code_object`, or for ``relabel`` the
 relabeller, :func:`kpatch.apply.relabel.relabel_patch_fn`).  What a patch
-function returns is read by :mod:`kpatch.apply.outcome`.
+function returns is a :class:`kpatch.rewrite.outcome.PatchResult`.
 """
 
 from __future__ import annotations
 
-from kpatch.apply.outcome import PatchFn, ProvenanceFn
+from kpatch.rewrite.outcome import PatchFn, ProvenanceFn
 from kpatch.apply.relabel import relabel_patch_fn
 from kpatch.errors import UsageError
 from kpatch.rewrite.patcher import DEFAULT_RULE_SETS as ENGINE_DEFAULTS

@@ -27,7 +27,7 @@ from kpatch.elf.reader import EHDR
 from kpatch.codeobject.metadata import KEY_TARGET
 from kpatch.errors import FormatError, KpatchError
 from kpatch.rewrite.headers import set_metadata
-from kpatch.apply.outcome import KernelOutcome, PatchResult
+from kpatch.rewrite.outcome import KernelOutcome, PatchResult
 
 RULE = "relabel-gfx1030"
 FROM_PROCESSOR = "gfx1010"

@@ -23,7 +23,7 @@ from kpatch.miopen.device import Choice, detect_cu, detect_mode, read_gpu_nodes
 from kpatch.miopen.paths import DEFAULT_ROCM_ROOTS, check_output_dir, resolve_cache_dir, user_db_name
 from kpatch.rewrite.rules import load_all
 from kpatch.apply.modes import DEFAULT_RULE_SETS, MODES, RESULT_PROCESSOR, default_patch_fn, default_provenance_fn
-from kpatch.apply.outcome import KernelOutcome
+from kpatch.rewrite.outcome import KernelOutcome
 
 #: Test hooks (environment): a fake sysfs root and the places to look for MIOpen's version.h.
 SYSFS_ENV = "KPATCH_SYSFS_ROOT"
@@ -253,6 +253,22 @@ class ReportPairs:
         return {"path": os.path.abspath(self.path), "written": written, "note": note}
 
 
+def _print_outcome(as_json: bool, doc: Callable[[], dict], text: Callable[[], None], report: ReportPairs,
+                   items, report_kw: dict, errors: list) -> int:
+    """Print what apply did: the JSON document (``doc()``, the HTML report's
+    record last) or the text lines (``text()``, then the report's line); the
+    exit status says whether some item failed (``errors``)."""
+    if as_json:
+        d = doc()
+        d["report"] = report.write(items, as_json=True, **report_kw)
+        json.dump(d, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        text()
+        report.write(items, as_json=False, **report_kw)
+    return EXIT_SOME_FAILED if errors else EXIT_OK
+
+
 def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, rule_sets: list[str],
            dry_run: bool, as_json: bool, patch_fn: Callable, is_patched: Callable,
            report: ReportPairs | None = None) -> int:
@@ -292,17 +308,16 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
 
     report_kw = dict(sources=[os.path.abspath(d) for d in dbs], output=output, unit="entries", dry_run=dry_run,
                      errors=[(e["uri"], e["error"]) for e in errors], counts=counts, new_uri=new_uri)
-    if as_json:
-        doc: dict[str, Any] = {
+
+    def doc() -> dict[str, Any]:
+        return {
             "mode": mode.value, "mode_reason": mode.why, "cu": cu_choice.value, "cu_reason": cu_choice.why,
             "output": output, "output_reason": out_choice.why, "rule_sets": rule_sets, "dry_run": dry_run,
             "written": result.written, "created": result.created, "backup": result.backup,
             "conflicts": [{"uri": e.uri, "reason": e.reason} for e in result.conflicts],
-            "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts,
-            "report": report.write(result.entries, as_json=True, **report_kw)}
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
+            "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts}
+
+    def text() -> None:
         for e in result.conflicts:
             out_console.print(f"not written {e.uri}: {e.reason}", markup=False)
         out_console.print(summary_text(counts, "entries"), markup=False)
@@ -316,8 +331,8 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
                 out_console.print(f"backup {result.backup} (`kpatch revert {output}` restores it)", markup=False)
         else:
             out_console.print(f"nothing to write: {output} left as it was", markup=False)
-        report.write(result.entries, as_json=False, **report_kw)
-    return EXIT_SOME_FAILED if errors else EXIT_OK
+
+    return _print_outcome(as_json, doc, text, report, result.entries, report_kw, errors)
 
 
 def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: bool, as_json: bool,
@@ -338,14 +353,13 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
 
     report_kw = dict(sources=[result.source], output=result.output, unit=unit, dry_run=dry_run,
                      errors=[(e["uri"], e["error"]) for e in errors], counts=counts, new_uri=new_uri)
-    if as_json:
-        doc = {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
-               "kind": result.kind, "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
-               "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts,
-               "report": report.write(result.parts, as_json=True, **report_kw)}
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
+
+    def doc() -> dict[str, Any]:
+        return {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
+                "kind": result.kind, "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
+                "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts}
+
+    def text() -> None:
         out_console.print(f"mode {mode.value} ({mode.why})", markup=False)
         for p in result.parts:
             print_item(p.uri, p.status, p.reason, p.note, p.kernels)
@@ -356,8 +370,8 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
             out_console.print(f"wrote {result.output}", markup=False)
         else:
             out_console.print(f"nothing changed: {result.output} not written", markup=False)
-        report.write(result.parts, as_json=False, **report_kw)
-    return EXIT_SOME_FAILED if errors else EXIT_OK
+
+    return _print_outcome(as_json, doc, text, report, result.parts, report_kw, errors)
 
 
 def dir_summary_text(counts: dict[str, int]) -> str:
@@ -439,14 +453,14 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
     report_kw = dict(sources=[result.source], output=result.output, unit="files", dry_run=dry_run,
                      errors=[(e["uri"], e["error"]) for e in errors], counts=counts, new_uri=new_uri)
     parts = result.parts
-    if as_json:
-        doc = {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
-               "kind": "directory", "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
-               "replaced": result.replaced, "files": [f.to_json() for f in result.files], "errors": errors,
-               "summary": counts, "report": report.write(parts, as_json=True, **report_kw)}
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
+
+    def doc() -> dict[str, Any]:
+        return {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
+                "kind": "directory", "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
+                "replaced": result.replaced, "files": [f.to_json() for f in result.files], "errors": errors,
+                "summary": counts}
+
+    def text() -> None:
         out_console.print(dir_summary_text(counts), markup=False)
         if dry_run:
             out_console.print(f"dry run: nothing written to {result.output}", markup=False)
@@ -454,8 +468,8 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
             made = "replaced" if result.replaced else "wrote"
             out_console.print(f"{made} {result.output} (point rocBLAS at it: "
                               f"ROCBLAS_TENSILE_LIBPATH={result.output})", markup=False)
-        report.write(parts, as_json=False, **report_kw)
-    return EXIT_SOME_FAILED if errors else EXIT_OK
+
+    return _print_outcome(as_json, doc, text, report, parts, report_kw, errors)
 
 
 @click.command("apply")

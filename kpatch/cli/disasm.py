@@ -19,10 +19,11 @@ FORMATS = ("text", "lines", "json")
 
 
 def _kernel_range(co: CodeObject, name: str) -> tuple[int, int] | None:
+    """[start, end) of the kernel ``name`` (or ``NAME.kd``) in ``.text``
+    (:meth:`CodeObject.function_extents`), or None."""
     k = co.kernel(name)
-    if k is None or k.code_size is None:
-        return None
-    return k.entry, k.entry + k.code_size
+    e = co.function_extent(k.name) if k is not None else None
+    return (e.start, e.end) if e is not None and e.kind == "kernel" else None
 
 
 def _encoding(raw: bytes) -> str:
@@ -80,7 +81,7 @@ def disasm_object(found: Found, co: CodeObject, target: str, kernel: str | None,
 @click.command("disasm")
 @click.argument("inputs", nargs=-1, required=True, metavar="FILE_OR_URI...")
 @click.option("--mcpu", type=click.Choice(sorted(TARGETS)), help="Decode as this target (default: the object's own).")
-@click.option("--kernel", "kernel", metavar="NAME", help="Only this kernel (its symbol's range).")
+@click.option("--kernel", "kernel", metavar="NAME", help="Only this kernel (its code: the symbol's size, or up to the next function).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
               help="text: like llvm-objdump -d; lines: ADDRESS<TAB>TEXT per instruction; json: one document.")
 def disasm_cmd(inputs: tuple[str, ...], mcpu: str | None, kernel: str | None, fmt: str) -> None:

@@ -5,15 +5,15 @@
 * :mod:`.mpack` / :mod:`.metadata` -- the NT_AMDGPU_METADATA MessagePack note,
   decoded and re-encoded byte for byte.
 * :mod:`.descriptor` -- the 64-byte kernel descriptor, every field named.
-* :mod:`.model` -- :class:`CodeObject` and :class:`Kernel`.
+* :mod:`.model` -- :class:`CodeObject`, :class:`Kernel` and :class:`FunctionExtent` (where each function starts and ends).
 """
 
 from kpatch.codeobject.descriptor import KernelDescriptor
 from kpatch.codeobject.metadata import Metadata, decode_metadata, encode_metadata
-from kpatch.codeobject.model import CodeObject, Kernel
+from kpatch.codeobject.model import CodeObject, FunctionExtent, Kernel
 from kpatch.codeobject.target import MACHS, Mach, TargetId, e_flags_for, target_from_e_flags
 
 __all__ = [
-    "CodeObject", "Kernel", "KernelDescriptor", "Metadata", "decode_metadata",
+    "CodeObject", "FunctionExtent", "Kernel", "KernelDescriptor", "Metadata", "decode_metadata",
     "encode_metadata", "TargetId", "Mach", "MACHS", "target_from_e_flags", "e_flags_for",
 ]

@@ -13,6 +13,7 @@ kernel format (``amd_kernel_code_t``); such objects are reported with
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -31,6 +32,10 @@ KD_SUFFIX = ".kd"
 #: (AMDGPUUsage: KERNEL_CODE_ENTRY_BYTE_OFFSET "must be 256 byte aligned").
 ENTRY_ALIGN = 256
 _SYMBOL_TABLE_ORDER = (".symtab", ".dynsym")
+#: How a function's end was decided (:attr:`FunctionExtent.end_from`).
+END_BY_SIZE = "symbol size"
+END_BY_NEXT = "next function"
+END_BY_SECTION = "end of .text"
 
 
 @dataclass
@@ -55,6 +60,28 @@ class Kernel:
         """This kernel's map from ``amdhsa.kernels`` (matched by ``.symbol``), or None."""
         md = self._owner.metadata if self._owner is not None else None
         return md.kernel(self.symbol) if md is not None else None
+
+
+@dataclass(frozen=True)
+class FunctionExtent:
+    """Where one function's code lies in ``.text``: addresses [start, end).
+    A row of :meth:`CodeObject.function_extents`."""
+
+    name: str
+    start: int
+    end: int
+    kind: str  # "kernel" or "function" (a device function)
+    end_from: str  # END_BY_SIZE, END_BY_NEXT or END_BY_SECTION
+    kernel: Kernel | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def sized(self) -> bool:
+        """Does a symbol's st_size say where it ends (else the end was inferred)?"""
+        return self.end_from == END_BY_SIZE
 
 
 class CodeObject:
@@ -196,10 +223,72 @@ class CodeObject:
     def function_symbols(self) -> list[Symbol]:
         """Every defined function symbol (``STT_FUNC``, not ``SHN_UNDEF``), in
         :meth:`symbols` order, duplicates kept.  The one rule for what is a
-        function: the kernels' code (:attr:`kernels`), the analysis' device
-        functions, the rewriter's scan of ``.text`` and the diff's units all
-        start from this list and bound it by ``.text`` as each needs."""
+        function: the kernels' code (:attr:`kernels`) and
+        :meth:`function_extents` (where each starts and ends, which the
+        analysis, the rewriter, the spare-register choice and the diff read)
+        start from this list."""
         return [s for s in self.symbols() if s.type == STT_FUNC and s.shndx != SHN_UNDEF]
+
+    def function_extents(self) -> list[FunctionExtent]:
+        """Where every function (kernel or device function) whose code starts
+        in ``.text`` starts and ends: the one table the analysis, the
+        rewriter's scan of ``.text``, the patcher, the spare-register choice
+        and the diff read.
+
+        The functions: each kernel whose code kpatch found
+        (:attr:`Kernel.code_offset` inside ``.text``), named after the kernel,
+        and each other :meth:`function_symbols` name defined in ``.text``
+        (first symbol of each name).  A function starts at its symbol's value
+        (a kernel: where its code is).
+
+        The one rule for where it ends: ``start + st_size`` when a symbol at
+        that start has a non-zero st_size (the largest, if several do;
+        clipped to the end of ``.text``); otherwise the next function start
+        or the end of ``.text``, whichever is first.  That is the
+        conservative choice: analysing more bytes can only find more, never
+        hide something (the bytes up to the next function may be padding;
+        users that move code trim it, see :mod:`kpatch.analysis.codescan`).
+
+        Order: kernels as :attr:`kernels` lists them, then device functions
+        in symbol order."""
+        return list(self._function_extents)
+
+    def function_extent(self, name: str) -> FunctionExtent | None:
+        """The row of :meth:`function_extents` called ``name``, or None."""
+        return next((e for e in self._function_extents if e.name == name), None)
+
+    @cached_property
+    def _function_extents(self) -> tuple[FunctionExtent, ...]:
+        text = self.sections.get(".text")
+        if text is None or text.size == 0:
+            return ()
+        lo, hi = text.addr, text.addr + text.size
+        sizes: dict[int, int] = {}  # start -> the largest st_size of a symbol there
+        functions: dict[str, int] = {}  # name -> start
+        for s in self.function_symbols():
+            if s.shndx != text.index or not lo <= s.value < hi or not s.name:
+                continue
+            sizes[s.value] = max(sizes.get(s.value, 0), s.size)
+            functions.setdefault(s.name, s.value)
+        kernels: dict[str, tuple[int, Kernel]] = {}
+        for k in self.kernels:
+            if k.code_offset is not None and text.offset <= k.code_offset < text.offset + text.size:
+                start = lo + k.code_offset - text.offset
+                kernels.setdefault(k.name, (start, k))
+                sizes.setdefault(start, 0)
+        starts = sorted(sizes)
+
+        def extent(name: str, start: int, kind: str, kernel: Kernel | None) -> FunctionExtent:
+            if sizes[start]:
+                return FunctionExtent(name, start, min(start + sizes[start], hi), kind, END_BY_SIZE, kernel)
+            i = bisect.bisect_right(starts, start)
+            if i < len(starts):
+                return FunctionExtent(name, start, starts[i], kind, END_BY_NEXT, kernel)
+            return FunctionExtent(name, start, hi, kind, END_BY_SECTION, kernel)
+
+        out = [extent(name, start, "kernel", k) for name, (start, k) in kernels.items()]
+        out += [extent(name, start, "function", None) for name, start in functions.items() if name not in kernels]
+        return tuple(out)
 
     def _named(self, error: FormatError) -> FormatError:
         return error.with_item(self.name) if self.name else error

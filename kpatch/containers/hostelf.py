@@ -26,8 +26,10 @@ from typing import Iterator
 
 from kpatch.containers.bundle import BUNDLE_MAGIC, CCOB_MAGIC, bundle_extent, ccob_extent
 from kpatch.containers.limits import open_input
+from kpatch.elf.layout import Layout
 from kpatch.elf.reader import (
-    ELF_MAGIC, ELFCLASS64, ELFDATA2LSB, ET_REL, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_NOBITS, SHT_REL, SHT_RELA)
+    EHDR, ELF_MAGIC, ELFCLASS64, ELFDATA2LSB, ET_REL, REL, RELA, SHDR, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX,
+    SHT_NOBITS, SHT_REL, SHT_RELA, SYM, Section)
 from kpatch.errors import FormatError, UsageError
 
 FATBIN_SECTION = ".hip_fatbin"
@@ -36,38 +38,10 @@ WRAPPER_MAGIC = 0x48495046
 WRAPPER_VERSION = 1
 
 
-# --- declarative ELF64 little-endian structures ----------------------------
+# --- the ELF records (kpatch.elf.reader's) and the HIP wrapper ------------
 
-
-def _struct(fields: tuple[tuple[str, str], ...]) -> tuple[struct.Struct, tuple[str, ...]]:
-    return struct.Struct("<" + "".join(t for _, t in fields)), tuple(n for n, _ in fields)
-
-
-EHDR_FIELDS = (
-    ("e_ident", "16s"), ("e_type", "H"), ("e_machine", "H"), ("e_version", "I"),
-    ("e_entry", "Q"), ("e_phoff", "Q"), ("e_shoff", "Q"), ("e_flags", "I"),
-    ("e_ehsize", "H"), ("e_phentsize", "H"), ("e_phnum", "H"),
-    ("e_shentsize", "H"), ("e_shnum", "H"), ("e_shstrndx", "H"),
-)  # fmt: skip
-SHDR_FIELDS = (
-    ("sh_name", "I"), ("sh_type", "I"), ("sh_flags", "Q"), ("sh_addr", "Q"),
-    ("sh_offset", "Q"), ("sh_size", "Q"), ("sh_link", "I"), ("sh_info", "I"),
-    ("sh_addralign", "Q"), ("sh_entsize", "Q"),
-)  # fmt: skip
-SYM_FIELDS = (
-    ("st_name", "I"), ("st_info", "B"), ("st_other", "B"), ("st_shndx", "H"),
-    ("st_value", "Q"), ("st_size", "Q"),
-)  # fmt: skip
-RELA_FIELDS = (("r_offset", "Q"), ("r_info", "Q"), ("r_addend", "q"))
-REL_FIELDS = (("r_offset", "Q"), ("r_info", "Q"))
-WRAPPER_FIELDS = (("magic", "I"), ("version", "I"), ("binary", "Q"), ("dummy", "Q"))
-
-_EHDR, _EHDR_NAMES = _struct(EHDR_FIELDS)
-_SHDR, _SHDR_NAMES = _struct(SHDR_FIELDS)
-_SYM, _ = _struct(SYM_FIELDS)
-_RELA, _ = _struct(RELA_FIELDS)
-_REL, _ = _struct(REL_FIELDS)
-_WRAPPER, _ = _struct(WRAPPER_FIELDS)
+#: ``__hip_fatbin_wrapper`` (HIP's own record, not an ELF one)
+WRAPPER = Layout("__hip_fatbin_wrapper", [("magic", "I"), ("version", "I"), ("binary", "Q"), ("dummy", "Q")])
 
 #: e_machine -> (absolute 64-bit relocation types, relative relocation types)
 RELOC_KINDS: dict[int, tuple[frozenset[int], frozenset[int]]] = {
@@ -88,26 +62,15 @@ class FatbinBundle:
     wrapper_checked: bool
 
 
-@dataclass(frozen=True)
-class Section:
-    index: int
-    name: str
-    type: int
-    addr: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    entsize: int
-
-
 class _NotHipHost(Exception):
     """A valid ELF file that cannot be a HIP host (32-bit or big endian)."""
 
 
 class _Elf:
     """Just enough of an ELF64 LE file: header and section table, over a
-    byte buffer (an mmap)."""
+    byte buffer (an mmap).  (:class:`kpatch.elf.reader.ElfFile` holds a
+    file's bytes in memory; a host library is hundreds of megabytes, of
+    which only the headers and a few sections are read here.)"""
 
     def __init__(self, buf: memoryview, where: str):
         self.buf = buf
@@ -115,54 +78,47 @@ class _Elf:
         n = len(buf)
         if n < 4 or bytes(buf[:4]) != ELF_MAGIC:
             raise FormatError("not an ELF file", where)
-        if n < _EHDR.size:
-            raise FormatError(f"ELF header truncated: {n} bytes, need {_EHDR.size}", where)
-        h = dict(zip(_EHDR_NAMES, _EHDR.unpack_from(buf, 0)))
-        ident = h["e_ident"]
-        if ident[4] != ELFCLASS64 or ident[5] != ELFDATA2LSB:
+        if n < EHDR.size:
+            raise FormatError(f"ELF header truncated: {n} bytes, need {EHDR.size}", where)
+        h = EHDR.read(buf)
+        if h.ei_class != ELFCLASS64 or h.ei_data != ELFDATA2LSB:
             raise _NotHipHost()  # HIP hosts are 64-bit little endian
-        self.type, self.machine = h["e_type"], h["e_machine"]
+        self.type, self.machine = h.e_type, h.e_machine
         self.sections = self._read_sections(h)
 
     def _fail(self, reason: str) -> FormatError:
         return FormatError(reason, self.where)
 
-    def _read_sections(self, h: dict) -> list[Section]:
+    def _read_sections(self, h) -> list[Section]:
         n = len(self.buf)
-        shoff, shnum, entsize, shstrndx = h["e_shoff"], h["e_shnum"], h["e_shentsize"], h["e_shstrndx"]
+        shoff, shnum, entsize, shstrndx = h.e_shoff, h.e_shnum, h.e_shentsize, h.e_shstrndx
         if shoff == 0:
             return []
-        if entsize < _SHDR.size:
-            raise self._fail(f"section header size {entsize} is smaller than {_SHDR.size}")
+        if entsize < SHDR.size:
+            raise self._fail(f"section header size {entsize} is smaller than {SHDR.size}")
         if shoff > n or n - shoff < entsize:
             raise self._fail(f"section header table at {shoff} lies outside the {n}-byte file")
-        first = _SHDR.unpack_from(self.buf, shoff)
+        first = SHDR.read(self.buf, shoff)
         if shnum == 0:  # extended numbering: the count is in section 0
-            shnum = first[5]
+            shnum = first.sh_size
         if shstrndx == SHN_XINDEX:
-            shstrndx = first[6]
+            shstrndx = first.sh_link
         if shnum > (n - shoff) // entsize:
             raise self._fail(
                 f"section header table ({shnum} entries of {entsize} bytes at {shoff}) runs past the end of the {n}-byte file"
             )
-        raw = [dict(zip(_SHDR_NAMES, _SHDR.unpack_from(self.buf, shoff + i * entsize))) for i in range(shnum)]
+        raw = list(SHDR.read_many(self.buf, shoff, shnum, entsize))
         if not raw:
             return []
         if shstrndx >= shnum:
             raise self._fail(f"section name table index {shstrndx} is not below the section count {shnum}")
         names = raw[shstrndx]
-        if names["sh_type"] == SHT_NOBITS or not self._inside(names["sh_offset"], names["sh_size"]):
+        if names.sh_type == SHT_NOBITS or not self._inside(names.sh_offset, names.sh_size):
             raise self._fail("section name table lies outside the file")
-        strtab = (names["sh_offset"], names["sh_size"])
-        out = []
-        for i, s in enumerate(raw):
-            out.append(
-                Section(
-                    i, self._name(strtab, s["sh_name"]), s["sh_type"], s["sh_addr"], s["sh_offset"],
-                    s["sh_size"], s["sh_link"], s["sh_info"], s["sh_entsize"],
-                )
-            )  # fmt: skip
-        return out
+        strtab = (names.sh_offset, names.sh_size)
+        return [Section(i, self._name(strtab, s.sh_name), s.sh_type, s.sh_flags, s.sh_addr, s.sh_offset,
+                        s.sh_size, s.sh_link, s.sh_info, s.sh_addralign, s.sh_entsize)
+                for i, s in enumerate(raw)]
 
     def _inside(self, offset: int, size: int) -> bool:
         return offset <= len(self.buf) and size <= len(self.buf) - offset
@@ -262,25 +218,25 @@ def _wrapper_targets(elf: _Elf, seg: Section) -> list[tuple[int, int]]:
     """For each ``__hip_fatbin_wrapper`` record: ``(index, target)``, where
     target is a file offset (relocatable objects and linked files alike)."""
     data = elf.contents(seg)
-    if len(data) % _WRAPPER.size:
-        raise elf._fail(f"{seg.name} is {len(data)} bytes, not a multiple of the {_WRAPPER.size}-byte wrapper")
-    records = [_WRAPPER.unpack_from(data, i) for i in range(0, len(data), _WRAPPER.size)]
+    if len(data) % WRAPPER.size:
+        raise elf._fail(f"{seg.name} is {len(data)} bytes, not a multiple of the {WRAPPER.size}-byte wrapper")
+    records = list(WRAPPER.read_many(data, 0, len(data) // WRAPPER.size))
     for i, (magic, version, _, _) in enumerate(records):
         if magic != WRAPPER_MAGIC:
             raise elf._fail(f"__hip_fatbin_wrapper {i}: magic {magic:#010x}, expected {WRAPPER_MAGIC:#010x}")
         if version != WRAPPER_VERSION:
             raise elf._fail(f"__hip_fatbin_wrapper {i}: version {version}, expected {WRAPPER_VERSION}")
-    field = 8  # offset of the bundle pointer inside a record
-    relocated = _relocated_pointers(elf, seg, {i * _WRAPPER.size + field for i in range(len(records))})
+    field = WRAPPER.offset_of("binary")  # of the bundle pointer inside a record
+    relocated = _relocated_pointers(elf, seg, {i * WRAPPER.size + field for i in range(len(records))})
     out = []
     for i, rec in enumerate(records):
-        place = i * _WRAPPER.size + field
+        place = i * WRAPPER.size + field
         if place in relocated:
             out.append((i, relocated[place]))
         elif elf.type == ET_REL:
             raise elf._fail(f"__hip_fatbin_wrapper {i}: no relocation for its bundle pointer")
         else:
-            out.append((i, _vaddr_to_offset(elf, rec[2], i)))
+            out.append((i, _vaddr_to_offset(elf, rec.binary, i)))
     return out
 
 
@@ -305,23 +261,22 @@ def _relocated_pointers(elf: _Elf, seg: Section, places: set[int]) -> dict[int, 
             base = 0  # r_offset is relative to the patched section
         else:
             base = seg.addr  # r_offset is a virtual address
-        layout = _RELA if rs.type == SHT_RELA else _REL
+        layout = RELA if rs.type == SHT_RELA else REL
         data = elf.contents(rs)
-        whole = len(data) - len(data) % layout.size
-        for rec in layout.iter_unpack(data[:whole]):
+        for rec in layout.read_many(data, 0, len(data) // layout.size):
             place = rec[0] - base
             if place not in places:
                 continue
             rtype, sym = rec[1] & 0xFFFFFFFF, rec[1] >> 32
-            addend = rec[2] if layout is _RELA else _inline_pointer(elf, seg, place)
+            addend = rec.r_addend if layout is RELA else _inline_pointer(elf, seg, place)
             if elf.type == ET_REL:
                 if rtype not in abs_types:
                     raise elf._fail(f"{rs.name}: relocation type {rtype} for a fatbin pointer is not absolute 64-bit")
                 out[place] = _symbol_file_offset(elf, rs, sym, addend)
             elif rtype in rel_types:
-                out[place] = _vaddr_to_offset(elf, addend, place // _WRAPPER.size)
+                out[place] = _vaddr_to_offset(elf, addend, place // WRAPPER.size)
             elif rtype in abs_types:
-                out[place] = _vaddr_to_offset(elf, _symbol_value(elf, rs, sym) + addend, place // _WRAPPER.size)
+                out[place] = _vaddr_to_offset(elf, _symbol(elf, rs, sym).st_value + addend, place // WRAPPER.size)
             else:
                 raise elf._fail(f"{rs.name}: unexpected relocation type {rtype} for a fatbin pointer")
     return out
@@ -331,26 +286,35 @@ def _inline_pointer(elf: _Elf, seg: Section, place: int) -> int:
     return struct.unpack_from("<Q", elf.contents(seg), place)[0]
 
 
-def _symbol(elf: _Elf, rs: Section, sym: int) -> tuple:
+def _symbol(elf: _Elf, rs: Section, sym: int):
+    """Entry ``sym`` of the symbol table relocation section ``rs`` links to (a SYM record)."""
     if rs.link >= len(elf.sections):
         raise elf._fail(f"{rs.name}: symbol table index {rs.link} out of range")
     table = elf.contents(elf.sections[rs.link])
-    if (sym + 1) * _SYM.size > len(table):
+    if (sym + 1) * SYM.size > len(table):
         raise elf._fail(f"{rs.name}: symbol {sym} is outside its symbol table")
-    return _SYM.unpack_from(table, sym * _SYM.size)
-
-
-def _symbol_value(elf: _Elf, rs: Section, sym: int) -> int:
-    return _symbol(elf, rs, sym)[4]
+    return SYM.read(table, sym * SYM.size)
 
 
 def _symbol_file_offset(elf: _Elf, rs: Section, sym: int, addend: int) -> int:
     """File offset that symbol + addend designates in a relocatable object."""
-    shndx, value = _symbol(elf, rs, sym)[3], _symbol(elf, rs, sym)[4]
+    entry = _symbol(elf, rs, sym)
+    shndx, value = entry.st_shndx, entry.st_value
     if shndx == SHN_UNDEF or shndx >= SHN_LORESERVE or shndx >= len(elf.sections):
         raise elf._fail(f"{rs.name}: fatbin pointer symbol {sym} is not defined in a section (index {shndx})")
     target = elf.sections[shndx]
     return target.offset + value + addend
+
+
+def fatbin_sections(path: str) -> list[tuple[int, int]]:
+    """(file offset, end) of each ``.hip_fatbin`` section of ``path``, in
+    section-table order ([] for an ELF file that cannot be a HIP host)."""
+    with _mapped(path) as buf:
+        try:
+            elf = _Elf(buf, path)
+        except _NotHipHost:
+            return []
+        return [(s.offset, s.offset + s.size) for s in elf.named(FATBIN_SECTION)]
 
 
 def find_fatbin_bundles(path: str) -> list[FatbinBundle]:

@@ -383,11 +383,8 @@ class KernelDB:
                 remove_quietly(db_path)
             raise
         db = cls(conn, path, db_path, writable=writable, temp=temp)
-        try:
+        with db._closed_on_failure():
             db._validate()
-        except BaseException:
-            db.close()
-            raise
         return db
 
     @classmethod
@@ -396,17 +393,23 @@ class KernelDB:
         meanwhile), with MIOpen's schema, in WAL mode."""
         conn = _connect(path, writable=True, immutable=False, busy_timeout=busy_timeout, create=True)
         db = cls(conn, path, path, writable=True)
-        try:
+        with db._closed_on_failure():
             db._exec("PRAGMA journal_mode=WAL;")
             db._exec("BEGIN IMMEDIATE;")
             for statement in filter(None, (s.strip() for s in SCHEMA_SQL.split(";"))):
                 db._exec(statement + ";")
             db._exec("COMMIT;")
             db._validate()
-        except BaseException:
-            db.close()
-            raise
         return db
+
+    @contextmanager
+    def _closed_on_failure(self):
+        """Close this DB if what the block does to set it up fails."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     def create(cls, path: str, *, user: bool = True) -> "KernelDB":

@@ -1,4 +1,6 @@
-"""Data shipped inside the package: the sample MIOpen-shaped kernel DB.
+"""Data shipped inside the package: the sample MIOpen-shaped kernel DB, and
+the one reader of kpatch's TOML data files (rule sets, the MIOpen solver
+table).
 
 ``sample.kdb`` is built by ``tools/build_sample_kdb.py`` from the gfx1030
 fixtures under ``tests/fixtures/`` (kernels written for this project and
@@ -7,7 +9,24 @@ compiled by Debian's toolchain), with MIOpen-style keys.
 
 from __future__ import annotations
 
+import tomllib
 from importlib.resources import files
+
+from kpatch.errors import FormatError, UsageError
+
+
+def read_toml(path: str, name: str | None = None) -> dict:
+    """The TOML document in the file ``path``.  A file that cannot be read
+    is a UsageError naming ``path``; one that is not valid TOML a
+    FormatError naming the file as ``name`` (default: ``path``).  What the
+    document must hold is the caller's to check (FormatError too)."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise UsageError(e.strerror or str(e), path) from None
+    except tomllib.TOMLDecodeError as e:
+        raise FormatError(f"not valid TOML: {e}", name or path) from None
 
 
 def sample_db_path() -> str:

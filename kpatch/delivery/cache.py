@@ -47,7 +47,7 @@ from kpatch.errors import KpatchError, internal_reason
 from kpatch.apply.blob import blob_kind, patch_blob
 from kpatch.atomicfile import remove_quietly, write_atomic
 from kpatch.apply.modes import DEFAULT_RULE_SETS, SOURCE_PROCESSOR, default_patch_fn, default_provenance_fn
-from kpatch.apply.outcome import KernelOutcome
+from kpatch.rewrite.outcome import KernelOutcome
 
 #: record statuses (see the module doc)
 STATUSES = ("patched", "partial", "safe", "refused", "error")
@@ -174,7 +174,9 @@ def _kernels(kernels: Iterable[KernelOutcome]) -> list[dict]:
              "rules": list(k.rules)} for k in kernels]
 
 
-def _processor(data: bytes) -> str | None:
+def processor_of(data: bytes) -> str | None:
+    """The processor the code object ``data`` is for (``gfx1030``), or None
+    when it is not a readable code object or names none."""
     from kpatch.codeobject import CodeObject
 
     try:
@@ -249,7 +251,7 @@ def patch_into_cache(data: bytes, mode: str, directory: str) -> Record:
             raise KpatchError(f"mode {mode!r}: the hook patches in {' or '.join(HOOK_MODES)} mode")
         if blob_kind(data) != "code-object":
             raise KpatchError("not an AMDGPU code object")
-        rec.target = _processor(data)
+        rec.target = processor_of(data)
         if rec.target != SOURCE_PROCESSOR[mode]:
             raise KpatchError(f"code for {rec.target or 'an unknown target'}; --mode {mode} takes "
                               f"{SOURCE_PROCESSOR[mode]} code")

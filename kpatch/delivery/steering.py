@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import tomllib
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Iterable, Mapping
 
+from kpatch.data import read_toml
 from kpatch.errors import FormatError
 
-#: Kernel outcomes (``kpatch.apply.outcome.KERNEL_STATUSES``) whose code runs
+#: Kernel outcomes (``kpatch.rewrite.outcome.KERNEL_STATUSES``) whose code runs
 #: unpatched: the ones to steer around.
 REFUSED_OUTCOME = "refused"
 
@@ -106,13 +106,7 @@ def _default_table() -> SteeringTable:
 
 
 def _load(path: str) -> SteeringTable:
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as e:
-        raise FormatError(e.strerror or str(e), path) from None
-    except tomllib.TOMLDecodeError as e:
-        raise FormatError(f"not valid TOML: {e}", path) from None
+    doc = read_toml(path)
     src = doc.get("source", {})
     solvers = []
     for i, s in enumerate(doc.get("solver", [])):

@@ -15,10 +15,9 @@ from __future__ import annotations
 import collections
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from kpatch.containers.discover import Found, discover
-from kpatch.errors import KpatchError
 from kpatch.apply.blob import blob_kind
 from kpatch.apply.modes import SOURCE_PROCESSOR
 
@@ -39,34 +38,54 @@ class WarmResult:
                 "errors": [{"item": i, "reason": r} for i, r in self.errors], "refusals": self.refusals}
 
 
-def _processor(data: bytes) -> str | None:
-    from kpatch.codeobject import CodeObject
-    try:
-        target = CodeObject.from_bytes(data).target
-    except KpatchError:
-        return None
-    return target.processor if target is not None else None
+@dataclass(frozen=True)
+class SourceItem:
+    """One item :func:`source_objects` found: a distinct code object for the
+    mode's source processor (``data`` and its cache ``key``), an item that
+    could not be read (``error``), or neither (other code, another processor)."""
+
+    uri: object
+    data: bytes | None = None
+    key: str = ""
+    error: str = ""
+
+
+def source_objects(paths: Iterable[str], mode: str) -> Iterator[SourceItem]:
+    """Every code object for *mode*'s source processor under *paths*, as the
+    loader sees it, each distinct one (by content key) once; what cannot be
+    read and what is skipped come too.  What warm patches and doctor's
+    coverage counts."""
+    from kpatch.delivery import cache, hooklib
+
+    seen: set[str] = set()
+    for item in discover(paths):
+        if not isinstance(item, Found):
+            yield SourceItem(item.uri, error=item.error)
+            continue
+        data = bytes(item.data)
+        if blob_kind(data) != "code-object" or cache.processor_of(data) != SOURCE_PROCESSOR[mode]:
+            yield SourceItem(item.uri)
+            continue
+        key = hooklib.object_key(data)
+        if key not in seen:
+            seen.add(key)
+            yield SourceItem(item.uri, data, key)
 
 
 def warm(paths: Iterable[str], mode: str, directory: str,
          on_object: Callable[[str], None] | None = None) -> WarmResult:
     """Patch every code object for *mode* under *paths* into the cache."""
-    from kpatch.delivery import cache, hooklib
+    from kpatch.delivery import cache
 
     out = WarmResult()
-    seen: set[str] = set()
-    for item in discover(paths):
-        if not isinstance(item, Found):
+    for item in source_objects(paths, mode):
+        if item.error:
             out.errors.append((item.uri, item.error))
             continue
-        data = bytes(item.data)
-        if blob_kind(data) != "code-object" or _processor(data) != SOURCE_PROCESSOR[mode]:
+        if item.data is None:
             out.other_targets += 1
             continue
-        key = hooklib.object_key(data)
-        if key in seen:
-            continue
-        seen.add(key)
+        data, key = item.data, item.key
         if on_object:
             on_object(str(item.uri))
         rec = cache.read_record(directory, key, mode)

@@ -214,24 +214,23 @@ def layout_changes(a: CodeObject, b: CodeObject) -> list[FieldChange]:
     out: list[FieldChange] = []
     sa, sb = a.sections, b.sections
     for name in list(sa) + [n for n in sb if n not in sa]:
-        x, y = sa.get(name), sb.get(name)
-        if x is None or y is None:
-            out.append(FieldChange(f"section {name}", "present" if x else None, "present" if y else None))
-            continue
-        for f in _SECTION_FIELDS:
-            if getattr(x, f) != getattr(y, f):
-                out.append(FieldChange(f"section {name} {f}", getattr(x, f), getattr(y, f)))
+        _record_changes(out, f"section {name}", "", sa.get(name), sb.get(name), _SECTION_FIELDS)
     pa, pb = a.elf.segments, b.elf.segments
     for i in range(max(len(pa), len(pb))):
-        x = pa[i] if i < len(pa) else None
-        y = pb[i] if i < len(pb) else None
-        if x is None or y is None:
-            out.append(FieldChange(f"segment {i}", "present" if x else None, "present" if y else None))
-            continue
-        for f in _SEGMENT_FIELDS:
-            if getattr(x, f) != getattr(y, f):
-                out.append(FieldChange(f"segment {i} p_{f}", getattr(x, f), getattr(y, f)))
+        _record_changes(out, f"segment {i}", "p_", pa[i] if i < len(pa) else None, pb[i] if i < len(pb) else None,
+                        _SEGMENT_FIELDS)
     return out
+
+
+def _record_changes(out: list[FieldChange], what: str, prefix: str, x, y, fields: Sequence[str]) -> None:
+    """Add to ``out`` that ``what`` is on one side only, or each of its
+    ``fields`` that differs (named ``what prefix+field``)."""
+    if x is None or y is None:
+        out.append(FieldChange(what, "present" if x else None, "present" if y else None))
+        return
+    for f in fields:
+        if getattr(x, f) != getattr(y, f):
+            out.append(FieldChange(f"{what} {prefix}{f}", getattr(x, f), getattr(y, f)))
 
 
 def note_changes(a: CodeObject, b: CodeObject) -> list[FieldChange]:
@@ -395,10 +394,31 @@ def diff_objects(old: bytes, new: bytes, *, label: str = "", old_uri: str = "", 
 
 
 def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
+    """Compare ``a`` with ``b`` into ``d``: headers, metadata, then function
+    by function (with the control-flow check), then the relocation summary."""
     d.header = header_changes(a, b)
     d.layout = layout_changes(a, b)
     d.notes = note_changes(a, b)
     d.symbols = symbol_changes(a, b)
+    ka, kb = _metadata_changes(d, a, b)
+    decode = d.old_decode is not None and d.new_decode is not None
+    pairs, added = _unit_pairs(d, a, b, decode)
+    _kernel_fields(d, a, b, ka, kb)
+    if decode:
+        kern_a, kern_b = {k.name: k for k in a.kernels}, {k.name: k for k in b.kernels}
+        entries = [(n, k.entry, kern_b[n].entry) for n, k in kern_a.items() if n in kern_b]
+        d.problems = check_aligned(pairs, entries, added)
+    _mark_rows(d)
+    d.identical = a.data == b.data and not any(u.code_changed for u in d.units)
+    d.relocation = _relocation(d, a, b, decode)
+    for ud in d.units:
+        if ud.status == IDENTICAL and not keep:
+            ud.equal_dropped, ud.rows = len(ud.rows), []
+
+
+def _metadata_changes(d: ObjectDiff, a: CodeObject, b: CodeObject) -> tuple[dict, dict]:
+    """Put the changes of the metadata outside the kernels' maps in ``d``;
+    return each side's kernel maps by name."""
     ma = a.metadata.to_python() if a.metadata is not None else None
     mb = b.metadata.to_python() if b.metadata is not None else None
     ka = {k.get(".name"): k for k in (ma or {}).get("amdhsa.kernels", []) if isinstance(k, dict)}
@@ -414,14 +434,17 @@ def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
     elif (ma is None) != (mb is None):
         d.metadata = [FieldChange("metadata note", "present" if ma is not None else None,
                                   "present" if mb is not None else None)]
+    return ka, kb
 
-    decode = d.old_decode is not None and d.new_decode is not None
+
+def _unit_pairs(d: ObjectDiff, a: CodeObject, b: CodeObject, decode: bool) -> tuple[list, list[DiffUnit]]:
+    """Match the functions of ``a`` and ``b`` by name into ``d.units`` (their
+    instructions aligned when both sides decode); return the (old, new,
+    alignment) pairs and the functions only ``b`` has."""
     ua = units(a, d.old_decode if decode else None)
     ub = units(b, d.new_decode if decode else None)
     by_b = {u.name: u for u in ub}
     names_a = {u.name for u in ua}
-    kern_a = {k.name: k for k in a.kernels}
-    kern_b = {k.name: k for k in b.kernels}
     pairs = []
     for u in ua:
         v = by_b.get(u.name)
@@ -434,9 +457,17 @@ def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
                           (u.start, u.end), (v.start, v.end), _rows(u, v, ops))
             pairs.append((u, v, ops))
         d.units.append(ud)
-    for v in ub:
-        if v.name not in names_a:
-            d.units.append(UnitDiff(v.name, v.kind, ADDED, None, (v.start, v.end), _rows_for(v, ADDED)))
+    added = [v for v in ub if v.name not in names_a]
+    for v in added:
+        d.units.append(UnitDiff(v.name, v.kind, ADDED, None, (v.start, v.end), _rows_for(v, ADDED)))
+    return pairs, added
+
+
+def _kernel_fields(d: ObjectDiff, a: CodeObject, b: CodeObject, ka: dict, kb: dict) -> None:
+    """Each kernel's descriptor and metadata changes, on its unit (a kernel
+    whose code is in no unit gets a unit of its own for them)."""
+    kern_a = {k.name: k for k in a.kernels}
+    kern_b = {k.name: k for k in b.kernels}
     for ud in d.units:
         ka_, kb_ = kern_a.get(ud.name), kern_b.get(ud.name)
         if ka_ is not None and kb_ is not None:
@@ -444,7 +475,6 @@ def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
         mka, mkb = ka.get(ud.name), kb.get(ud.name)
         if mka is not None and mkb is not None:
             ud.metadata = tree_changes(mka, mkb)
-    # kernels without a function symbol still have descriptors / metadata
     for name in [n for n in kern_a if n in kern_b and n not in {u.name for u in d.units}]:
         ud = UnitDiff(name, "kernel", IDENTICAL, None, None)
         ud.descriptor = descriptor_changes(kern_a[name].descriptor, kern_b[name].descriptor)
@@ -452,10 +482,10 @@ def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
             ud.metadata = tree_changes(ka[name], kb[name])
         d.units.append(ud)
 
-    if decode:
-        entries = [(n, k.entry, kern_b[n].entry) for n, k in kern_a.items() if n in kern_b]
-        d.problems = check_aligned(pairs, entries,
-                                   [by_b[n] for n in by_b if n not in names_a])
+
+def _mark_rows(d: ObjectDiff) -> None:
+    """Put each control-flow problem on its row, mark branches that only
+    moved with their target as relocated, and mark changed units."""
     bad = {(p.unit, p.old_address) for p in d.problems}
     bad_new = {(p.unit, p.new_address): p.message for p in d.problems if p.new_address is not None}
     bad_old = {(p.unit, p.old_address): p.message for p in d.problems if p.old_address is not None}
@@ -473,11 +503,6 @@ def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
                                        or (ud.old_range and ud.new_range
                                            and ud.old_range[1] - ud.old_range[0] != ud.new_range[1] - ud.new_range[0])):
             ud.status = DIFFERENT
-    d.identical = a.data == b.data and not any(u.code_changed for u in d.units)
-    d.relocation = _relocation(d, a, b, decode)
-    for ud in d.units:
-        if ud.status == IDENTICAL and not keep:
-            ud.equal_dropped, ud.rows = len(ud.rows), []
 
 
 def _relocation(d: ObjectDiff, a: CodeObject, b: CodeObject, decoded: bool) -> dict[str, object]:

@@ -1,7 +1,8 @@
 """The code of a code object cut into units a diff compares one by one.
 
-A *unit* is a function symbol's byte range in ``.text`` (a kernel's
-``STT_FUNC`` symbol, or a device function's), decoded the way
+A *unit* is a function's byte range in ``.text`` (a kernel or a device
+function, as :meth:`~kpatch.codeobject.CodeObject.function_extents` bounds
+it), decoded the way
 ``llvm-objdump -d`` decodes it; an object without function symbols is one
 unit, the whole ``.text``.  Units are matched between two objects by name.
 """
@@ -55,29 +56,14 @@ def text_symbols(co: CodeObject) -> list[tuple[int, str]]:
     return sorted(out.items())
 
 
-def function_ranges(co: CodeObject) -> list[tuple[str, int, int]]:
-    """(name, start, end) of every defined, sized function symbol inside
-    ``.text``, by address (first symbol of each name)."""
-    text = co.section(".text")
-    if text is None:
-        return []
-    lo, hi = text.addr, text.addr + text.size
-    seen: dict[str, tuple[str, int, int]] = {}
-    for s in co.function_symbols():
-        if s.size > 0 and s.name and lo <= s.value and s.value + s.size <= hi and s.name not in seen:
-            seen[s.name] = (s.name, s.value, s.value + s.size)
-    return sorted(seen.values(), key=lambda r: (r[1], r[0]))
-
-
 def units(co: CodeObject, target: str | None) -> list[DiffUnit]:
     """The units of ``co``; instructions are decoded when ``target`` is given."""
     text = co.section(".text")
     if text is None:
         return []
-    kernels = {k.name for k in co.kernels}
-    ranges = function_ranges(co)
-    if ranges:
-        out = [DiffUnit(n, "kernel" if n in kernels else "function", s, e) for n, s, e in ranges]
+    extents = sorted(co.function_extents(), key=lambda e: (e.start, e.name))
+    if extents:
+        out = [DiffUnit(e.name, e.kind, e.start, e.end) for e in extents]
     else:
         out = [DiffUnit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
     if target is not None:

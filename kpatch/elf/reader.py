@@ -4,7 +4,10 @@ Only what kpatch needs: the file header, section and program header tables,
 symbol tables and notes.  Every table is read on first use and checked
 against the size of the data; anything out of range is a
 :class:`~kpatch.errors.FormatError`.  Nothing here is AMDGPU-specific except
-the constants at the top, which the code-object model uses.  The
+the constants at the top, which the code-object model uses.  Host ELF
+files (:mod:`kpatch.containers.hostelf`) are mapped, not held in memory:
+they read these records (EHDR, SHDR, SYM, RELA, REL) and :class:`Section`
+through their own walk of the mapping.  The
 constants are kpatch's one set: every module that names an ELF value
 imports it from here.
 """
@@ -60,6 +63,8 @@ SYM = Layout("symbol", [
     ("st_value", "Q"), ("st_size", "Q"),
 ])
 NHDR = Layout("note header", [("n_namesz", "I"), ("n_descsz", "I"), ("n_type", "I")])
+RELA = Layout("relocation with addend", [("r_offset", "Q"), ("r_info", "Q"), ("r_addend", "q")])
+REL = Layout("relocation", [("r_offset", "Q"), ("r_info", "Q")])
 
 
 @dataclass(frozen=True)

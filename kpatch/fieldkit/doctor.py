@@ -277,6 +277,9 @@ def find_torch_python(requested: str | None, env: Mapping[str, str]) -> tuple[To
 
 def _dynamic(path: str) -> tuple[list[str], list[str], list[str]] | None:
     """(DT_NEEDED, DT_RPATH dirs, DT_RUNPATH dirs) of an ELF shared library, or None."""
+    # pyelftools, not kpatch.elf: kpatch.elf.reader holds a whole file in memory
+    # and reads no dynamic section; these are PyTorch's libraries (hundreds of
+    # megabytes each), of which only .dynamic and its strings are wanted
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     try:
@@ -419,33 +422,26 @@ def coverage(paths: Mapping[str, list[str]], cache_dir: str, mode: str = "overri
     code objects for the mode's processor (gfx1030 under override) found
     there, counted by their cache state; distinct objects (by content key)
     are counted once per group."""
-    from kpatch.containers.discover import Found, discover
-    from kpatch.delivery import cache, hooklib
-    from kpatch.delivery.warm import _processor
-    from kpatch.apply.blob import blob_kind
-    from kpatch.apply.modes import SOURCE_PROCESSOR
+    from kpatch.delivery import cache
+    from kpatch.delivery.warm import source_objects
 
     out: dict = {}
     for group, group_paths in paths.items():
         counts = {s: 0 for s in COVERAGE_STATES}
         errors = []
-        seen: set[str] = set()
-        for item in discover(group_paths):
-            if not isinstance(item, Found):
+        objects = 0
+        for item in source_objects(group_paths, mode):
+            if item.error:
                 errors.append({"item": str(item.uri), "reason": item.error})
                 continue
-            data = bytes(item.data)
-            if blob_kind(data) != "code-object" or _processor(data) != SOURCE_PROCESSOR[mode]:
+            if item.data is None:
                 continue
-            key = hooklib.object_key(data)
-            if key in seen:
-                continue
-            seen.add(key)
+            objects += 1
             if on_object:
                 on_object()
-            rec = cache.read_record(cache_dir, key, mode)
+            rec = cache.read_record(cache_dir, item.key, mode)
             counts[rec.status if rec is not None else "not yet seen"] += 1
-        out[group] = {"paths": list(group_paths), "objects": len(seen), "counts": counts, "errors": errors}
+        out[group] = {"paths": list(group_paths), "objects": objects, "counts": counts, "errors": errors}
     return out
 
 

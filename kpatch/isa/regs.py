@@ -131,25 +131,37 @@ def _traits(mn: str) -> _Traits:
 
 
 def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
-    """(reads, writes) of a Decoded instruction."""
+    """(reads, writes) of a Decoded instruction: the explicit operands of
+    its template (:func:`_explicit`), those the templates do not carry
+    (:func:`_untemplated`), then the implicit ones (EXEC for vector
+    instructions, :data:`IMPLICIT`)."""
     if d.fmt is None:
         return (), ()
-    info = d.info
-    f = d.fields
     fmtname = d.fmt.name
-    mn = d.mnemonic
-    reads: list[Reg] = []
-    writes: list[Reg] = []
-    form = info.form if d.kind is None else getattr(info, d.kind)
-    seen_src = False
-    traits = _traits(mn)
-    atomic = traits.atomic
-    glc = f.get("glc", 0)
+    traits = _traits(d.mnemonic)
+    widths, nsa_addrs = _image_widths(d)
+    reads, writes = _explicit(d, traits, widths)
+    reads = _untemplated(d, traits, reads, writes, nsa_addrs)
+    if fmtname in _VALU or fmtname in _VMEM:
+        reads.append(EXEC_LO)
+    reads.extend(traits.implicit_reads)
+    writes.extend(traits.implicit_writes)
+    return tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))
+
+
+#: the fixed registers a template names by text (``vcc_lo``, ``exec``, ``m0``...)
+_TEMPLATE_REGS = {"vcc_lo": VCC_LO, "vcc": Reg("vcc", 0, 2), "exec_lo": EXEC_LO,
+                  "exec": Reg("exec", 0, 2), "m0": M0}
+
+
+def _image_widths(d) -> tuple[dict[str, int], list[int]]:
+    """An image instruction's operand widths that its fields decide (``vdata``
+    by dmask/d16, ``vaddr`` by dim), and the further NSA address VGPRs."""
     widths: dict[str, int] = {}
     nsa_addrs: list[int] = []
-    if fmtname == "MIMG" and info.img is not None:
+    if d.fmt.name == "MIMG" and d.info.img is not None:
         from kpatch.isa.text import mimg_operands
-        m = mimg_operands(f, info, d.raw)
+        m = mimg_operands(d.fields, d.info, d.raw)
         if m is not None:
             widths["vdata"] = m[0]
             if isinstance(m[1], list):
@@ -157,46 +169,56 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
                 nsa_addrs = m[1][1:]
             else:
                 widths["vaddr"] = m[1][1]
+    return widths, nsa_addrs
+
+
+def _field_register(d, op, widths: dict[str, int]) -> Reg | None:
+    """The register a template operand's field names (None: a constant, an
+    interpolation parameter or attribute, or FLAT's saddr, handled apart)."""
+    name, v, fmtname = op.field, d.fields[op.field], d.fmt.name
+    if fmtname == "FLAT" and name == "addr":
+        from kpatch.isa.text import flat_addr_width
+        n = flat_addr_width(d.fields)
+        return Reg("v", v, n) if n else None
+    if (fmtname == "FLAT" and name == "saddr") or op.kind in ("param", "attr"):
+        return None
+    if op.kind == "v":
+        return Reg("v", v, widths.get(name, op.width))
+    if op.kind == "s":
+        from kpatch.isa.text import FIELD_SCALE
+        return scalar_reg(v * FIELD_SCALE.get(name, 1), op.width)
+    return scalar_reg(v, op.width)
+
+
+def _explicit(d, traits: _Traits, widths: dict[str, int]) -> tuple[list[Reg], list[Reg]]:
+    """(reads, writes) of the operands the template lists, each given its
+    role: destinations written (a SOPK's as its mnemonic says, a tied vdst
+    read too), memory data by load/store/atomic, everything else read."""
+    fmtname = d.fmt.name
+    form = d.info.form if d.kind is None else getattr(d.info, d.kind)
+    reads: list[Reg] = []
+    writes: list[Reg] = []
+    seen_src = False
     for op in form.operands:
         if op.tag == "t":
-            r = {"vcc_lo": VCC_LO, "vcc": Reg("vcc", 0, 2), "exec_lo": EXEC_LO,
-                 "exec": Reg("exec", 0, 2), "m0": M0}.get(op.text)
+            r = _TEMPLATE_REGS.get(op.text)
             if r is not None:
                 (reads if seen_src else writes).append(r)
             continue
         if op.tag != "f":
             continue
         name = op.field
-        if d.kind is not None and name == "src0":
+        if d.kind is not None and name == "src0":  # DPP/SDWA: src0 lives in the extra dword
             v = d.extra["src0"]
-            if d.kind == "sdwa" and d.extra.get("s0"):
-                r = scalar_reg(v, op.width)
-            else:
-                r = Reg("v", v, op.width)
+            r = scalar_reg(v, op.width) if d.kind == "sdwa" and d.extra.get("s0") else Reg("v", v, op.width)
             seen_src = True
             if r:
                 reads.append(r)
             continue
         if d.kind == "sdwa" and name == "sdst":
-            r = scalar_reg(d.extra["sdst"], 1) if d.extra.get("sd") else VCC_LO
-            writes.append(r)
+            writes.append(scalar_reg(d.extra["sdst"], 1) if d.extra.get("sd") else VCC_LO)
             continue
-        v = f[name]
-        if fmtname == "FLAT" and name == "addr":
-            from kpatch.isa.text import flat_addr_width
-            n = flat_addr_width(f)
-            r = Reg("v", v, n) if n else None
-        elif fmtname == "FLAT" and name == "saddr":
-            r = None  # handled below with the right width
-        elif op.kind in ("param", "attr"):
-            r = None  # interpolation parameter / attribute, not a register
-        elif op.kind == "v":
-            r = Reg("v", v, widths.get(name, op.width))
-        elif op.kind == "s":
-            from kpatch.isa.text import FIELD_SCALE
-            r = scalar_reg(v * FIELD_SCALE.get(name, 1), op.width)
-        else:
-            r = scalar_reg(v, op.width)
+        r = _field_register(d, op, widths)
         if r is None:
             if name not in ("vdst", "sdst", "sdata", "vdata"):
                 seen_src = True
@@ -212,9 +234,9 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
             if name == "vdst" and traits.tied:
                 reads.append(r)
         elif name in ("sdata", "vdata", "data") and fmtname in ("SMEM", "MUBUF", "MTBUF", "MIMG", "FLAT"):
-            if atomic:
+            if traits.atomic:
                 reads.append(r)
-                if glc and fmtname != "FLAT":
+                if d.fields.get("glc", 0) and fmtname != "FLAT":
                     writes.append(r)
             elif traits.store:
                 reads.append(r)
@@ -223,12 +245,20 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
         else:
             reads.append(r)
             seen_src = True
-    # extra explicit operands the templates don't carry
-    if fmtname == "FLAT" and atomic and glc and not f.get("lds") and not any(
+    return reads, writes
+
+
+def _untemplated(d, traits: _Traits, reads: list[Reg], writes: list[Reg], nsa_addrs: list[int]) -> list[Reg]:
+    """Add the explicit operands the templates do not carry (a returning FLAT
+    atomic's vdst, FLAT's saddr, NSA addresses, MUBUF/MTBUF's vaddr) to
+    ``writes`` and to the reads, and return the reads (an export reads only
+    its enabled sources)."""
+    f, fmtname, form = d.fields, d.fmt.name, (d.info.form if d.kind is None else getattr(d.info, d.kind))
+    if fmtname == "FLAT" and traits.atomic and f.get("glc", 0) and not f.get("lds") and not any(
             o.field == "vdst" for o in form.operands):
         dt = next((o for o in form.operands if o.field == "data"), None)
         if dt is not None:
-            writes.append(Reg("v", f["vdst"], dt.width // 2 if "cmpswap" in mn else dt.width))
+            writes.append(Reg("v", f["vdst"], dt.width // 2 if "cmpswap" in d.mnemonic else dt.width))
     if fmtname == "FLAT" and f["seg"] != 0 and f["saddr"] not in (0x7D, 0x7F):
         r = scalar_reg(f["saddr"], 2 if f["seg"] == 2 else 1)
         if r and r not in reads:
@@ -244,8 +274,4 @@ def registers(d) -> tuple[tuple[Reg, ...], tuple[Reg, ...]]:
         n = f["offen"] + f["idxen"]
         if n:
             reads.append(Reg("v", f["vaddr"], n))
-    if fmtname in _VALU or fmtname in _VMEM:
-        reads.append(EXEC_LO)
-    reads.extend(traits.implicit_reads)
-    writes.extend(traits.implicit_writes)
-    return tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))
+    return reads

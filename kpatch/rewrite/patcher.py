@@ -49,6 +49,7 @@ from kpatch.errors import KpatchError, UsageError
 from kpatch.isa import decode, encode
 from kpatch.rewrite import headers, residency
 from kpatch.rewrite.edits import CannotFix, Edit, Refusal
+from kpatch.rewrite.outcome import KernelOutcome, PatchResult
 from kpatch.rewrite.fixes import APPROX_FOR, FIXES, FixContext, InstructionMatch
 from kpatch.analysis.codescan import scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
@@ -73,33 +74,6 @@ ALL_OR_NOTHING = ("native", "harden")
 # in override mode the object keeps its gfx1030 label, which the loader reads
 # as "no XNACK"; the hardware's XNACK mode is the driver's (amdgpu.noretry)
 OVERRIDE_ACCEPTS = ("Xnack",)
-
-
-@dataclass
-class KernelOutcome:
-    name: str
-    status: str  # patched | refused | untouched
-    reason: str = ""
-    rules: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "reason": self.reason, "rules": list(self.rules)}
-
-
-@dataclass
-class PatchResult:
-    data: bytes | None  # None: unchanged
-    kernels: list[KernelOutcome]
-    changed: bool
-    relocations: dict[str, int] = field(default_factory=dict)
-    provenance: dict | None = None
-    note: str = ""
-    functions: list[KernelOutcome] = field(default_factory=list)  # device functions
-
-    @property
-    def unchanged(self) -> list[KernelOutcome]:
-        """Refused kernels of a written object (override mode): their code is the original's."""
-        return [k for k in self.kernels if k.status == "refused"] if self.data is not None else []
 
 
 @dataclass(frozen=True)
@@ -140,8 +114,10 @@ def select_rule_sets(mode: str, rule_sets=None, extra_rule_files=()) -> list[Rul
     return chosen
 
 
-def _kernel_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
-    return {k.name: (k.entry, k.entry + (k.code_size or 0)) for k in co.kernels}
+def _code_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
+    """[start, end) of every kernel and device function, by name
+    (:meth:`CodeObject.function_extents`)."""
+    return {e.name: (e.start, e.end) for e in co.function_extents()}
 
 
 def reachable_units(co: CodeObject) -> dict[str, set[str]]:
@@ -160,12 +136,7 @@ def reachable_units(co: CodeObject) -> dict[str, set[str]]:
     for ui, u in enumerate(scan.units):
         if u.kind != "kernel":
             continue
-        seen, todo = {ui}, [ui]
-        while todo:
-            for v in scan.edges.get(todo.pop(), ()):
-                if v not in seen:
-                    seen.add(v)
-                    todo.append(v)
+        seen = scan.reach(ui)
         out[u.name] = (every if seen & unbounded else {scan.units[v].name for v in seen}) - {u.name}
     return out
 
@@ -378,7 +349,7 @@ def patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_file
 
 def _refused(names: list[str], reason: str, note: str | None = None, **extra) -> PatchResult:
     """The whole object refused: every kernel with ``reason``, nothing written."""
-    return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names], False,
+    return PatchResult(None, [KernelOutcome(n, "refused", reason) for n in names],
                        note=reason if note is None else note, **extra)
 
 
@@ -389,7 +360,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     prov = read_provenance(data)
     if prov is not None:
         return PatchResult(None, [KernelOutcome(n, "untouched", "already patched by kpatch") for n in names],
-                           False, provenance=prov, note="already patched by kpatch")
+                           provenance=prov, note="already patched by kpatch")
     try:
         _check_source(co, mode)
     except Refusal as e:
@@ -403,7 +374,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         except Refusal as e:
             return _refused(names, e.reason)
     kernel_objs = {k.name: k for k in co.kernels}
-    ranges = _kernel_ranges(co)
+    ranges = _code_ranges(co)
     outcomes: dict[str, KernelOutcome] = {}
     fn_outcomes: dict[str, KernelOutcome] = {}
     contexts: dict[str, FixContext] = {}
@@ -411,9 +382,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     header_kernels: dict[str, tuple[Rule, list[str]]] = {}  # rule id -> (rule, kernels it changes)
     units = [(kr, kernel_objs.get(kr.name), outcomes) for kr in report.kernels]
     for fr in report.functions:
-        fn = DeviceFunction(fr.name, fr.address, fr.size)
-        ranges[fr.name] = (fn.entry, fn.entry + fn.code_size)
-        units.append((fr, fn, fn_outcomes))
+        units.append((fr, DeviceFunction(fr.name, fr.address, fr.size), fn_outcomes))
     for kr, unit, into in units:
         ctx = FixContext(co, unit)
         if into is outcomes:
@@ -462,12 +431,12 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         if refused is not None:
             return refused
     if rec is None:
-        return PatchResult(None, [outcomes[n] for n in names], False, relocations=relocated, functions=fns)
+        return PatchResult(None, [outcomes[n] for n in names], relocations=relocated, functions=fns)
     new = result.data
     problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=[r for r in plan.approx if r.fix in KEEPS])
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))
-    return PatchResult(new, [outcomes[n] for n in names], True, relocations=relocated, provenance=rec,
+    return PatchResult(new, [outcomes[n] for n in names], relocations=relocated, provenance=rec,
                        functions=fns)
 
 
@@ -629,7 +598,7 @@ def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, K
            f"({first.name}: {first.reason})")
     kernels = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in outcomes.values()]
     fns = [o if o.status == "refused" else KernelOutcome(o.name, "refused", why) for o in fn_outcomes.values()]
-    return PatchResult(None, kernels, False, note=why, functions=fns)
+    return PatchResult(None, kernels, note=why, functions=fns)
 
 
 def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list[Rule] = ()) -> list[str]:

@@ -277,51 +277,76 @@ class _Plan:
             new = True
 
 
-def _decide(scan: TextScan, slots: dict[int, Slot], conflicts: dict[int, Refusal],
-            offset3f: bool) -> tuple[_Plan, TextLayout]:
-    """Refuse what must be refused and lay out ``.text`` with the remaining edits."""
+def _plan_layout(scan: TextScan, slots: dict[int, Slot], conflicts: dict[int, Refusal],
+                 offset3f: bool) -> tuple[_Plan, TextLayout]:
+    """Refuse what must be refused and lay out ``.text`` with the remaining
+    edits: refusals spread (:meth:`_Plan.propagate`) until they settle, and
+    each layout whose branches no longer reach refuses those branches' units."""
     plan = _Plan(scan, slots)
-    problems = dict(conflicts)
-    for i, slot in slots.items():
-        if i not in problems:
-            p = _edit_problem(scan, i, slot)
-            if p is not None:
-                problems[i] = p
-    class_a = scan.problems_of("A")
+    problems = _edit_problems(scan, slots, conflicts)
     for _ in range(4 * len(scan.units) + 4):
         new = False
         for i, p in problems.items():
             new |= plan.refuse_unit(scan.unit_of[i], p)
         active = plan.active()
-        moving = any(s.size_change(scan.insts[i].size) for i, s in active.items())
-        if moving and class_a:
-            a = class_a[0]
-            why = Refusal(f"cannot relocate: {a.reason.removeprefix('cannot relocate: ')} "
-                          f"(in {a.unit}); no code in this object can move", kind="immovable",
-                          address=a.address)
-            for r in plan.roots:
-                if plan.has_edits(r, sized=True):
-                    new |= plan.refuse(r, why)
-        if moving:
-            for p in scan.problems_of("B"):
-                new |= plan.refuse_unit(p.ui, Refusal(p.reason, kind=p.kind, address=p.address))
+        new |= _refuse_what_cannot_move(scan, plan, active)
         new |= plan.propagate()
         if new:
             continue
         lay = layout_text(scan, active, offset3f=offset3f)
         if not lay.out_of_range:
             return plan, lay
-        for i in lay.out_of_range:
-            ins = scan.insts[i]
-            why = Refusal(f"cannot relocate: {ins.mnemonic} at {ins.address:#x} would need an "
-                          f"offset beyond 16 bits after the insertions", kind="branch-range",
-                          address=ins.address)
-            new |= plan.refuse_unit(scan.unit_of[i], why, sized=True)
-        if not new:
+        if not _refuse_out_of_range(scan, plan, lay):
             ins = scan.insts[lay.out_of_range[0]]
             raise Refusal(f"cannot relocate: {ins.mnemonic} at {ins.address:#x} no longer "
                           f"reaches its target", kind="branch-range", address=ins.address)
     raise Refusal("cannot relocate: refusals did not settle", kind="layout")  # pragma: no cover
+
+
+def _edit_problems(scan: TextScan, slots: dict[int, Slot], conflicts: dict[int, Refusal]) -> dict[int, Refusal]:
+    """Instruction index -> why its edits cannot be made (conflicting edits,
+    or :func:`_edit_problem`)."""
+    problems = dict(conflicts)
+    for i, slot in slots.items():
+        if i not in problems:
+            p = _edit_problem(scan, i, slot)
+            if p is not None:
+                problems[i] = p
+    return problems
+
+
+def _refuse_what_cannot_move(scan: TextScan, plan: _Plan, active: dict[int, Slot]) -> bool:
+    """When the active edits move code: refuse every root with sized edits if
+    something pins every address (class A), and the units that reach an
+    unbounded computed jump (class B).  True if anything new was refused."""
+    if not any(s.size_change(scan.insts[i].size) for i, s in active.items()):
+        return False
+    new = False
+    class_a = scan.problems_of("A")
+    if class_a:
+        a = class_a[0]
+        why = Refusal(f"cannot relocate: {a.reason.removeprefix('cannot relocate: ')} "
+                      f"(in {a.unit}); no code in this object can move", kind="immovable",
+                      address=a.address)
+        for r in plan.roots:
+            if plan.has_edits(r, sized=True):
+                new |= plan.refuse(r, why)
+    for p in scan.problems_of("B"):
+        new |= plan.refuse_unit(p.ui, Refusal(p.reason, kind=p.kind, address=p.address))
+    return new
+
+
+def _refuse_out_of_range(scan: TextScan, plan: _Plan, lay: TextLayout) -> bool:
+    """Refuse the units of the branches ``lay`` cannot encode any more; True
+    if anything new was refused."""
+    new = False
+    for i in lay.out_of_range:
+        ins = scan.insts[i]
+        why = Refusal(f"cannot relocate: {ins.mnemonic} at {ins.address:#x} would need an "
+                      f"offset beyond 16 bits after the insertions", kind="branch-range",
+                      address=ins.address)
+        new |= plan.refuse_unit(scan.unit_of[i], why, sized=True)
+    return new
 
 
 def _scan(co: CodeObject, target: str | None) -> TextScan | None:
@@ -378,14 +403,14 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
     for _ in range(3):
         plan = lay = None
         if scan is not None:
-            plan, lay = _decide(scan, slots, conflicts, offset3f)
+            plan, lay = _plan_layout(scan, slots, conflicts, offset3f)
         try:
             try:
-                result = _finish(co, scan, lay, plan, contents, target, offset3f)
+                result = _write_object(co, scan, lay, plan, contents, target, offset3f)
                 again = finalize(result) if finalize is not None else None
                 if again is None:
                     return result
-                return _finish_again(co, scan, lay, plan, contents, target, offset3f, edits, *again)
+                return _rewrite_finalized(co, scan, lay, plan, contents, target, offset3f, edits, *again)
             except (struct.error, OverflowError):
                 # only odd inputs get here (addresses near 2**64 and the like)
                 raise Refusal("cannot relocate: a moved address or offset no longer fits its "
@@ -399,10 +424,63 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
     raise Refusal("cannot relocate: PC-relative targets could not be placed", kind="data-target")
 
 
-def _finish(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
-            contents: dict[int | str, bytes], target: str | None, offset3f: bool) -> RewriteResult:
+def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
+                  contents: dict[int | str, bytes], target: str | None, offset3f: bool) -> RewriteResult:
+    """The object with its sections' new contents and ``.text`` laid out as
+    ``lay`` says, every address that points into moved code fixed, and the
+    counts of what was done."""
     layout = ElfLayout(co.data)
     text_sec = layout.section(".text")
+    new_sizes, by_index = _new_contents(layout, contents)
+    if lay is not None:
+        new_sizes[text_sec.index] = lay.size
+    layout.plan(new_sizes)
+    inside = lay is not None and lay.moved()
+    relative = text_sec is not None and text_sec.size > 0 and any(
+        s.alloc and s.type != SHT_NULL and s.delta != text_sec.delta for s in layout.secs)
+    moves = inside or relative
+    execs = [s for s in layout.secs if s.flags & SHF_EXECINSTR and s.name != ".text"]
+    if moves and execs:
+        raise Refusal(f"cannot relocate: code outside .text ({execs[0].name})", kind="layout")
+    if relative and scan is None:
+        scan = _scan(co, target)
+        plan, lay = _Plan(scan, {}), layout_text(scan, {}, offset3f=offset3f)
+    if moves and scan.problems_of("A"):
+        a = scan.problems_of("A")[0]
+        raise Refusal(f"{a.reason} (in {a.unit}); the object's code cannot move relative to "
+                      f"its data", kind="immovable", address=a.address)
+    code_maps = {}
+    if moves:
+        d = text_sec.delta
+        code_maps[text_sec.index] = lambda addr, kind, _m=lay.map, _d=d: (
+            None if (v := _m(addr, kind)) is None else v + _d)
+    amap = AddressMap(layout, code_maps)
+    stats: dict[str, int] = {}
+    inserted: list = []
+    if lay is not None and (moves or lay.slots):
+        text, inserted = lay.build()
+        if moves:
+            stats["getpc_literals_fixed"] = _fix_getpc(scan, lay, text, amap, text_sec.delta)
+        by_index[text_sec.index] = bytes(text)
+    stats["descriptors_fixed"] = _fix_descriptors(co, layout, amap, by_index) if moves else 0
+    out, ws = write(layout, by_index, amap)
+    result = RewriteResult(out)
+    if lay is not None:
+        _record_code_changes(result, stats, scan, lay, inserted, text_sec.delta)
+    if plan is not None:
+        result.refused = sorted(plan.refused.values(), key=lambda r: (r.kernel or "", r.reason))
+    stats.update(symbols_fixed=ws.symbols_fixed, dynamic_fixed=ws.dynamic_fixed,
+                 relocations_fixed=ws.relocations_fixed, sections_moved=ws.sections_moved,
+                 segments_fixed=ws.segments_fixed)
+    stats["debug_sections_stale"] = sum(1 for s in layout.secs if s.name.startswith(".debug") and moves)
+    result.relocations = stats
+    CodeObject.from_bytes(out)  # the result must still parse
+    return result
+
+
+def _new_contents(layout: ElfLayout, contents: dict[int | str, bytes]) -> tuple[dict[int, int], dict[int, bytes]]:
+    """(new size, new bytes) by section index of the sections ``contents``
+    names (by index or name); UsageError for one the object does not have."""
     new_sizes: dict[int, int] = {}
     by_index: dict[int, bytes] = {}
     for key, b in contents.items():
@@ -412,64 +490,27 @@ def _finish(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan:
             raise UsageError(f"no section {key}")
         new_sizes[s.index] = len(b)
         by_index[s.index] = bytes(b)
-    if lay is not None:
-        new_sizes[text_sec.index] = lay.size
-    layout.plan(new_sizes)
-    inside = lay is not None and lay.moved()
-    relative = text_sec is not None and text_sec.size > 0 and any(
-        s.alloc and s.type != SHT_NULL and s.delta != text_sec.delta for s in layout.secs)
-    execs = [s for s in layout.secs if s.flags & SHF_EXECINSTR and s.name != ".text"]
-    if (inside or relative) and execs:
-        raise Refusal(f"cannot relocate: code outside .text ({execs[0].name})", kind="layout")
-    if relative and scan is None:
-        scan = _scan(co, target)
-        plan, lay = _Plan(scan, {}), layout_text(scan, {}, offset3f=offset3f)
-    if (inside or relative) and scan.problems_of("A"):
-        a = scan.problems_of("A")[0]
-        raise Refusal(f"{a.reason} (in {a.unit}); the object's code cannot move relative to "
-                      f"its data", kind="immovable", address=a.address)
-    code_maps = {}
-    if inside or relative:
-        d = text_sec.delta
-        code_maps[text_sec.index] = lambda addr, kind, _m=lay.map, _d=d: (
-            None if (v := _m(addr, kind)) is None else v + _d)
-    amap = AddressMap(layout, code_maps)
-    stats: dict[str, int] = {}
-    inserted: list = []
-    if lay is not None and (inside or relative or lay.slots):
-        text, inserted = lay.build()
-        if inside or relative:
-            stats["getpc_literals_fixed"] = _fix_getpc(scan, lay, text, amap, text_sec.delta)
-        by_index[text_sec.index] = bytes(text)
-    stats["descriptors_fixed"] = (_fix_descriptors(co, layout, amap, by_index)
-                                  if (inside or relative) else 0)
-    out, ws = write(layout, by_index, amap)
-    result = RewriteResult(out)
-    if lay is not None:
-        d = text_sec.delta
-        amap_ = lay.address_map
-        result.address_map = amap_ if not d else {a: v + d for a, v in amap_.items()}
-        result.inserted = [(a + d, n, r) for a, n, r in inserted]
-        result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
-        stats["edits_applied"] = len(result.applied)
-        stats["branches_retargeted"] = len(lay.new_simm)
-        stats["offset3f_fixed"] = sum(lay.nops3f.values())
-        stats["text_growth"] = lay.size - (scan.end - scan.start)
-    if plan is not None:
-        result.refused = sorted(plan.refused.values(), key=lambda r: (r.kernel or "", r.reason))
-    stats.update(symbols_fixed=ws.symbols_fixed, dynamic_fixed=ws.dynamic_fixed,
-                 relocations_fixed=ws.relocations_fixed, sections_moved=ws.sections_moved,
-                 segments_fixed=ws.segments_fixed)
-    stats["debug_sections_stale"] = sum(
-        1 for s in layout.secs if s.name.startswith(".debug") and (inside or relative))
-    result.relocations = stats
-    CodeObject.from_bytes(out)  # the result must still parse
-    return result
+    return new_sizes, by_index
 
 
-def _finish_again(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
-                  contents: dict[int | str, bytes], target: str | None, offset3f: bool, edits: list[Edit],
-                  base: bytes, more: dict[int | str, bytes]) -> RewriteResult:
+def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: TextScan, lay: TextLayout,
+                         inserted: list, d: int) -> None:
+    """Put what the code layout did in ``result`` (old -> new addresses,
+    inserted and applied edits; ``d``: how far .text itself moved) and its
+    counts in ``stats``."""
+    amap_ = lay.address_map
+    result.address_map = amap_ if not d else {a: v + d for a, v in amap_.items()}
+    result.inserted = [(a + d, n, r) for a, n, r in inserted]
+    result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
+    stats["edits_applied"] = len(result.applied)
+    stats["branches_retargeted"] = len(lay.new_simm)
+    stats["offset3f_fixed"] = sum(lay.nops3f.values())
+    stats["text_growth"] = lay.size - (scan.end - scan.start)
+
+
+def _rewrite_finalized(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
+                       contents: dict[int | str, bytes], target: str | None, offset3f: bool, edits: list[Edit],
+                       base: bytes, more: dict[int | str, bytes]) -> RewriteResult:
     """The rewrite of ``base`` (``co`` with header-only changes) with the
     ``more`` section contents, reusing the scan and code layout made for
     ``co`` (see :data:`Finalize`); a base whose sections or code differ is
@@ -478,7 +519,7 @@ def _finish_again(co: CodeObject, scan: TextScan | None, lay: TextLayout | None,
     contents = {**contents, **more}
     if not _same_layout(co, new):
         return rewrite(base, target, edits, offset3f=offset3f, section_contents=contents)
-    return _finish(new, scan, lay, plan, contents, target, offset3f)
+    return _write_object(new, scan, lay, plan, contents, target, offset3f)
 
 
 def _same_layout(a: CodeObject, b: CodeObject) -> bool:

@@ -67,11 +67,11 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from importlib.resources import files
 
-from kpatch.errors import FormatError, UsageError
+from kpatch.data import read_toml
+from kpatch.errors import FormatError
 
 MATCH_KINDS = ("finding", "mnemonic", "header")
 SEQ_ACTIONS = ("replace", "insert_before", "insert_after")
@@ -195,7 +195,24 @@ def _regex(path: str, where: str, value) -> re.Pattern:
 
 
 def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
-    where = f"rule[{i}]"
+    """One ``[[rule]]`` table checked and read: its names, what it matches
+    and what it does."""
+    where = _checked_names(path, f"rule[{i}]", raw)
+    match = raw.get("match")
+    if not isinstance(match, dict):
+        raise _err(path, f"{where}.match", "is required (a table)")
+    kind = _match_kind(path, where, match)
+    kw: dict = {"id": raw["id"], "name": raw["name"], "summary": raw["summary"].strip(),
+                "explain": raw["explain"].strip(), "set_id": set_id, "match_kind": kind,
+                "on_object": match.get("header") is True}
+    kw.update(_match_terms(path, where, kind, kw["on_object"], match))
+    kw.update(_actions(path, where, kind, kw["on_object"], raw))
+    return Rule(**kw)
+
+
+def _checked_names(path: str, where: str, raw) -> str:
+    """Check a rule's keys and its id, name, summary and explanation; return
+    how errors name it from then on (``rule ID``)."""
     if not isinstance(raw, dict):
         raise _err(path, where, "must be a table")
     known = {"id", "name", "summary", "explain", "match", "set", "fix", "header", *SEQ_ACTIONS}
@@ -210,9 +227,12 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
         raise _err(path, f"{where}.id", "must look like K<letter><3 digits>, e.g. KH001")
     if not _NAME.match(raw["name"]):
         raise _err(path, f"{where}.name", "must be lowercase words joined by '-'")
-    match = raw.get("match")
-    if not isinstance(match, dict):
-        raise _err(path, f"{where}.match", "is required (a table)")
+    return where
+
+
+def _match_kind(path: str, where: str, match: dict) -> str:
+    """Which of :data:`MATCH_KINDS` the ``match`` table is (exactly one), its
+    keys checked."""
     for k in match:
         if k not in (*MATCH_KINDS, *MATCH_OPTIONS):
             raise _err(path, f"{where}.match.{k}", "unknown key")
@@ -234,15 +254,19 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
             if k in match:
                 raise _err(path, f"{where}.match.{k}", "only refines match.mnemonic rules "
                            "(a finding rule with match.mnemonic matches by mnemonic only)")
-    kw: dict = {"id": raw["id"], "name": raw["name"], "summary": raw["summary"].strip(),
-                "explain": raw["explain"].strip(), "set_id": set_id, "match_kind": kind,
-                "on_object": match.get("header") is True}
+    return kind
+
+
+def _match_terms(path: str, where: str, kind: str, on_object: bool, match: dict) -> dict:
+    """The Rule fields of what it matches: the finding class, or the
+    mnemonic pattern with its format, field and exclusion refinements."""
+    kw: dict = {}
     if kind == "finding":
         if not isinstance(match["finding"], str):
             raise _err(path, f"{where}.match.finding", "must be a finding class name")
         kw["finding"] = match["finding"]
         if "mnemonic" in match:
-            if kw["on_object"]:
+            if on_object:
                 raise _err(path, f"{where}.match.mnemonic", "a rule for the code object "
                            "(match.header = true) matches no instruction")
             kw["mnemonic"] = _regex(path, f"{where}.match.mnemonic", match["mnemonic"])
@@ -258,10 +282,16 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
             kw["fields"] = _int_table(path, f"{where}.match.fields", match["fields"])
         if "exclude" in match:
             kw["exclude"] = _regex(path, f"{where}.match.exclude", match["exclude"])
-    actions = [k for k in ("set", "fix", "header", *SEQ_ACTIONS) if k in raw]
-    if not actions:
+    return kw
+
+
+def _actions(path: str, where: str, kind: str, on_object: bool, raw: dict) -> dict:
+    """The Rule fields of what it does (set, the instruction sequences, fix,
+    header), checked to be something kpatch can perform for that match."""
+    if not any(k in raw for k in ("set", "fix", "header", *SEQ_ACTIONS)):
         raise _err(path, where, "has no action (set, replace, insert_before, insert_after, fix, header)")
-    _check_performable(path, where, kind, kw["on_object"], raw)
+    _check_performable(path, where, kind, on_object, raw)
+    kw: dict = {}
     if "set" in raw:
         kw["set_fields"] = _int_table(path, f"{where}.set", raw["set"])
     for a in SEQ_ACTIONS:
@@ -271,7 +301,7 @@ def _rule(path: str, set_id: str, i: int, raw: dict) -> Rule:
         kw["fix"] = raw["fix"]
     if "header" in raw:
         kw["header"] = tuple(raw["header"].items())
-    return Rule(**kw)
+    return kw
 
 
 def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: dict) -> None:
@@ -320,13 +350,7 @@ def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: d
 
 def load_file(path: str) -> RuleSet:
     """Load and validate one rule file; FormatError names the file, rule and key."""
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as e:
-        raise UsageError(e.strerror or str(e), path) from None
-    except tomllib.TOMLDecodeError as e:
-        raise FormatError(f"not valid TOML: {e}", os.path.basename(path)) from None
+    doc = read_toml(path, os.path.basename(path))
     head = doc.get("set")
     if not isinstance(head, dict) or not isinstance(head.get("id"), str):
         raise _err(path, "[set]", "needs id = NAME")

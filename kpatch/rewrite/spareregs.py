@@ -6,10 +6,12 @@ kpatch does not guess which registers are dead: it only hands out VGPRs that
 *no instruction the kernel can execute names at all*, so nothing the
 kernel does can read or clobber them:
 
-* the code is every instruction of the kernel's range, or of the whole
+* the code is every instruction of the kernel's range
+  (:meth:`~kpatch.codeobject.CodeObject.function_extents`), or of the whole
   ``.text`` when the kernel calls (``s_call_b64``, ``s_swappc_b64``,
   ``s_setpc_b64``: a callee is then somewhere in ``.text``) or its symbol
-  has no size;
+  has no size (its end is inferred, and a proof of non-use takes no
+  inference);
 * ``first_free`` is one past the highest VGPR any of those instructions
   reads or writes, and at least the metadata's ``.vgpr_count`` (LLVM's own
   count, a cross-check of the decoder's register lists);
@@ -67,11 +69,12 @@ class KernelCode:
     @classmethod
     def of(cls, co: CodeObject, kernel) -> "KernelCode":
         text = co.section(".text")
-        lo = kernel.entry - text.addr
-        hi = lo + kernel.code_size if kernel.code_size else len(co.text)
-        insts = decode(co.text[lo:hi], SOURCE_ISA, kernel.entry)
-        # without a symbol size the kernel's extent is unknown: count all of .text
-        calls = not kernel.code_size or any(i.mnemonic in CALLS for i in insts if not i.is_unknown)
+        extent = co.function_extent(kernel.name)
+        lo, hi = (extent.start, extent.end) if extent is not None else (kernel.entry, kernel.entry)
+        insts = decode(co.text[lo - text.addr:hi - text.addr], SOURCE_ISA, lo)
+        # an end no symbol size gives is inferred: to prove a register unused, count all of .text
+        calls = (extent is None or not extent.sized
+                 or any(i.mnemonic in CALLS for i in insts if not i.is_unknown))
         return cls(kernel.name, insts, {i.address: k for k, i in enumerate(insts)}, calls)
 
     def at(self, address: int):

@@ -18,13 +18,13 @@ import sqlite3
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass, field
 
 import pytest
 
 from conftest import FIXTURES
 from kpatch.codeobject import CodeObject
 from kpatch.containers.kdb import write_kdb
+from kpatch.rewrite.outcome import KernelOutcome, PatchResult
 
 READELF = "llvm-readelf-16"
 OBJDUMP = "llvm-objdump-16"
@@ -63,19 +63,12 @@ def run(*cmd: str) -> subprocess.CompletedProcess:
 # --- test doubles for the rules engine -------------------------------------------------
 
 
-@dataclass
-class FakeKernel:
-    name: str
-    status: str
-    reason: str = ""
-    rules: list = field(default_factory=list)
+#: the patch functions' own result types (kpatch.rewrite.outcome), under the doubles' names
+FakeKernel = KernelOutcome
 
 
-@dataclass
-class FakeResult:
-    data: bytes | None
-    kernels: list
-    changed: bool
+def FakeResult(data: bytes | None, kernels: list, changed: bool) -> PatchResult:
+    return PatchResult(data if changed else None, kernels)
 
 
 def kernel_names(data: bytes) -> list[str]:

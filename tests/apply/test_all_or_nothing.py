@@ -20,7 +20,7 @@ from kpatch.codeobject import CodeObject
 from kpatch.containers.bundle import is_bundle, parse_bundle
 from kpatch.containers.kdb import KernelDB
 from kpatch.apply.blob import ALL_OR_NOTHING, patch_code_object_checked
-from kpatch.apply.outcome import KernelOutcome, PatchResult
+from kpatch.rewrite.outcome import KernelOutcome, PatchResult
 from kpatch.rewrite.patcher import patch_code_object
 from kpatch.rewrite.provenance import read_provenance
 from apply.conftest import python_cli

@@ -5,6 +5,7 @@ equals FILE's, and only bytes inside the patched bundles differ."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
@@ -25,8 +26,7 @@ class GrowingPatcher(FakePatcher):
 
     def __call__(self, data, *, mode, rule_sets):
         r = super().__call__(data, mode=mode, rule_sets=rule_sets)
-        r.data = r.data + bytes(65536)
-        return r
+        return dataclasses.replace(r, data=r.data + bytes(65536))
 
 
 def apply(path, out, **kw):

@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from kpatch.containers.bundle import bundle_extent, decompress_ccob, parse_bundle
-from kpatch.containers.hostelf import FatbinBundle, find_fatbin_bundles, has_fatbin
+from kpatch.containers.hostelf import FatbinBundle, fatbin_sections, find_fatbin_bundles, has_fatbin
 from kpatch.errors import FormatError
 
 from .conftest import BUNDLER19, bundler_list, fixture, read, relative_relocs, run, section_headers
@@ -37,6 +37,7 @@ def test_host_object_fixture(stem):
     assert find_fatbin_bundles(path) == [FatbinBundle(off, len(bundle), False, True)]
     assert read(path)[off : off + len(bundle)] == bundle
     assert size == len(bundle) + 1  # clang appends a NUL
+    assert fatbin_sections(path) == [(off, off + size)]  # what apply's room for growth comes from
 
 
 @pytest.mark.corpus

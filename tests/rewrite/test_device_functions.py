@@ -141,12 +141,25 @@ def test_an_object_without_text_is_unpatchable_not_ok(tmp_path):
 
 
 @pytest.mark.llvm
-def test_a_kernel_calling_a_function_the_analysis_did_not_see_is_refused(tmp_path):
-    # a function symbol without a size: the analysis has no extent for it, so it is unseen
+def test_a_function_without_a_size_is_analysed_to_the_end_of_text(tmp_path):
+    # a function symbol without a size (issue 12): its extent runs to the end of .text
+    # (CodeObject.function_extents), so it is analysed (and clean), and its caller is not refused
     obj = _build(tmp_path, "    s_call_b64 s[30:31], fn\n    global_load_dword v1, v[2:3], off\n    s_mov_b32 s2, 0",
                  after=".text\n.p2align 2\n.type fn,@function\nfn:\n    s_setpc_b64 s[30:31]\n")
     data = open(obj, "rb").read()
     report = analyse(CodeObject.from_bytes(data), "gfx1010")
-    assert "fn" not in {f.name for f in report.functions}
+    assert {f.name: f.verdict.status for f in report.functions} == {"fn": "ok"}
     [o] = patch_code_object(data, mode="override").kernels
-    assert o.status == "refused" and "fn, which kpatch did not analyse" in o.reason
+    assert o.status == "untouched", o.reason
+
+
+@pytest.mark.llvm
+def test_a_kernel_calling_code_no_symbol_names_is_refused(tmp_path):
+    # a call to a plain label after the kernel's end: no function symbol, so no analysis saw it
+    obj = _build(tmp_path, "    s_call_b64 s[30:31], fn\n    global_load_dword v1, v[2:3], off\n    s_mov_b32 s2, 0",
+                 after=".text\n.p2align 2\nfn:\n    s_setpc_b64 s[30:31]\n")
+    data = open(obj, "rb").read()
+    report = analyse(CodeObject.from_bytes(data), "gfx1010")
+    assert report.functions == []
+    [o] = patch_code_object(data, mode="override").kernels
+    assert o.status == "refused" and "that no symbol names" in o.reason

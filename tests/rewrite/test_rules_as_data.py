@@ -72,7 +72,7 @@ def test_kernel_header_action_of_a_rule_file_changes_exactly_wgp_mode(tmp_path):
     rules = rule_file(tmp_path, 'match.finding = "LdsMisalignedBug"\nheader = { wgp_mode = false }\n')
     out, res = patch(tmp_path, obj, rules, ["mine"])
     [k] = res.kernels
-    assert k.status == "patched" and k.rules == ["KZ001"]
+    assert k.status == "patched" and k.rules == ("KZ001",)
     old, new = amdhsa_lines(obj), amdhsa_lines(out)
     assert old[".amdhsa_workgroup_processor_mode"] == "1" and new[".amdhsa_workgroup_processor_mode"] == "0"
     assert {d for d in old if old[d] != new.get(d)} == {".amdhsa_workgroup_processor_mode"}
@@ -132,7 +132,7 @@ def test_pattern_rule_insert_before(tmp_path):
     obj = _build(tmp_path, HAZARD_FREE)
     rules = rule_file(tmp_path, 'match.mnemonic = "v_mov_b32_e32"\ninsert_before = [{ op = "s_nop", simm16 = 5 }]\n')
     out, res = patch(tmp_path, obj, rules, ["mine"])
-    assert res.kernels[0].rules == ["KZ001"]
+    assert res.kernels[0].rules == ("KZ001",)
     old = kernels_text(obj, "gfx1030")["k"]
     expected = []
     for line in old:
