@@ -58,11 +58,12 @@ class KernelVerdict:
     instructions: tuple[int, int] = (0, 0)
     seconds: float = 0.0
     max_ulp: float | None = None  # largest f32 distance among differing words (None: none differed)
+    recipe: str = ""  # the argument recipe (kpatch.emulate.recipes) the inputs were built by
 
     def to_json(self) -> dict:
         return {"kernel": self.name, "status": self.status, "detail": self.detail, "runs": self.runs,
                 "wave_instructions": {"original": self.instructions[0], "patched": self.instructions[1]},
-                "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp}
+                "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp, "recipe": self.recipe or None}
 
 
 class CannotSynthesise(Exception):
@@ -74,7 +75,9 @@ class Plan:
     """Arguments of one run: buffers (name, bytes, offset of the data) and the kernarg values."""
 
     buffers: list = field(default_factory=list)
-    values: list = field(default_factory=list)  # per explicit arg: ("buf", index) or int
+    values: list = field(default_factory=list)  # per explicit arg: ("buf", index), int, bytes or
+    #   ("struct", bytes, ((offset, buffer index), ...)): an aggregate holding buffers' addresses
+    recipe: str = ""  # the argument recipe used, if any
     grid: tuple = (1, 1, 1)
     block: tuple = (1, 1, 1)
 
@@ -87,11 +90,25 @@ def workgroup_size(md: dict) -> tuple[int, int, int]:
     return (min(mx, DEFAULT_BLOCK), 1, 1)
 
 
-def synthesise(md: dict, run: int, seed: int) -> Plan:
-    """Arguments for run ``run`` of the kernel described by metadata ``md``."""
+def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
+    """Arguments for run ``run`` of the kernel described by metadata ``md``;
+    the arguments a recipe (:mod:`kpatch.emulate.recipes`) decides for a
+    kernel ``name`` come from it."""
+    from kpatch.emulate import recipes
     rng = np.random.default_rng(seed + 7919 * run)
     block = workgroup_size(md)
     plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
+    chosen = {}
+    if name is not None:
+        try:
+            found = recipes.find(name, md)
+        except recipes.RecipeDoesNotHold as e:
+            raise CannotSynthesise(str(e)) from None
+        if found is not None:
+            plan.recipe = found[0].name
+            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng)
+            chosen = found[0].build(ctx, found[1])
+    explicit = -1
     for i, a in enumerate(md.get(".args", [])):
         kind = a.get(".value_kind", "")
         size = a.get(".size", 0)
@@ -99,7 +116,10 @@ def synthesise(md: dict, run: int, seed: int) -> Plan:
             if hidden_value(kind, plan.grid, plan.block) is None:
                 raise CannotSynthesise(f"hidden argument {kind}")
             continue
-        if kind == "global_buffer" and a.get(".address_space", "global") in ("global", "generic", "constant"):
+        explicit += 1
+        if explicit in chosen:
+            plan.values.append(_recipe_value(plan, i, chosen[explicit], rng))
+        elif kind == "global_buffer" and a.get(".address_space", "global") in ("global", "generic", "constant"):
             data = rng.integers(0, 256, BUFFER_BYTES + 2 * GUARD_BYTES, dtype=np.uint8)
             plan.values.append(("buf", len(plan.buffers)))
             plan.buffers.append((f"arg{i}", data))
@@ -112,16 +132,44 @@ def synthesise(md: dict, run: int, seed: int) -> Plan:
     return plan
 
 
+def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
+    """A buffer of BUFFER_BYTES holding a recipe's bytes, in random guard zones."""
+    if len(fill.head) > BUFFER_BYTES:
+        raise CannotSynthesise(f"{name}: the recipe's {len(fill.head)} bytes exceed the {BUFFER_BYTES}-byte buffer")
+    data = np.zeros(BUFFER_BYTES + 2 * GUARD_BYTES, np.uint8)
+    data[:GUARD_BYTES] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
+    data[GUARD_BYTES + BUFFER_BYTES:] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
+    data[GUARD_BYTES:GUARD_BYTES + len(fill.head)] = np.frombuffer(fill.head, np.uint8)
+    plan.buffers.append((name, data))
+    return ("buf", len(plan.buffers) - 1)
+
+
+def _recipe_value(plan: Plan, i: int, v, rng):
+    """A plan value (see :class:`Plan`) for explicit argument ``i`` from a recipe's value."""
+    from kpatch.emulate.recipes import Fill, Struct
+    if isinstance(v, Fill):
+        return _recipe_buffer(plan, f"arg{i}", v, rng)
+    if isinstance(v, Struct):
+        ptrs = tuple((off, _recipe_buffer(plan, f"arg{i}+{off}", f, rng)[1]) for off, f in v.pointers)
+        return ("struct", v.data.ljust(v.size, b"\0"), ptrs)
+    return v
+
+
 def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, limit: int = RUN_LIMIT):
     """(memory image, wave-instructions, seconds) of one run, or the error that stopped it."""
     m = Machine(data, seed=seed, target=target)
     k = m.kernel(name)
     md = k.metadata or {}
+    bases = [m.memory.allocate(n, data).base + GUARD_BYTES for n, data in plan.buffers]
     values = []
     for v in plan.values:
-        if isinstance(v, tuple):
-            b = m.memory.allocate(plan.buffers[v[1]][0], plan.buffers[v[1]][1])
-            values.append(b.base + GUARD_BYTES)
+        if isinstance(v, tuple) and v[0] == "buf":
+            values.append(bases[v[1]])
+        elif isinstance(v, tuple):  # ("struct", bytes, ((offset, buffer index), ...))
+            agg = bytearray(v[1])
+            for off, bi in v[2]:
+                agg[off:off + 8] = bases[bi].to_bytes(8, "little")
+            values.append(bytes(agg))
         else:
             values.append(v)
     dyn = max(0, LDS_BYTES - k.descriptor.group_segment_fixed_size)
@@ -195,10 +243,11 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
     ins = [0, 0]
     for r in range(runs):
         try:
-            plan = synthesise(md, r, seed)
+            plan = synthesise(md, r, seed, name)
         except CannotSynthesise as e:
             v.detail = f"arguments cannot be synthesised: {e}"
             return v
+        v.recipe = plan.recipe
         a = _execute(orig, name, plan, seed + r, orig_target, limit)
         if isinstance(a[0], CannotEmulate):  # the patched side need not run
             v.detail = f"original: {a[0].reason}"
