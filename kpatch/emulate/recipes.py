@@ -74,7 +74,7 @@ class Recipe:
     name: str
     pattern: re.Pattern
     signatures: tuple  # of tuples of (value kind initial "g"/"b", size) per explicit argument
-    build: Callable[[Context, tuple], dict]  # (context, the matched signature) -> {index: value}
+    build: Callable[[Context, tuple, str], dict]  # (context, matched signature, kernel name) -> {index: value}
     source: str
     notes: str = field(default="")
 
@@ -155,7 +155,7 @@ def _scan_entry(sig: tuple) -> int:
     return 8 if sig[3][1] > 2 else 4
 
 
-def _lookback_scan(ctx: Context, sig: tuple) -> dict:
+def _lookback_scan(ctx: Context, sig: tuple, name: str) -> dict:
     # lookback_scan_kernel(input, output, size, initial_value, scan_op, state,
     #                      number_of_blocks, ordered_bid, previous_last_element,
     #                      new_last_element, override_first_value, save_last_value)
@@ -164,14 +164,14 @@ def _lookback_scan(ctx: Context, sig: tuple) -> dict:
             10: 0, 11: ctx.run % 2}
 
 
-def _init_lookback(ctx: Context, sig: tuple) -> dict:
+def _init_lookback(ctx: Context, sig: tuple, name: str) -> dict:
     # init_lookback_scan_state_kernel(state, number_of_blocks, ordered_bid, save_index, save_dest):
     # the state is what a finished scan leaves (every prefix complete).
     blocks = ctx.groups * ctx.block[0] - ctx.run % 3
     return {0: _state(sig[0], 8, PREFIX_COMPLETE), 1: blocks, 2: Fill(), 3: (0, 3, blocks + 1)[ctx.run % 3]}
 
 
-def _partition(ctx: Context, sig: tuple) -> dict:
+def _partition(ctx: Context, sig: tuple, name: str) -> dict:
     # partition_kernel(keys_in, values_in, flags, keys_out, values_out, selected_count,
     #                  prev_selected_count, size, inequality_op, offset_scan_state,
     #                  number_of_blocks, ordered_bid, predicates...): offsets are unsigned int
@@ -179,9 +179,20 @@ def _partition(ctx: Context, sig: tuple) -> dict:
     return {5: Fill(), 6: Fill(), 7: size, 9: _small_state(8, PREFIX_EMPTY), 10: blocks, 11: Fill()}
 
 
+def _sort_and_scatter(ctx: Context, sig: tuple, name: str) -> dict:
+    # sort_and_scatter_kernel<BlockSize, ItemsPerThread, RadixBits, Descending>(keys_in, keys_out,
+    #     values_in, values_out, size, batch_digit_starts, digit_starts, bit, current_radix_bits,
+    #     blocks_per_full_batch, full_batches): each workgroup is one batch of one block
+    #     (as device_radix_sort.hpp computes them for that size), the last one partial; digit
+    #     starts 0, so every item lands inside the first `size` positions.
+    block, ipt, bits = (int(x) for x in re.search(r"sort_and_scatter_kernelILj(\d+)ELj(\d+)ELj(\d+)E", name).groups())
+    size = ctx.groups * block * ipt - (1, 7, 100)[ctx.run % 3]
+    return {4: size, 5: Fill(), 6: Fill(), 7: (0, 3, 8)[ctx.run % 3], 8: bits, 9: 1, 10: ctx.groups}
+
+
 # -- rocRAND: discrete (Poisson) distributions --------------------------------------------
 
-def _discrete_distribution(ctx: Context, sig: tuple) -> dict:
+def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
     """rocrand_discrete_distribution_st {unsigned size, offset; unsigned *alias;
     double *probability; double *cdf}, by value as the last argument: an
     alias table (entries index the table), probabilities in [0, 1) and an
@@ -216,6 +227,11 @@ RECIPES: tuple[Recipe, ...] = (
            ((_G, _G, _G, _G, _G, _G, _G, _B8, _B1, _G, _B4, _G, _B1),),
            _partition,
            "rocPRIM device/device_partition.hpp partition_kernel (offset state: unsigned int, packed)"),
+    Recipe("rocprim-sort-and-scatter", re.compile(r"rocprim6detail23sort_and_scatter_kernelILj\d+ELj\d+ELj\d+E"),
+           ((_G, _G, _G, _G, _B4, _G, _G, _B4, _B4, _B4, _B4),),
+           _sort_and_scatter,
+           "rocPRIM device/device_radix_sort.hpp (sort_and_scatter_kernel, batches and blocks per batch), "
+           "device/detail/device_radix_sort.hpp (sort_and_scatter)"),
     Recipe("rocrand-discrete", re.compile(r"rocrand_host6detail.*poisson_distribution"),
            tuple(s for s in (
                (("b", 48), _G, _B8, ("b", 32)),

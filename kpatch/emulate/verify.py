@@ -107,7 +107,7 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
         if found is not None:
             plan.recipe = found[0].name
             ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng)
-            chosen = found[0].build(ctx, found[1])
+            chosen = found[0].build(ctx, found[1], name)
     explicit = -1
     for i, a in enumerate(md.get(".args", [])):
         kind = a.get(".value_kind", "")
