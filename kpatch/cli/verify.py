@@ -27,6 +27,29 @@ def _pairs(orig: str, patched: str):
     return [("" if single else _label(y), x.data, y.data) for x, y in pairs], problems
 
 
+def approximation_bound(patched: bytes) -> tuple[int | None, str]:
+    """(allowed f32 ulps, which approximations) for a patched code object:
+    the sum of the ``max_ulp`` bounds of the approximation rule sets whose
+    rules its provenance record says were applied (errors of several
+    approximations can add up); (None, "") when none was (then only equal
+    passes) or a rule it names is not known here."""
+    from kpatch.rewrite.provenance import read_provenance
+    from kpatch.rewrite.rules import load_all
+    try:
+        rec = read_provenance(patched)
+    except FormatError:
+        return None, ""
+    applied = set((rec or {}).get("rules") or [])
+    sets = load_all()
+    owner = {r.id: s for s in sets.values() for r in s.rules}
+    if not applied or applied - set(owner):
+        return None, ""
+    approx = sorted({owner[r].id: owner[r] for r in applied if owner[r].approximation}.values(), key=lambda s: s.id)
+    if not approx:
+        return None, ""
+    return sum(a.max_ulp or 0 for a in approx), " + ".join(a.id for a in approx)
+
+
 @click.command("verify")
 @click.argument("orig", metavar="ORIG")
 @click.argument("patched", metavar="PATCHED")
@@ -37,8 +60,9 @@ def _pairs(orig: str, patched: str):
 @click.option("--limit", type=click.IntRange(1000), default=1_000_000, show_default=True,
               help="Wave-instructions one run of one kernel may take (each side) before it is stopped.")
 @click.option("--max-ulp", type=click.IntRange(0), default=None,
-              help="Accept results that differ only in f32 words by at most this many ulps "
-                   "(for patches made with --allow-approx); the largest difference is reported.")
+              help="Accept results that differ only in f32 words by at most this many ulps, instead of "
+                   "the bound (max_ulp) of the approximations PATCHED's provenance names; the largest "
+                   "difference is reported.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthesised inputs.")
 @click.option("--mcpu-orig", type=click.Choice(sorted(TARGETS)), help="Decode ORIG as this target (default: its own).")
 @click.option("--mcpu-patched", type=click.Choice(sorted(TARGETS)), default="gfx1010", show_default=True,
@@ -61,7 +85,9 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     \b
     Per kernel:
       equal         every run of both finished and wrote the same bytes
-      within ulp    (with --max-ulp N) only f32 words differ, by at most N ulps
+      within ulp    only f32 words differ, by at most the bound: the sum of the
+                    max_ulp of the approximation rule sets (`kpatch rules NAME`)
+                    the patched object's provenance names, or --max-ulp N
       DIFFERENT     some run wrote other bytes, or only one side faulted
       not verified  something was not emulated (named), arguments could not
                     be synthesised, or both sides stopped: nothing proven
@@ -78,10 +104,14 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
 
     pairs, problems = _pairs(orig, patched)
     verdicts = []
+    bounds = set()
     for label, a, b in pairs:
+        bound, source = (max_ulp, "--max-ulp") if max_ulp is not None else approximation_bound(b)
+        if bound is not None:
+            bounds.add(f"{bound} ulp ({source})")
         try:
             vs = verify(a, b, kernel=kernel, runs=runs, seed=seed, orig_target=mcpu_orig,
-                        patched_target=mcpu_patched, limit=limit, max_ulp=max_ulp)
+                        patched_target=mcpu_patched, limit=limit, max_ulp=bound)
         except (FormatError, EmulationError) as e:
             if kernel is not None and len(pairs) > 1 and "no kernel" in e.reason:
                 continue  # the kernel is in another pair
@@ -101,7 +131,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
         secs += v.seconds
     counts = {s: sum(v.status == s for v in verdicts) for s in ("equal", "within ulp", "different", "not verified")}
     if as_json:
-        json.dump({"kernels": [v.to_json() for v in verdicts], "summary": counts,
+        json.dump({"kernels": [v.to_json() for v in verdicts], "summary": counts, "bounds": sorted(bounds),
                    "wave_instructions": sum(total), "seconds": round(secs, 3)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
@@ -112,7 +142,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
                 if v.status == "equal" else f": {v.detail}"
             out_console.print(f"{label:<13} {v.name}{extra}", markup=False, highlight=False, crop=False)
         rate = sum(total) / secs if secs else 0.0
-        within = f"{counts['within ulp']} within {max_ulp} ulp, " if max_ulp is not None else ""
+        within = f"{counts['within ulp']} within {', '.join(sorted(bounds))}, " if bounds else ""
         out_console.print(f"{len(verdicts)} kernels: {counts['equal']} equal, {within}{counts['different']} different, "
                           f"{counts['not verified']} not verified; {sum(total):,} wave-instructions emulated "
                           f"in {secs:.1f} s ({rate:,.0f}/s)", markup=False, highlight=False, crop=False)
