@@ -78,7 +78,7 @@ def kernel_line(uri: str, k: KernelOutcome) -> str:
     line = f"{k.status:<9} {uri} {k.name}"
     if k.rules:
         line += f" [{', '.join(k.rules)}]"
-    if k.reason and k.status != "patched":
+    if k.reason and (k.status != "patched" or "verify --emulate: " in k.reason):
         line += f": {k.reason}"
     return line
 
@@ -253,6 +253,26 @@ class ReportPairs:
         return {"path": os.path.abspath(self.path), "written": written, "note": note}
 
 
+def _emulated(patch_fn: Callable, items) -> dict | None:
+    """apply --verify-emulate's verdict counts over ``items`` (None without it)."""
+    if not getattr(patch_fn, "emulates", False):
+        return None
+    from kpatch.cli.verify import emulation_counts
+    return emulation_counts(k for it in items for k in it.kernels)
+
+
+def _print_emulated(patch_fn: Callable, items) -> None:
+    counts = _emulated(patch_fn, items)
+    if counts is not None:
+        from kpatch.cli.verify import emulation_line
+        out_console.print(emulation_line(counts), markup=False)
+
+
+def _emulated_different(patch_fn: Callable, items) -> bool:
+    counts = _emulated(patch_fn, items)
+    return bool(counts and counts["different"])
+
+
 def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, rule_sets: list[str],
            dry_run: bool, as_json: bool, patch_fn: Callable, is_patched: Callable,
            report: ReportPairs | None = None) -> int:
@@ -299,6 +319,7 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
             "written": result.written, "created": result.created, "backup": result.backup,
             "conflicts": [{"uri": e.uri, "reason": e.reason} for e in result.conflicts],
             "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts,
+            "verify_emulate": _emulated(patch_fn, result.entries),
             "report": report.write(result.entries, as_json=True, **report_kw)}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -306,6 +327,7 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
         for e in result.conflicts:
             out_console.print(f"not written {e.uri}: {e.reason}", markup=False)
         out_console.print(summary_text(counts, "entries"), markup=False)
+        _print_emulated(patch_fn, result.entries)
         if dry_run:
             out_console.print(f"dry run: nothing written ({counts['changed']} entries would go to {output})",
                               markup=False)
@@ -317,7 +339,7 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
         else:
             out_console.print(f"nothing to write: {output} left as it was", markup=False)
         report.write(result.entries, as_json=False, **report_kw)
-    return EXIT_SOME_FAILED if errors else EXIT_OK
+    return EXIT_SOME_FAILED if errors or _emulated_different(patch_fn, result.entries) else EXIT_OK
 
 
 def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: bool, as_json: bool,
@@ -342,6 +364,7 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
         doc = {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
                "kind": result.kind, "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
                "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts,
+               "verify_emulate": _emulated(patch_fn, result.parts),
                "report": report.write(result.parts, as_json=True, **report_kw)}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -350,6 +373,7 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
         for p in result.parts:
             print_item(p.uri, p.status, p.reason, p.note, p.kernels)
         out_console.print(summary_text(counts, unit), markup=False)
+        _print_emulated(patch_fn, result.parts)
         if dry_run:
             out_console.print(f"dry run: nothing written to {result.output}", markup=False)
         elif result.written:
@@ -357,7 +381,7 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
         else:
             out_console.print(f"nothing changed: {result.output} not written", markup=False)
         report.write(result.parts, as_json=False, **report_kw)
-    return EXIT_SOME_FAILED if errors else EXIT_OK
+    return EXIT_SOME_FAILED if errors or _emulated_different(patch_fn, result.parts) else EXIT_OK
 
 
 def dir_summary_text(counts: dict[str, int]) -> str:
@@ -443,11 +467,13 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
         doc = {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
                "kind": "directory", "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
                "replaced": result.replaced, "files": [f.to_json() for f in result.files], "errors": errors,
-               "summary": counts, "report": report.write(parts, as_json=True, **report_kw)}
+               "summary": counts, "verify_emulate": _emulated(patch_fn, parts),
+               "report": report.write(parts, as_json=True, **report_kw)}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         out_console.print(dir_summary_text(counts), markup=False)
+        _print_emulated(patch_fn, parts)
         if dry_run:
             out_console.print(f"dry run: nothing written to {result.output}", markup=False)
         else:
@@ -455,7 +481,7 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
             out_console.print(f"{made} {result.output} (point rocBLAS at it: "
                               f"ROCBLAS_TENSILE_LIBPATH={result.output})", markup=False)
         report.write(parts, as_json=False, **report_kw)
-    return EXIT_SOME_FAILED if errors else EXIT_OK
+    return EXIT_SOME_FAILED if errors or _emulated_different(patch_fn, parts) else EXIT_OK
 
 
 @click.command("apply")
@@ -481,11 +507,15 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
               help="Also write an HTML report: source and output, every refused kernel with its reason first, "
                    "then a diff of every changed code object (its counts are `kpatch diff SRC OUT`'s).  Written "
                    "even with --dry-run; a run that changes nothing leaves an existing report as it is.")
+@click.option("--verify-emulate", is_flag=True,
+              help="Prove each patched object by emulation (as `kpatch verify --emulate`, 1 run, 150,000 "
+                   "wave-instructions): per kernel equal / within ulp / different / not verified; an object "
+                   "with a DIFFERENT kernel is not written (its kernels refused) and the exit status is 1.")
 @click.option("--dry-run", is_flag=True, help="Patch and report, but write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
 def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str | None, cu: int | None,
               out_dir: str | None, rules: tuple[str, ...], approx: tuple[str, ...], drop_other_targets: bool,
-              force: bool, report: str | None, dry_run: bool, as_json: bool) -> None:
+              force: bool, report: str | None, verify_emulate: bool, dry_run: bool, as_json: bool) -> None:
     """Make gfx1030 kernels safe on gfx1010 and put them where MIOpen loads them.
 
     \b
@@ -578,6 +608,9 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     chosen = choose_mode(mode)
     rule_sets = choose_rule_sets(str(chosen.value), rules, approx)
     patch_fn = default_patch_fn(str(chosen.value))
+    if verify_emulate:
+        from kpatch.cli.verify import EmulateChecked
+        patch_fn = EmulateChecked(patch_fn)
     is_patched = default_provenance_fn()
     pairs = ReportPairs(report)
     if is_dir:

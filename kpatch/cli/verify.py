@@ -50,6 +50,80 @@ def approximation_bound(patched: bytes) -> tuple[int | None, str]:
     return sum(a.max_ulp or 0 for a in approx), " + ".join(a.id for a in approx)
 
 
+#: How apply --verify-emulate marks a kernel's outcome: ``VERDICT_PREFIX STATUS[: detail]``.
+VERDICT_PREFIX = "verify --emulate: "
+
+
+class EmulateChecked:
+    """A patch function (see :mod:`kpatch.apply.outcome`) that runs
+    ``patch_fn`` and then proves what it wrote by emulation (`apply
+    --verify-emulate`): every kernel of the original and of the patched
+    object is compared as `kpatch verify --emulate` compares them (the
+    bound of the approximations applied, gfx1010 for the patched side).
+    Each kernel's outcome gets its verdict (:data:`VERDICT_PREFIX`); when
+    some kernel is DIFFERENT the object is not written: every kernel the
+    patch changed is refused with the difference as the reason.  Not
+    verified kernels are written and reported as such.  A pure function of
+    the bytes (defined in kpatch, so apply may run it in its workers)."""
+
+    emulates = True  # apply reports emulation_counts() for a patch function with this
+
+    def __init__(self, patch_fn, *, runs: int = 1, limit: int = 150_000, seed: int = 0):
+        self.patch_fn, self.runs, self.limit, self.seed = patch_fn, runs, limit, seed
+
+    def __call__(self, data: bytes, **kw):
+        from kpatch.apply.outcome import KernelOutcome, PatchResult, adapt_result
+        from kpatch.emulate.errors import EmulationError
+        from kpatch.emulate.verify import DIFFERENT, NOT_VERIFIED, KernelVerdict, verify
+
+        res = adapt_result(self.patch_fn(data, **kw), data)
+        if res.data is None:
+            return res
+        try:
+            verdicts = {v.name: v for v in verify(data, res.data, runs=self.runs, seed=self.seed,
+                                                  patched_target="gfx1010", limit=self.limit,
+                                                  max_ulp=approximation_bound(res.data)[0])}
+        except (FormatError, EmulationError) as e:
+            verdicts = {k.name: KernelVerdict(k.name, NOT_VERIFIED, e.reason) for k in res.kernels}
+        different = [v for v in verdicts.values() if v.status == DIFFERENT]
+
+        def mark(k):
+            v = verdicts.get(k.name)
+            if v is None:
+                return KernelOutcome(k.name, k.status, k.reason, k.rules)
+            text = VERDICT_PREFIX + v.status + (f": {v.detail}" if v.detail else "")
+            if different and k.status == "patched":
+                first = v if v.status == DIFFERENT else different[0]
+                why = (f"{VERDICT_PREFIX}{DIFFERENT}: {first.detail}" if first is v else
+                       f"not written: kernel {first.name} of this object is {DIFFERENT} ({first.detail}); {text}")
+                return KernelOutcome(k.name, "refused", why, k.rules)
+            return KernelOutcome(k.name, k.status, text if not k.reason else f"{k.reason}; {text}", k.rules)
+        kernels = tuple(mark(k) for k in res.kernels)
+        return PatchResult(None if different else res.data, kernels)
+
+
+def emulation_counts(kernels) -> dict[str, int]:
+    """Per verdict, how many of ``kernels`` (KernelOutcomes marked by
+    :class:`EmulateChecked`) had it."""
+    counts = {"equal": 0, "within ulp": 0, "different": 0, "not verified": 0}
+    for k in kernels:
+        i = k.reason.find(VERDICT_PREFIX) if k.reason else -1
+        if i < 0:
+            continue
+        rest = k.reason[i + len(VERDICT_PREFIX):]
+        for status in counts:
+            if rest.startswith(status):
+                counts[status] += 1
+                break
+    return counts
+
+
+def emulation_line(counts: dict[str, int]) -> str:
+    """apply --verify-emulate's summary line."""
+    return (f"verify --emulate: kernels {counts['equal']} equal, {counts['within ulp']} within ulp, "
+            f"{counts['different']} different (their objects not written), {counts['not verified']} not verified")
+
+
 @click.command("verify")
 @click.argument("orig", metavar="ORIG")
 @click.argument("patched", metavar="PATCHED")
