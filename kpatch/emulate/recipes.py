@@ -190,6 +190,53 @@ def _sort_and_scatter(ctx: Context, sig: tuple, name: str) -> dict:
     return {4: size, 5: Fill(), 6: Fill(), 7: (0, 3, 8)[ctx.run % 3], 8: bits, 9: 1, 10: ctx.groups}
 
 
+def _block_merge(ctx: Context, sig: tuple, name: str) -> dict:
+    # block_merge_kernel<BlockSize, ItemsPerThread>(keys_in, keys_out, values_in, values_out,
+    #     input_size, sorted_block_size, compare, merge_partitions) (mergepath version,
+    #     device/detail/device_merge_sort_mergepath.hpp): sorted blocks of one tile
+    #     (sorted_block_size = BlockSize * ItemsPerThread), so tile b merges tiles
+    #     b & ~1 and (b & ~1) + 1; its partition (absolute index into the first list)
+    #     is where the first list ends or the diagonal, whichever comes first: a valid
+    #     split whatever the keys (the merge is then not the sorted one, but every
+    #     index stays inside the input).
+    block, ipt = (int(x) for x in re.search(r"block_merge_kernelILj(\d+)ELj(\d+)E", name).groups())
+    tile = block * ipt
+    size = ctx.groups * tile
+    parts = []
+    for b in range(ctx.groups + 1):
+        start, diag = tile * (b & ~1), tile * (b & 1)
+        parts.append(start + min(diag, max(0, min(tile, size - start))))
+    return {4: size, 5: tile, 7: Fill(np.array(parts, "<u4").tobytes())}
+
+
+def _reduce_by_key(ctx: Context, sig: tuple, name: str) -> dict:
+    # reduce_by_key_kernel<BlockSize, ItemsPerThread>(keys_in, values_in, size, unique_starts,
+    #     carry_outs, leading_aggregates, unique_output, aggregates_output, key_compare_op,
+    #     reduce_op, blocks_per_full_batch, full_batches): one batch per workgroup as
+    #     device_reduce_by_key.hpp computes them, the last one partial; unique starts 0, so
+    #     every unique key and aggregate lands inside the first `size` positions.
+    block, ipt = (int(x) for x in re.search(r"reduce_by_key_kernelILj(\d+)ELj(\d+)E", name).groups())
+    size = ctx.groups * block * ipt - (1, 7, 100)[ctx.run % 3]
+    return {2: size, 3: Fill(), 10: 1, 11: ctx.groups}
+
+
+def _scatter_carry_outs(ctx: Context, sig: tuple, name: str) -> dict:
+    # scan_and_scatter_carry_outs_kernel<BlockSize, ItemsPerThread, Result>(carry_outs,
+    #     leading_aggregates, aggregates_output, reduce_op, batches): batches - 1 carry-outs
+    #     {Result value (4 bytes here); unsigned destination; bool next_has_carry_in}
+    #     (12 bytes), destinations increasing and inside the output, as reduce_by_key
+    #     writes them.
+    block, ipt = (int(x) for x in re.search(r"carry_outs_kernelILj(\d+)ELj(\d+)E", name).groups())
+    batches = min(block * ipt, (5, 64, 300)[ctx.run % 3])
+    n = batches - 1
+    rec = np.zeros((n, 12), np.uint8)
+    rec[:, 0:4] = ctx.rng.integers(0, 256, (n, 4), dtype=np.uint8)
+    dest = np.sort(ctx.rng.integers(0, 4096, n)).astype("<u4")
+    rec[:, 4:8] = dest.view(np.uint8).reshape(n, 4)
+    rec[:, 8] = ctx.rng.integers(0, 2, n)
+    return {0: Fill(rec.tobytes()), 4: batches}
+
+
 # -- rocRAND: discrete (Poisson) distributions --------------------------------------------
 
 def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
@@ -232,6 +279,21 @@ RECIPES: tuple[Recipe, ...] = (
            _sort_and_scatter,
            "rocPRIM device/device_radix_sort.hpp (sort_and_scatter_kernel, batches and blocks per batch), "
            "device/detail/device_radix_sort.hpp (sort_and_scatter)"),
+    Recipe("rocprim-block-merge", re.compile(r"rocprim6detail18block_merge_kernelILj\d+ELj\d+E.*jNS_4lessI"),
+           ((_G, _G, _G, _G, _B4, _B4, _B1, _G),),
+           _block_merge,
+           "rocPRIM device/detail/device_merge_sort_mergepath.hpp (block_merge_kernel_impl: partitions, "
+           "tile groups), device/device_merge_sort.hpp"),
+    Recipe("rocprim-reduce-by-key", re.compile(r"rocprim6detail20reduce_by_key_kernelILj\d+ELj\d+E"),
+           ((_G, _G, _B4, _G, _G, _G, _G, _G, _B1, _B1, _B4, _B4),
+            (_G, ("b", 16), _B4, _G, _G, _G, _G, _G, _B1, _B1, _B4, _B4)),  # values: a constant_iterator
+           _reduce_by_key,
+           "rocPRIM device/device_reduce_by_key.hpp (batches), device/detail/device_reduce_by_key.hpp"),
+    Recipe("rocprim-scatter-carry-outs",
+           re.compile(r"rocprim6detail34scan_and_scatter_carry_outs_kernelILj\d+ELj\d+E[fjiI]"),
+           ((_G, _G, _G, _B1, _B4),),
+           _scatter_carry_outs,
+           "rocPRIM device/detail/device_reduce_by_key.hpp (carry_out, scan_and_scatter_carry_outs)"),
     Recipe("rocrand-discrete", re.compile(r"rocrand_host6detail.*poisson_distribution"),
            tuple(s for s in (
                (("b", 48), _G, _B8, ("b", 32)),
