@@ -1450,10 +1450,16 @@ def _mubuf(inst, ctx):
             else:
                 inr = offset + soff(w) + size <= nrec
             return ("global", a, inr)
-        if oob not in (0, 1):
+        if oob == 2:
             raise CannotEmulate(m, inst.address, f"structured buffer with OOB_SELECT {oob}")
         a = np.uint64(base) + (vidx * stride + offset + soff(w)).astype(np.uint64)
-        inr = (vidx < nrec) & ((offset < stride) if oob == 0 else True)
+        if oob == 3:
+            # raw range check on the linear buffer offset (not swizzled: index * stride +
+            # offset), the same rule as the raw (stride 0) case above: GFX10's OOB_SELECT 3
+            # is "offset >= NUM_RECORDS" without swizzling (Mesa, radv's buffer descriptors)
+            inr = vidx * stride + offset + size <= nrec
+        else:
+            inr = (vidx < nrec) & ((offset < stride) if oob == 0 else True)
         return ("global", a, np.broadcast_to(inr, len(vidx)).copy())
 
     if load:
