@@ -20,7 +20,7 @@ make a kernel checkable, never make a different kernel pass.
 :attr:`Recipe.build` returns ``{explicit argument index: value}`` for the
 arguments it decides; the rest are synthesised as usual.  Values:
 
-* :class:`Fill` - a global buffer of :data:`~kpatch.emulate.verify.BUFFER_BYTES`
+* :class:`Fill` - a global buffer of :data:`~kpatch.emulate.verify.RECIPE_BYTES`
   whose first bytes are given (the rest zero), with the usual guard zones;
 * :class:`Struct` - a by-value aggregate: bytes, with :class:`Fill` buffers'
   addresses written at given offsets;

@@ -4,7 +4,10 @@ the same synthesised inputs, every byte they write compared.
 For each kernel, :func:`synthesise` builds arguments from the metadata:
 each global buffer argument gets :data:`BUFFER_BYTES` of random data with
 :data:`GUARD_BYTES` of random guard zone on each side (inside the same
-allocation, so a stray write there is seen, not faulted), integer
+allocation, so a stray write there is seen, not faulted; the data is made
+a page at a time where the kernel touches it, :class:`LazyBytes`, so a
+buffer can be as large as the tensors a kernel's compile-time sizes
+address), integer
 by-value arguments take values from a small grid, hidden arguments what
 the runtime passes.  Arguments it cannot make up safely (images, samplers,
 pipes, queues, dynamic LDS pointers, hidden arguments it does not know)
@@ -29,8 +32,12 @@ import numpy as np
 from kpatch.emulate.dispatch import Machine
 from kpatch.emulate.errors import CannotEmulate, EmulationError
 from kpatch.emulate.launch import hidden_value, kernarg_segment
+from kpatch.emulate.memory import LazyBytes
 
-BUFFER_BYTES = 1 << 20
+#: Bytes of each synthesised buffer (random, made where touched) and of each
+#: buffer a recipe fills (zeros after the recipe's bytes).
+BUFFER_BYTES = 256 << 20
+RECIPE_BYTES = 1 << 20
 GUARD_BYTES = 4096
 #: Values integer by-value arguments take, run by run.
 INT_GRID = (8, 1, 5, 3, 16, 2)
@@ -120,7 +127,7 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
         if explicit in chosen:
             plan.values.append(_recipe_value(plan, i, chosen[explicit], rng))
         elif kind == "global_buffer" and a.get(".address_space", "global") in ("global", "generic", "constant"):
-            data = rng.integers(0, 256, BUFFER_BYTES + 2 * GUARD_BYTES, dtype=np.uint8)
+            data = LazyBytes(BUFFER_BYTES + 2 * GUARD_BYTES, int(rng.integers(1 << 62)))
             plan.values.append(("buf", len(plan.buffers)))
             plan.buffers.append((f"arg{i}", data))
         elif kind == "by_value" and size in (1, 2, 4, 8):
@@ -133,12 +140,12 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
 
 
 def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
-    """A buffer of BUFFER_BYTES holding a recipe's bytes, in random guard zones."""
-    if len(fill.head) > BUFFER_BYTES:
-        raise CannotSynthesise(f"{name}: the recipe's {len(fill.head)} bytes exceed the {BUFFER_BYTES}-byte buffer")
-    data = np.zeros(BUFFER_BYTES + 2 * GUARD_BYTES, np.uint8)
+    """A buffer of RECIPE_BYTES holding a recipe's bytes, in random guard zones."""
+    if len(fill.head) > RECIPE_BYTES:
+        raise CannotSynthesise(f"{name}: the recipe's {len(fill.head)} bytes exceed the {RECIPE_BYTES}-byte buffer")
+    data = np.zeros(RECIPE_BYTES + 2 * GUARD_BYTES, np.uint8)
     data[:GUARD_BYTES] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
-    data[GUARD_BYTES + BUFFER_BYTES:] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
+    data[GUARD_BYTES + RECIPE_BYTES:] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
     data[GUARD_BYTES:GUARD_BYTES + len(fill.head)] = np.frombuffer(fill.head, np.uint8)
     plan.buffers.append((name, data))
     return ("buf", len(plan.buffers) - 1)
@@ -160,7 +167,8 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
     m = Machine(data, seed=seed, target=target)
     k = m.kernel(name)
     md = k.metadata or {}
-    bases = [m.memory.allocate(n, data).base + GUARD_BYTES for n, data in plan.buffers]
+    bases = [(m.memory.allocate_lazy(n, LazyBytes(d.size, d.seed, d.head)) if isinstance(d, LazyBytes)
+              else m.memory.allocate(n, d)).base + GUARD_BYTES for n, d in plan.buffers]
     values = []
     for v in plan.values:
         if isinstance(v, tuple) and v[0] == "buf":
@@ -181,6 +189,22 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
     return m.memory.image(), r.instructions, r.seconds
 
 
+def comparable(a: list, b: list) -> tuple[list, list]:
+    """Two memory images as (name, bytes) lists of the same shapes: a
+    :class:`LazyBytes` buffer becomes its bytes up to the end of the last
+    page either side touched (pages one side did not touch are its seed's,
+    the same on both)."""
+    outa, outb = [], []
+    for (na, da), (nb, db) in zip(a, b):
+        if isinstance(da, LazyBytes) and isinstance(db, LazyBytes):
+            last = max(set(da.pages) | set(db.pages), default=-1)
+            da = b"".join(da.page(p).tobytes() for p in range(last + 1))
+            db = b"".join(db.page(p).tobytes() for p in range(last + 1))
+        outa.append((na, da))
+        outb.append((nb, db))
+    return outa, outb
+
+
 def _first_difference(a: list, b: list) -> str:
     for (na, da), (nb, db) in zip(a, b):
         if da != db:
@@ -192,7 +216,8 @@ def _first_difference(a: list, b: list) -> str:
                 return f"{na}: sizes differ"
             i = int(idx[0])
             where = f"byte {i - GUARD_BYTES:#x}" if na.startswith("arg") else f"byte {i:#x}"
-            if na.startswith("arg") and not GUARD_BYTES <= i < GUARD_BYTES + BUFFER_BYTES:
+            data_end = GUARD_BYTES + (RECIPE_BYTES if len(x) == RECIPE_BYTES + 2 * GUARD_BYTES else BUFFER_BYTES)
+            if na.startswith("arg") and not GUARD_BYTES <= i < data_end:
                 where += " (guard zone)"
             return (f"{na}: {len(idx)} bytes differ, first at {where}: original {x[i]:#04x}, "
                     f"patched {y[i]:#04x}")
@@ -273,14 +298,15 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
             which, e = ("original", a[0]) if ea else ("patched", b[0])
             v.detail = f"run {r + 1}: only the {which} stopped: {e.reason}"
             return v
-        if a[0] != b[0]:
-            ulps, words = ulp_distance(a[0], b[0])
+        ia, ib = comparable(a[0], b[0])
+        if ia != ib:
+            ulps, words = ulp_distance(ia, ib)
             v.max_ulp = max(v.max_ulp or 0.0, ulps)
             if max_ulp is not None and ulps <= max_ulp:
                 v.detail = f"{words} f32 words differ in run {r + 1}, by at most {ulps:g} ulp"
                 continue
             v.status = DIFFERENT
-            v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(a[0], b[0])}"
+            v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(ia, ib)}"
                         f" (largest f32 difference {ulps:g} ulp)")
             return v
     v.status = EQUAL if v.max_ulp is None else WITHIN
