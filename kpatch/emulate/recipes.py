@@ -237,6 +237,17 @@ def _scatter_carry_outs(ctx: Context, sig: tuple, name: str) -> dict:
     return {0: Fill(rec.tobytes()), 4: batches}
 
 
+def _segmented_reduce(ctx: Context, sig: tuple, name: str) -> dict:
+    # segmented_reduce_kernel<Config>(input, output, begin_offsets, end_offsets, reduce_op,
+    #     initial_value) (device/device_segmented_reduce.hpp): one segment per workgroup;
+    #     segments of 0 to 5000 items, one after another, as offsets into the input.
+    lengths = ctx.rng.integers(0, 5000, ctx.groups)
+    lengths[ctx.run % ctx.groups] = (0, 1, 4999)[ctx.run % 3]
+    begin = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("<u4")
+    end = (begin + lengths).astype("<u4")
+    return {2: Fill(begin.tobytes()), 3: Fill(end.tobytes())}
+
+
 # -- rocRAND: discrete (Poisson) distributions --------------------------------------------
 
 def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
@@ -294,6 +305,11 @@ RECIPES: tuple[Recipe, ...] = (
            ((_G, _G, _G, _B1, _B4),),
            _scatter_carry_outs,
            "rocPRIM device/detail/device_reduce_by_key.hpp (carry_out, scan_and_scatter_carry_outs)"),
+    Recipe("rocprim-segmented-reduce", re.compile(r"rocprim6detail23segmented_reduce_kernelI.*Pj"),
+           ((_G, _G, _G, _G, _B1, _B4),),
+           _segmented_reduce,
+           "rocPRIM device/device_segmented_reduce.hpp (segmented_reduce_kernel: a segment per block, "
+           "begin and end offsets)"),
     Recipe("rocrand-discrete", re.compile(r"rocrand_host6detail.*poisson_distribution"),
            tuple(s for s in (
                (("b", 48), _G, _B8, ("b", 32)),

@@ -62,7 +62,8 @@ def test_lookback_scan_is_proven_with_its_recipe(rocprim_pair):
                                     "_ZN7rocprim6detail31init_lookback_scan_state_kernelINS0_19lookback_scan_stateIdLb1ELb0E",
                                     "_ZN7rocprim6detail18block_merge_kernelILj128ELj8EPiS2_PfS3_",
                                     "_ZN7rocprim6detail34scan_and_scatter_carry_outs_kernelILj256ELj2Ef",
-                                    "_ZN7rocprim6detail20reduce_by_key_kernelILj256ELj10EPiNS_17constant_iterator"])
+                                    "_ZN7rocprim6detail20reduce_by_key_kernelILj256ELj10EPiNS_17constant_iterator",
+                                    "_ZN7rocprim6detail23segmented_reduce_kernelINS0_21default_reduce_configILj0EfE"])
 def test_other_families_are_proven_with_their_recipes(rocprim_pair, prefix):
     a, b = rocprim_pair
     v = verify_kernel(a, b, _kernel(a, prefix), runs=1, patched_target="gfx1010", limit=150000)
