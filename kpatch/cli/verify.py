@@ -153,8 +153,10 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     are not in OUT.ukdb and not listed).  With --emulate, each kernel of an
     original and the kernel of the same name in its patched counterpart run in kpatch's functional GFX10 emulator on the
     same synthesised inputs (random buffers with guard zones, integer
-    arguments from a small grid, 1-3 workgroups), and every byte they write
-    is compared.
+    arguments from a small grid, 1-3 workgroups; for the kernel families
+    kpatch.emulate.recipes names - rocPRIM's look-back scan, sort, merge and
+    reduce-by-key kernels, rocRAND's discrete distributions - consistent
+    inputs that recipe builds), and every byte they write is compared.
 
     \b
     Per kernel:
@@ -167,7 +169,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
                     be synthesised, or both sides stopped: nothing proven
 
     \b
-    Exit status: 0 when every kernel is equal; 1 when some kernel is
+    Exit status: 0 when every kernel is equal (or within ulp); 1 when some kernel is
     different or not verified, or an input cannot be read; 2 on usage
     errors; 3 on an internal error.
     """
@@ -212,7 +214,8 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
         for v in verdicts:
             label = {"equal": "equal", "within ulp": "within ulp", "different": "DIFFERENT",
                      "not verified": "not verified"}[v.status]
-            extra = f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions)" \
+            recipe = f"; inputs by recipe {v.recipe}" if v.recipe else ""
+            extra = f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions{recipe})" \
                 if v.status == "equal" else f": {v.detail}"
             out_console.print(f"{label:<13} {v.name}{extra}", markup=False, highlight=False, crop=False)
         rate = sum(total) / secs if secs else 0.0
