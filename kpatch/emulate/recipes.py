@@ -242,7 +242,7 @@ def _segmented_reduce(ctx: Context, sig: tuple, name: str) -> dict:
     #     initial_value) (device/device_segmented_reduce.hpp): one segment per workgroup;
     #     segments of 0 to 5000 items, one after another, as offsets into the input.
     lengths = ctx.rng.integers(0, 5000, ctx.groups)
-    lengths[ctx.run % ctx.groups] = (0, 1, 4999)[ctx.run % 3]
+    lengths[ctx.run % ctx.groups] = (4999, 1, 0)[ctx.run % 3]
     begin = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("<u4")
     end = (begin + lengths).astype("<u4")
     return {2: Fill(begin.tobytes()), 3: Fill(end.tobytes())}
