@@ -78,7 +78,7 @@ def kernel_line(uri: str, k: KernelOutcome) -> str:
     line = f"{k.status:<9} {uri} {k.name}"
     if k.rules:
         line += f" [{', '.join(k.rules)}]"
-    if k.reason and k.status != "patched":
+    if k.reason and (k.status != "patched" or "verify --emulate: " in k.reason):
         line += f": {k.reason}"
     return line
 
@@ -254,10 +254,11 @@ class ReportPairs:
 
 
 def _print_outcome(as_json: bool, doc: Callable[[], dict], text: Callable[[], None], report: ReportPairs,
-                   items, report_kw: dict, errors: list) -> int:
+                   items, report_kw: dict, errors: list, failed: bool = False) -> int:
     """Print what apply did: the JSON document (``doc()``, the HTML report's
     record last) or the text lines (``text()``, then the report's line); the
-    exit status says whether some item failed (``errors``)."""
+    exit status says whether some item failed (``errors``, or ``failed``: apply
+    --verify-emulate found a kernel different)."""
     if as_json:
         d = doc()
         d["report"] = report.write(items, as_json=True, **report_kw)
@@ -266,7 +267,27 @@ def _print_outcome(as_json: bool, doc: Callable[[], dict], text: Callable[[], No
     else:
         text()
         report.write(items, as_json=False, **report_kw)
-    return EXIT_SOME_FAILED if errors else EXIT_OK
+    return EXIT_SOME_FAILED if errors or failed else EXIT_OK
+
+
+def _emulated(patch_fn: Callable, items) -> dict | None:
+    """apply --verify-emulate's verdict counts over ``items`` (None without it)."""
+    if not getattr(patch_fn, "emulates", False):
+        return None
+    from kpatch.cli.verify import emulation_counts
+    return emulation_counts(k for it in items for k in it.kernels)
+
+
+def _print_emulated(patch_fn: Callable, items) -> None:
+    counts = _emulated(patch_fn, items)
+    if counts is not None:
+        from kpatch.cli.verify import emulation_line
+        out_console.print(emulation_line(counts), markup=False)
+
+
+def _emulated_different(patch_fn: Callable, items) -> bool:
+    counts = _emulated(patch_fn, items)
+    return bool(counts and counts["different"])
 
 
 def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, rule_sets: list[str],
@@ -315,12 +336,14 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
             "output": output, "output_reason": out_choice.why, "rule_sets": rule_sets, "dry_run": dry_run,
             "written": result.written, "created": result.created, "backup": result.backup,
             "conflicts": [{"uri": e.uri, "reason": e.reason} for e in result.conflicts],
-            "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts}
+            "entries": [e.to_json() for e in result.entries], "errors": errors, "summary": counts,
+            "verify_emulate": _emulated(patch_fn, result.entries)}
 
     def text() -> None:
         for e in result.conflicts:
             out_console.print(f"not written {e.uri}: {e.reason}", markup=False)
         out_console.print(summary_text(counts, "entries"), markup=False)
+        _print_emulated(patch_fn, result.entries)
         if dry_run:
             out_console.print(f"dry run: nothing written ({counts['changed']} entries would go to {output})",
                               markup=False)
@@ -332,7 +355,8 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
         else:
             out_console.print(f"nothing to write: {output} left as it was", markup=False)
 
-    return _print_outcome(as_json, doc, text, report, result.entries, report_kw, errors)
+    return _print_outcome(as_json, doc, text, report, result.entries, report_kw, errors,
+                          _emulated_different(patch_fn, result.entries))
 
 
 def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: bool, as_json: bool,
@@ -357,13 +381,15 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
     def doc() -> dict[str, Any]:
         return {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
                 "kind": result.kind, "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
-                "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts}
+                "parts": [p.to_json() for p in result.parts], "errors": errors, "summary": counts,
+                "verify_emulate": _emulated(patch_fn, result.parts)}
 
     def text() -> None:
         out_console.print(f"mode {mode.value} ({mode.why})", markup=False)
         for p in result.parts:
             print_item(p.uri, p.status, p.reason, p.note, p.kernels)
         out_console.print(summary_text(counts, unit), markup=False)
+        _print_emulated(patch_fn, result.parts)
         if dry_run:
             out_console.print(f"dry run: nothing written to {result.output}", markup=False)
         elif result.written:
@@ -371,7 +397,8 @@ def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: b
         else:
             out_console.print(f"nothing changed: {result.output} not written", markup=False)
 
-    return _print_outcome(as_json, doc, text, report, result.parts, report_kw, errors)
+    return _print_outcome(as_json, doc, text, report, result.parts, report_kw, errors,
+                          _emulated_different(patch_fn, result.parts))
 
 
 def dir_summary_text(counts: dict[str, int]) -> str:
@@ -458,10 +485,12 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
         return {"mode": mode.value, "mode_reason": mode.why, "source": result.source, "output": result.output,
                 "kind": "directory", "rule_sets": rule_sets, "dry_run": dry_run, "written": result.written,
                 "replaced": result.replaced, "files": [f.to_json() for f in result.files], "errors": errors,
-                "summary": counts}
+                "summary": counts,
+                "verify_emulate": _emulated(patch_fn, parts)}
 
     def text() -> None:
         out_console.print(dir_summary_text(counts), markup=False)
+        _print_emulated(patch_fn, parts)
         if dry_run:
             out_console.print(f"dry run: nothing written to {result.output}", markup=False)
         else:
@@ -469,7 +498,8 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
             out_console.print(f"{made} {result.output} (point rocBLAS at it: "
                               f"ROCBLAS_TENSILE_LIBPATH={result.output})", markup=False)
 
-    return _print_outcome(as_json, doc, text, report, parts, report_kw, errors)
+    return _print_outcome(as_json, doc, text, report, parts, report_kw, errors,
+                          _emulated_different(patch_fn, parts))
 
 
 @click.command("apply")
@@ -495,11 +525,15 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
               help="Also write an HTML report: source and output, every refused kernel with its reason first, "
                    "then a diff of every changed code object (its counts are `kpatch diff SRC OUT`'s).  Written "
                    "even with --dry-run; a run that changes nothing leaves an existing report as it is.")
+@click.option("--verify-emulate", is_flag=True,
+              help="Prove each patched object by emulation (as `kpatch verify --emulate`, 1 run, 150,000 "
+                   "wave-instructions): per kernel equal / within ulp / different / not verified; an object "
+                   "with a DIFFERENT kernel is not written (its kernels refused) and the exit status is 1.")
 @click.option("--dry-run", is_flag=True, help="Patch and report, but write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of lines.")
 def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str | None, cu: int | None,
               out_dir: str | None, rules: tuple[str, ...], approx: tuple[str, ...], drop_other_targets: bool,
-              force: bool, report: str | None, dry_run: bool, as_json: bool) -> None:
+              force: bool, report: str | None, verify_emulate: bool, dry_run: bool, as_json: bool) -> None:
     """Make gfx1030 kernels safe on gfx1010 and put them where MIOpen loads them.
 
     \b
@@ -592,6 +626,9 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     chosen = choose_mode(mode)
     rule_sets = choose_rule_sets(str(chosen.value), rules, approx)
     patch_fn = default_patch_fn(str(chosen.value))
+    if verify_emulate:
+        from kpatch.cli.verify import EmulateChecked
+        patch_fn = EmulateChecked(patch_fn)
     is_patched = default_provenance_fn()
     pairs = ReportPairs(report)
     if is_dir:

@@ -50,8 +50,9 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
     sets = load_all(list(extra))
     if rule is None:
         if as_json:
-            json.dump({s.id: {"title": s.title, "description": s.description,
-                              "rules": [_rule_record(r) for r in s.rules]} for s in sets.values()},
+            json.dump({s.id: {"title": s.title, "description": s.description, "approximation": s.approximation,
+                              "max_ulp": s.max_ulp, "rules": [_rule_record(r) for r in s.rules]}
+                       for s in sets.values()},
                       sys.stdout, indent=2)
             sys.stdout.write("\n")
             return
@@ -68,6 +69,9 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
             sys.stdout.write("\n")
             return
         out_console.print(f"[bold]{s.id}[/bold]: {s.title}\n\n{s.description}\n")
+        if s.approximation:
+            out_console.print(f"bound: max_ulp = {s.max_ulp} (f32 ulps per result word; "
+                              "`kpatch verify --emulate` checks it)\n", markup=False)
         for r in s.rules:
             out_console.print(f"{r.id} {r.name}: {r.summary}", markup=False)
         return
@@ -81,6 +85,8 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
                 out_console.print(f"[bold]{r.id} {r.name}[/bold] (set {s.id})", highlight=False)
                 out_console.print(f"matches: {_rule_record(r)['matches']}", markup=False)
                 out_console.print(f"does: {'; '.join(_actions(r))}", markup=False)
+                if s.approximation:
+                    out_console.print(f"bound: max_ulp = {s.max_ulp} (approximation {s.id})", markup=False)
                 out_console.print(f"\n{r.summary}\n\n{r.explain}", markup=False)
                 return
     raise click.UsageError(f"no rule or rule set {rule!r} (see `kpatch rules`)")

@@ -27,6 +27,103 @@ def _pairs(orig: str, patched: str):
     return [("" if single else _label(y), x.data, y.data) for x, y in pairs], problems
 
 
+def approximation_bound(patched: bytes) -> tuple[int | None, str]:
+    """(allowed f32 ulps, which approximations) for a patched code object:
+    the sum of the ``max_ulp`` bounds of the approximation rule sets whose
+    rules its provenance record says were applied (errors of several
+    approximations can add up); (None, "") when none was (then only equal
+    passes) or a rule it names is not known here."""
+    from kpatch.rewrite.provenance import read_provenance
+    from kpatch.rewrite.rules import load_all
+    try:
+        rec = read_provenance(patched)
+    except FormatError:
+        return None, ""
+    applied = set((rec or {}).get("rules") or [])
+    sets = load_all()
+    owner = {r.id: s for s in sets.values() for r in s.rules}
+    if not applied or applied - set(owner):
+        return None, ""
+    approx = sorted({owner[r].id: owner[r] for r in applied if owner[r].approximation}.values(), key=lambda s: s.id)
+    if not approx:
+        return None, ""
+    return sum(a.max_ulp or 0 for a in approx), " + ".join(a.id for a in approx)
+
+
+#: How apply --verify-emulate marks a kernel's outcome: ``VERDICT_PREFIX STATUS[: detail]``.
+VERDICT_PREFIX = "verify --emulate: "
+
+
+class EmulateChecked:
+    """A patch function (see :mod:`kpatch.apply.outcome`) that runs
+    ``patch_fn`` and then proves what it wrote by emulation (`apply
+    --verify-emulate`): every kernel of the original and of the patched
+    object is compared as `kpatch verify --emulate` compares them (the
+    bound of the approximations applied, gfx1010 for the patched side).
+    Each kernel's outcome gets its verdict (:data:`VERDICT_PREFIX`); when
+    some kernel is DIFFERENT the object is not written: every kernel the
+    patch changed is refused with the difference as the reason.  Not
+    verified kernels are written and reported as such.  A pure function of
+    the bytes (defined in kpatch, so apply may run it in its workers)."""
+
+    emulates = True  # apply reports emulation_counts() for a patch function with this
+
+    def __init__(self, patch_fn, *, runs: int = 1, limit: int = 150_000, seed: int = 0):
+        self.patch_fn, self.runs, self.limit, self.seed = patch_fn, runs, limit, seed
+
+    def __call__(self, data: bytes, **kw):
+        from kpatch.apply.outcome import KernelOutcome, PatchResult, adapt_result
+        from kpatch.emulate.errors import EmulationError
+        from kpatch.emulate.verify import DIFFERENT, NOT_VERIFIED, KernelVerdict, verify
+
+        res = adapt_result(self.patch_fn(data, **kw), data)
+        if res.data is None:
+            return res
+        try:
+            verdicts = {v.name: v for v in verify(data, res.data, runs=self.runs, seed=self.seed,
+                                                  patched_target="gfx1010", limit=self.limit,
+                                                  max_ulp=approximation_bound(res.data)[0])}
+        except (FormatError, EmulationError) as e:
+            verdicts = {k.name: KernelVerdict(k.name, NOT_VERIFIED, e.reason) for k in res.kernels}
+        different = [v for v in verdicts.values() if v.status == DIFFERENT]
+
+        def mark(k):
+            v = verdicts.get(k.name)
+            if v is None:
+                return KernelOutcome(k.name, k.status, k.reason, k.rules)
+            text = VERDICT_PREFIX + v.status + (f": {v.detail}" if v.detail else "")
+            if different and k.status == "patched":
+                first = v if v.status == DIFFERENT else different[0]
+                why = (f"{VERDICT_PREFIX}{DIFFERENT}: {first.detail}" if first is v else
+                       f"not written: kernel {first.name} of this object is {DIFFERENT} ({first.detail}); {text}")
+                return KernelOutcome(k.name, "refused", why, k.rules)
+            return KernelOutcome(k.name, k.status, text if not k.reason else f"{k.reason}; {text}", k.rules)
+        kernels = tuple(mark(k) for k in res.kernels)
+        return PatchResult(None if different else res.data, kernels)
+
+
+def emulation_counts(kernels) -> dict[str, int]:
+    """Per verdict, how many of ``kernels`` (KernelOutcomes marked by
+    :class:`EmulateChecked`) had it."""
+    counts = {"equal": 0, "within ulp": 0, "different": 0, "not verified": 0}
+    for k in kernels:
+        i = k.reason.find(VERDICT_PREFIX) if k.reason else -1
+        if i < 0:
+            continue
+        rest = k.reason[i + len(VERDICT_PREFIX):]
+        for status in counts:
+            if rest.startswith(status):
+                counts[status] += 1
+                break
+    return counts
+
+
+def emulation_line(counts: dict[str, int]) -> str:
+    """apply --verify-emulate's summary line."""
+    return (f"verify --emulate: kernels {counts['equal']} equal, {counts['within ulp']} within ulp, "
+            f"{counts['different']} different (their objects not written), {counts['not verified']} not verified")
+
+
 @click.command("verify")
 @click.argument("orig", metavar="ORIG")
 @click.argument("patched", metavar="PATCHED")
@@ -37,8 +134,9 @@ def _pairs(orig: str, patched: str):
 @click.option("--limit", type=click.IntRange(1000), default=1_000_000, show_default=True,
               help="Wave-instructions one run of one kernel may take (each side) before it is stopped.")
 @click.option("--max-ulp", type=click.IntRange(0), default=None,
-              help="Accept results that differ only in f32 words by at most this many ulps "
-                   "(for patches made with --allow-approx); the largest difference is reported.")
+              help="Accept results that differ only in f32 words by at most this many ulps, instead of "
+                   "the bound (max_ulp) of the approximations PATCHED's provenance names; the largest "
+                   "difference is reported.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthesised inputs.")
 @click.option("--mcpu-orig", type=click.Choice(sorted(TARGETS)), help="Decode ORIG as this target (default: its own).")
 @click.option("--mcpu-patched", type=click.Choice(sorted(TARGETS)), default="gfx1010", show_default=True,
@@ -55,19 +153,23 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     are not in OUT.ukdb and not listed).  With --emulate, each kernel of an
     original and the kernel of the same name in its patched counterpart run in kpatch's functional GFX10 emulator on the
     same synthesised inputs (random buffers with guard zones, integer
-    arguments from a small grid, 1-3 workgroups), and every byte they write
-    is compared.
+    arguments from a small grid, 1-3 workgroups; for the kernel families
+    kpatch.emulate.recipes names - rocPRIM's look-back scan, sort, merge and
+    reduce-by-key kernels, rocRAND's discrete distributions - consistent
+    inputs that recipe builds), and every byte they write is compared.
 
     \b
     Per kernel:
       equal         every run of both finished and wrote the same bytes
-      within ulp    (with --max-ulp N) only f32 words differ, by at most N ulps
+      within ulp    only f32 words differ, by at most the bound: the sum of the
+                    max_ulp of the approximation rule sets (`kpatch rules NAME`)
+                    the patched object's provenance names, or --max-ulp N
       DIFFERENT     some run wrote other bytes, or only one side faulted
       not verified  something was not emulated (named), arguments could not
                     be synthesised, or both sides stopped: nothing proven
 
     \b
-    Exit status: 0 when every kernel is equal; 1 when some kernel is
+    Exit status: 0 when every kernel is equal (or within ulp); 1 when some kernel is
     different or not verified, or an input cannot be read; 2 on usage
     errors; 3 on an internal error.
     """
@@ -78,10 +180,14 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
 
     pairs, problems = _pairs(orig, patched)
     verdicts = []
+    bounds = set()
     for label, a, b in pairs:
+        bound, source = (max_ulp, "--max-ulp") if max_ulp is not None else approximation_bound(b)
+        if bound is not None:
+            bounds.add(f"{bound} ulp ({source})")
         try:
             vs = verify(a, b, kernel=kernel, runs=runs, seed=seed, orig_target=mcpu_orig,
-                        patched_target=mcpu_patched, limit=limit, max_ulp=max_ulp)
+                        patched_target=mcpu_patched, limit=limit, max_ulp=bound)
         except (FormatError, EmulationError) as e:
             if kernel is not None and len(pairs) > 1 and "no kernel" in e.reason:
                 continue  # the kernel is in another pair
@@ -101,18 +207,19 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
         secs += v.seconds
     counts = {s: sum(v.status == s for v in verdicts) for s in ("equal", "within ulp", "different", "not verified")}
     if as_json:
-        json.dump({"kernels": [v.to_json() for v in verdicts], "summary": counts,
+        json.dump({"kernels": [v.to_json() for v in verdicts], "summary": counts, "bounds": sorted(bounds),
                    "wave_instructions": sum(total), "seconds": round(secs, 3)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         for v in verdicts:
             label = {"equal": "equal", "within ulp": "within ulp", "different": "DIFFERENT",
                      "not verified": "not verified"}[v.status]
-            extra = f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions)" \
+            recipe = f"; inputs by recipe {v.recipe}" if v.recipe else ""
+            extra = f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions{recipe})" \
                 if v.status == "equal" else f": {v.detail}"
             out_console.print(f"{label:<13} {v.name}{extra}", markup=False, highlight=False, crop=False)
         rate = sum(total) / secs if secs else 0.0
-        within = f"{counts['within ulp']} within {max_ulp} ulp, " if max_ulp is not None else ""
+        within = f"{counts['within ulp']} within {', '.join(sorted(bounds))}, " if bounds else ""
         out_console.print(f"{len(verdicts)} kernels: {counts['equal']} equal, {within}{counts['different']} different, "
                           f"{counts['not verified']} not verified; {sum(total):,} wave-instructions emulated "
                           f"in {secs:.1f} s ({rate:,.0f}/s)", markup=False, highlight=False, crop=False)

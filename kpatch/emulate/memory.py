@@ -28,8 +28,58 @@ PRIVATE_APERTURE_HI = 0x00020000
 SCRATCH_RSRC_BASE = PRIVATE_APERTURE_HI << 32
 
 
+class LazyBytes:
+    """``size`` bytes of seeded random data made a page at a time, when an
+    access first touches the page (a buffer as large as a kernel's tensors
+    without holding them all).  Indexing with an int array reads and
+    assigns like a numpy uint8 array; :meth:`page` gives a page (made if
+    untouched), :attr:`pages` the pages touched.  Two objects with the same
+    size and seed hold the same bytes."""
+
+    PAGE = 1 << 16
+
+    def __init__(self, size: int, seed: int, head: bytes = b""):
+        self.size, self.seed, self.head = size, seed, bytes(head)
+        self.pages: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def page(self, p: int) -> np.ndarray:
+        a = self.pages.get(p)
+        if a is None:
+            start = p * self.PAGE
+            n = min(self.PAGE, self.size - start)
+            a = np.random.default_rng([self.seed, p]).integers(0, 256, n, dtype=np.uint8)
+            if start < len(self.head):
+                h = np.frombuffer(self.head[start:start + n], np.uint8)
+                a[:len(h)] = h
+            self.pages[p] = a
+        return a
+
+    def _split(self, idx: np.ndarray):
+        flat = np.asarray(idx, np.int64).ravel()
+        pg = flat // self.PAGE
+        for p in np.unique(pg):
+            sel = pg == p
+            yield self.page(int(p)), sel, flat[sel] - int(p) * self.PAGE
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        out = np.empty(np.shape(idx), np.uint8)
+        flat = out.reshape(-1)
+        for page, sel, off in self._split(idx):
+            flat[sel] = page[off]
+        return out
+
+    def __setitem__(self, idx: np.ndarray, values: np.ndarray) -> None:
+        vals = np.asarray(values, np.uint8).reshape(-1)
+        for page, sel, off in self._split(idx):
+            page[off] = vals[sel]
+
+
 class Buffer:
-    """One global allocation: ``size`` bytes at ``base`` (``data`` is a numpy uint8 array)."""
+    """One global allocation: ``size`` bytes at ``base`` (``data`` is a numpy
+    uint8 array, or :class:`LazyBytes`)."""
 
     __slots__ = ("name", "base", "data", "readonly")
 
@@ -65,6 +115,17 @@ class Memory:
             if base < b.base + b.size and b.base < base + len(arr):
                 raise ValueError(f"buffer {name} at {base:#x} overlaps {b.name}")
         b = Buffer(name, base, arr, readonly)
+        self.buffers.append(b)
+        self.buffers.sort(key=lambda x: x.base)
+        self._bases = np.array([x.base for x in self.buffers], np.uint64)
+        self._sizes = np.array([x.size for x in self.buffers], np.uint64)
+        return b
+
+    def allocate_lazy(self, name: str, data: LazyBytes, align: int = 256) -> Buffer:
+        """Place a :class:`LazyBytes` buffer at a fresh address (with an unmapped gap after it)."""
+        base = (self._next + align - 1) // align * align
+        self._next = base + len(data) + 0x10000
+        b = Buffer(name, base, data)
         self.buffers.append(b)
         self.buffers.sort(key=lambda x: x.base)
         self._bases = np.array([x.base for x in self.buffers], np.uint64)
@@ -113,9 +174,12 @@ class Memory:
             data = self.buffers[b].data
             data[off[sel][:, None] + np.arange(nbytes)] = values[sel]
 
-    def image(self) -> list[tuple[str, bytes]]:
-        """Every buffer's name and current bytes (what a comparison looks at)."""
-        return [(b.name, b.data.tobytes()) for b in self.buffers if not b.readonly]
+    def image(self) -> list[tuple[str, object]]:
+        """Every buffer's name and current bytes (what a comparison looks at;
+        a :class:`LazyBytes` buffer as itself: its untouched pages are its
+        seed's)."""
+        return [(b.name, b.data if isinstance(b.data, LazyBytes) else b.data.tobytes())
+                for b in self.buffers if not b.readonly]
 
     def read_scalar(self, addr: int, nbytes: int) -> bytes:
         """``nbytes`` at one address (scalar memory reads)."""

@@ -1264,7 +1264,6 @@ def _flat(inst, ctx):
         size, signed = _MEM_TYPES[mo.group(3)]
         d16 = mo.group(4)
         d16_hi = bool(mo.group(5))
-        nd = max(1, size // 4)
         space = mo.group(1)
 
         def addresses(w, ex):
@@ -1304,37 +1303,14 @@ def _flat(inst, ctx):
                 if not ex.any():
                     return
                 b = mem_read(w, ex, addresses(w, ex), size)
-                if size < 4:
-                    v = from_bytes(b, 1)[:, 0].astype(np.int64)
-                    if signed:
-                        bits = 8 * size
-                        v = np.where(v >> (bits - 1) & 1, v - (1 << bits), v)
-                    v = (v & _M32).astype(np.uint32)
-                    if d16:
-                        old = w.v[vd][ex]
-                        if d16_hi:
-                            v = (old & np.uint32(0xFFFF)) | ((v & np.uint32(0xFFFF)) << np.uint32(16))
-                        else:
-                            v = (old & np.uint32(0xFFFF0000)) | (v & np.uint32(0xFFFF))
-                    w.v[vd][ex] = v
-                    return
-                v = from_bytes(b, nd)
-                for k in range(nd):
-                    w.v[vd + k][ex] = v[:, k]
+                _vmem_loaded(w, ex, vd, b, size, signed, d16, d16_hi)
             return ld
 
         def st(w):
             ex = w.exec
             if not ex.any():
                 return
-            if size < 4:
-                v = w.v[vdata][ex]
-                if d16_hi:
-                    v = v >> np.uint32(16)
-                data = to_bytes(v[:, None], size)
-            else:
-                data = to_bytes(np.stack([w.v[vdata + k][ex] for k in range(nd)], 1), size)
-            mem_write(w, ex, addresses(w, ex), data)
+            mem_write(w, ex, addresses(w, ex), _vmem_store_data(w, ex, vdata, size, d16_hi))
         return st
     mo = re.fullmatch(r"(flat|global)_atomic_(\w+?)(_x2)?", m)
     if mo and mo.group(2) in _ATOMIC32 or (mo and mo.group(2) in ("cmpswap", "swap", "add_f32")):
@@ -1368,6 +1344,39 @@ def _flat(inst, ctx):
                     w.v[vd][lane] = old
         return atom
     raise CannotEmulate(m, inst.address)
+
+
+def _vmem_loaded(w, ex, vd, b, size, signed, d16, d16_hi):
+    """Put the bytes ``b`` (lanes, size) a FLAT/GLOBAL/SCRATCH or MUBUF load
+    read into the VGPRs from ``vd`` of the active lanes: sub-dword values
+    sign- or zero-extended, or (d16) into the low or high half keeping the
+    other; dword values one register each."""
+    if size < 4:
+        v = from_bytes(b, 1)[:, 0].astype(np.int64)
+        if signed:
+            bits = 8 * size
+            v = np.where(v >> (bits - 1) & 1, v - (1 << bits), v)
+        v = (v & _M32).astype(np.uint32)
+        if d16:
+            old = w.v[vd][ex]
+            v = ((old & np.uint32(0xFFFF)) | ((v & np.uint32(0xFFFF)) << np.uint32(16)) if d16_hi
+                 else (old & np.uint32(0xFFFF0000)) | (v & np.uint32(0xFFFF)))
+        w.v[vd][ex] = v
+        return
+    v = from_bytes(b, max(1, size // 4))
+    for k in range(v.shape[1]):
+        w.v[vd + k][ex] = v[:, k]
+
+
+def _vmem_store_data(w, ex, vdata, size, d16_hi):
+    """The bytes (lanes, size) a VMEM store of ``size`` bytes writes from the
+    VGPRs at ``vdata`` of the active lanes (d16_hi: the high halves)."""
+    if size < 4:
+        v = w.v[vdata][ex]
+        if d16_hi:
+            v = v >> np.uint32(16)
+        return to_bytes(v[:, None], size)
+    return to_bytes(np.stack([w.v[vdata + k][ex] for k in range(max(1, size // 4))], 1), size)
 
 
 def _flat_access(w, ex, a, nbytes, data):
@@ -1409,7 +1418,6 @@ def _mubuf(inst, ctx):
     size, signed = _MEM_TYPES[mo.group(2)]
     d16 = mo.group(3)
     d16_hi = bool(mo.group(4))
-    nd = max(1, size // 4)
     offen, idxen = f["offen"], f["idxen"]
     ioff = f["offset"]
     va, vdata = f["vaddr"], f["vdata"]
@@ -1442,10 +1450,16 @@ def _mubuf(inst, ctx):
             else:
                 inr = offset + soff(w) + size <= nrec
             return ("global", a, inr)
-        if oob not in (0, 1):
+        if oob == 2:
             raise CannotEmulate(m, inst.address, f"structured buffer with OOB_SELECT {oob}")
         a = np.uint64(base) + (vidx * stride + offset + soff(w)).astype(np.uint64)
-        inr = (vidx < nrec) & ((offset < stride) if oob == 0 else True)
+        if oob == 3:
+            # raw range check on the linear buffer offset (not swizzled: index * stride +
+            # offset), the same rule as the raw (stride 0) case above: GFX10's OOB_SELECT 3
+            # is "offset >= NUM_RECORDS" without swizzling (Mesa, radv's buffer descriptors)
+            inr = vidx * stride + offset + size <= nrec
+        else:
+            inr = (vidx < nrec) & ((offset < stride) if oob == 0 else True)
         return ("global", a, np.broadcast_to(inr, len(vidx)).copy())
 
     if load:
@@ -1460,21 +1474,7 @@ def _mubuf(inst, ctx):
                 b = np.zeros((len(a), size), np.uint8)
                 if inr.any():
                     b[inr] = w.memory.read(a[inr], size)
-            if size < 4:
-                v = from_bytes(b, 1)[:, 0].astype(np.int64)
-                if signed:
-                    bits = 8 * size
-                    v = np.where(v >> (bits - 1) & 1, v - (1 << bits), v)
-                v = (v & _M32).astype(np.uint32)
-                if d16:
-                    old = w.v[vdata][ex]
-                    v = ((old & np.uint32(0xFFFF)) | ((v & np.uint32(0xFFFF)) << np.uint32(16)) if d16_hi
-                         else (old & np.uint32(0xFFFF0000)) | (v & np.uint32(0xFFFF)))
-                w.v[vdata][ex] = v
-                return
-            v = from_bytes(b, nd)
-            for k in range(nd):
-                w.v[vdata + k][ex] = v[:, k]
+            _vmem_loaded(w, ex, vdata, b, size, signed, d16, d16_hi)
         return bld
 
     def bst(w):
@@ -1482,13 +1482,7 @@ def _mubuf(inst, ctx):
         if not ex.any():
             return
         space, a, inr = access(w, ex)
-        if size < 4:
-            v = w.v[vdata][ex]
-            if d16_hi:
-                v = v >> np.uint32(16)
-            data = to_bytes(v[:, None], size)
-        else:
-            data = to_bytes(np.stack([w.v[vdata + k][ex] for k in range(nd)], 1), size)
+        data = _vmem_store_data(w, ex, vdata, size, d16_hi)
         if space == "private":
             w.private.write(np.nonzero(ex)[0], a, data)
         elif inr.any():

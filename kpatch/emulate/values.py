@@ -97,19 +97,8 @@ def flush_denormals(x: np.ndarray) -> np.ndarray:
 def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """a*b+c rounded once to float32.  The product of two float32 values is
     exact in float64; the float64 sum is rounded to odd (so that the final
-    rounding to float32 is the correct one)."""
-    a = a.astype(np.float64)
-    p = a * b.astype(np.float64)
-    c = c.astype(np.float64)
-    s = p + c
-    bb = s - p
-    err = (p - (s - bb)) + (c - bb)
-    fin = np.isfinite(s) & np.isfinite(err)
-    need = fin & (err != 0) & ((s.view(np.uint64) & np.uint64(1)) == 0)
-    if need.any():
-        toward = np.where(err > 0, np.inf, -np.inf)
-        s = np.where(need, np.nextafter(s, toward), s)
-    return s.astype(np.float32)
+    rounding to float32 is the correct one): :func:`fma_via64`."""
+    return fma_via64(a, b, c, np.float32)
 
 
 def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -145,6 +134,9 @@ def fma_f16(a, b, c):
 
 
 def fma_via64(a, b, c, dtype):
+    """a*b+c in float64 rounded to odd, then rounded once to ``dtype``
+    (float32 or float16: the product of two such values is exact in float64,
+    and round-to-odd in 53 bits makes the second rounding the correct one)."""
     a = a.astype(np.float64)
     p = a * b.astype(np.float64)
     c = c.astype(np.float64)

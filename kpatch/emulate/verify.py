@@ -4,7 +4,10 @@ the same synthesised inputs, every byte they write compared.
 For each kernel, :func:`synthesise` builds arguments from the metadata:
 each global buffer argument gets :data:`BUFFER_BYTES` of random data with
 :data:`GUARD_BYTES` of random guard zone on each side (inside the same
-allocation, so a stray write there is seen, not faulted), integer
+allocation, so a stray write there is seen, not faulted; the data is made
+a page at a time where the kernel touches it, :class:`LazyBytes`, so a
+buffer can be as large as the tensors a kernel's compile-time sizes
+address), integer
 by-value arguments take values from a small grid, hidden arguments what
 the runtime passes.  Arguments it cannot make up safely (images, samplers,
 pipes, queues, dynamic LDS pointers, hidden arguments it does not know)
@@ -29,8 +32,12 @@ import numpy as np
 from kpatch.emulate.dispatch import Machine
 from kpatch.emulate.errors import CannotEmulate, EmulationError
 from kpatch.emulate.launch import hidden_value, kernarg_segment
+from kpatch.emulate.memory import LazyBytes
 
-BUFFER_BYTES = 1 << 20
+#: Bytes of each synthesised buffer (random, made where touched) and of each
+#: buffer a recipe fills (zeros after the recipe's bytes).
+BUFFER_BYTES = 256 << 20
+RECIPE_BYTES = 1 << 20
 GUARD_BYTES = 4096
 #: Values integer by-value arguments take, run by run.
 INT_GRID = (8, 1, 5, 3, 16, 2)
@@ -58,11 +65,12 @@ class KernelVerdict:
     instructions: tuple[int, int] = (0, 0)
     seconds: float = 0.0
     max_ulp: float | None = None  # largest f32 distance among differing words (None: none differed)
+    recipe: str = ""  # the argument recipe (kpatch.emulate.recipes) the inputs were built by
 
     def to_json(self) -> dict:
         return {"kernel": self.name, "status": self.status, "detail": self.detail, "runs": self.runs,
                 "wave_instructions": {"original": self.instructions[0], "patched": self.instructions[1]},
-                "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp}
+                "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp, "recipe": self.recipe or None}
 
 
 class CannotSynthesise(Exception):
@@ -74,7 +82,9 @@ class Plan:
     """Arguments of one run: buffers (name, bytes, offset of the data) and the kernarg values."""
 
     buffers: list = field(default_factory=list)
-    values: list = field(default_factory=list)  # per explicit arg: ("buf", index) or int
+    values: list = field(default_factory=list)  # per explicit arg: ("buf", index), int, bytes or
+    #   ("struct", bytes, ((offset, buffer index), ...)): an aggregate holding buffers' addresses
+    recipe: str = ""  # the argument recipe used, if any
     grid: tuple = (1, 1, 1)
     block: tuple = (1, 1, 1)
 
@@ -87,11 +97,25 @@ def workgroup_size(md: dict) -> tuple[int, int, int]:
     return (min(mx, DEFAULT_BLOCK), 1, 1)
 
 
-def synthesise(md: dict, run: int, seed: int) -> Plan:
-    """Arguments for run ``run`` of the kernel described by metadata ``md``."""
+def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
+    """Arguments for run ``run`` of the kernel described by metadata ``md``;
+    the arguments a recipe (:mod:`kpatch.emulate.recipes`) decides for a
+    kernel ``name`` come from it."""
+    from kpatch.emulate import recipes
     rng = np.random.default_rng(seed + 7919 * run)
     block = workgroup_size(md)
     plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
+    chosen = {}
+    if name is not None:
+        try:
+            found = recipes.find(name, md)
+        except recipes.RecipeDoesNotHold as e:
+            raise CannotSynthesise(str(e)) from None
+        if found is not None:
+            plan.recipe = found[0].name
+            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng)
+            chosen = found[0].build(ctx, found[1], name)
+    explicit = -1
     for i, a in enumerate(md.get(".args", [])):
         kind = a.get(".value_kind", "")
         size = a.get(".size", 0)
@@ -99,8 +123,11 @@ def synthesise(md: dict, run: int, seed: int) -> Plan:
             if hidden_value(kind, plan.grid, plan.block) is None:
                 raise CannotSynthesise(f"hidden argument {kind}")
             continue
-        if kind == "global_buffer" and a.get(".address_space", "global") in ("global", "generic", "constant"):
-            data = rng.integers(0, 256, BUFFER_BYTES + 2 * GUARD_BYTES, dtype=np.uint8)
+        explicit += 1
+        if explicit in chosen:
+            plan.values.append(_recipe_value(plan, i, chosen[explicit], rng))
+        elif kind == "global_buffer" and a.get(".address_space", "global") in ("global", "generic", "constant"):
+            data = LazyBytes(BUFFER_BYTES + 2 * GUARD_BYTES, int(rng.integers(1 << 62)))
             plan.values.append(("buf", len(plan.buffers)))
             plan.buffers.append((f"arg{i}", data))
         elif kind == "by_value" and size in (1, 2, 4, 8):
@@ -112,16 +139,45 @@ def synthesise(md: dict, run: int, seed: int) -> Plan:
     return plan
 
 
+def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
+    """A buffer of RECIPE_BYTES holding a recipe's bytes, in random guard zones."""
+    if len(fill.head) > RECIPE_BYTES:
+        raise CannotSynthesise(f"{name}: the recipe's {len(fill.head)} bytes exceed the {RECIPE_BYTES}-byte buffer")
+    data = np.zeros(RECIPE_BYTES + 2 * GUARD_BYTES, np.uint8)
+    data[:GUARD_BYTES] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
+    data[GUARD_BYTES + RECIPE_BYTES:] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
+    data[GUARD_BYTES:GUARD_BYTES + len(fill.head)] = np.frombuffer(fill.head, np.uint8)
+    plan.buffers.append((name, data))
+    return ("buf", len(plan.buffers) - 1)
+
+
+def _recipe_value(plan: Plan, i: int, v, rng):
+    """A plan value (see :class:`Plan`) for explicit argument ``i`` from a recipe's value."""
+    from kpatch.emulate.recipes import Fill, Struct
+    if isinstance(v, Fill):
+        return _recipe_buffer(plan, f"arg{i}", v, rng)
+    if isinstance(v, Struct):
+        ptrs = tuple((off, _recipe_buffer(plan, f"arg{i}+{off}", f, rng)[1]) for off, f in v.pointers)
+        return ("struct", v.data.ljust(v.size, b"\0"), ptrs)
+    return v
+
+
 def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, limit: int = RUN_LIMIT):
     """(memory image, wave-instructions, seconds) of one run, or the error that stopped it."""
     m = Machine(data, seed=seed, target=target)
     k = m.kernel(name)
     md = k.metadata or {}
+    bases = [(m.memory.allocate_lazy(n, LazyBytes(d.size, d.seed, d.head)) if isinstance(d, LazyBytes)
+              else m.memory.allocate(n, d)).base + GUARD_BYTES for n, d in plan.buffers]
     values = []
     for v in plan.values:
-        if isinstance(v, tuple):
-            b = m.memory.allocate(plan.buffers[v[1]][0], plan.buffers[v[1]][1])
-            values.append(b.base + GUARD_BYTES)
+        if isinstance(v, tuple) and v[0] == "buf":
+            values.append(bases[v[1]])
+        elif isinstance(v, tuple):  # ("struct", bytes, ((offset, buffer index), ...))
+            agg = bytearray(v[1])
+            for off, bi in v[2]:
+                agg[off:off + 8] = bases[bi].to_bytes(8, "little")
+            values.append(bytes(agg))
         else:
             values.append(v)
     dyn = max(0, LDS_BYTES - k.descriptor.group_segment_fixed_size)
@@ -131,6 +187,22 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
     except EmulationError as e:
         return e, 0, 0.0
     return m.memory.image(), r.instructions, r.seconds
+
+
+def comparable(a: list, b: list) -> tuple[list, list]:
+    """Two memory images as (name, bytes) lists of the same shapes: a
+    :class:`LazyBytes` buffer becomes its bytes up to the end of the last
+    page either side touched (pages one side did not touch are its seed's,
+    the same on both)."""
+    outa, outb = [], []
+    for (na, da), (nb, db) in zip(a, b):
+        if isinstance(da, LazyBytes) and isinstance(db, LazyBytes):
+            last = max(set(da.pages) | set(db.pages), default=-1)
+            da = b"".join(da.page(p).tobytes() for p in range(last + 1))
+            db = b"".join(db.page(p).tobytes() for p in range(last + 1))
+        outa.append((na, da))
+        outb.append((nb, db))
+    return outa, outb
 
 
 def _first_difference(a: list, b: list) -> str:
@@ -144,7 +216,8 @@ def _first_difference(a: list, b: list) -> str:
                 return f"{na}: sizes differ"
             i = int(idx[0])
             where = f"byte {i - GUARD_BYTES:#x}" if na.startswith("arg") else f"byte {i:#x}"
-            if na.startswith("arg") and not GUARD_BYTES <= i < GUARD_BYTES + BUFFER_BYTES:
+            data_end = GUARD_BYTES + (RECIPE_BYTES if len(x) == RECIPE_BYTES + 2 * GUARD_BYTES else BUFFER_BYTES)
+            if na.startswith("arg") and not GUARD_BYTES <= i < data_end:
                 where += " (guard zone)"
             return (f"{na}: {len(idx)} bytes differ, first at {where}: original {x[i]:#04x}, "
                     f"patched {y[i]:#04x}")
@@ -195,10 +268,11 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
     ins = [0, 0]
     for r in range(runs):
         try:
-            plan = synthesise(md, r, seed)
+            plan = synthesise(md, r, seed, name)
         except CannotSynthesise as e:
             v.detail = f"arguments cannot be synthesised: {e}"
             return v
+        v.recipe = plan.recipe
         a = _execute(orig, name, plan, seed + r, orig_target, limit)
         if isinstance(a[0], CannotEmulate):  # the patched side need not run
             v.detail = f"original: {a[0].reason}"
@@ -224,14 +298,15 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
             which, e = ("original", a[0]) if ea else ("patched", b[0])
             v.detail = f"run {r + 1}: only the {which} stopped: {e.reason}"
             return v
-        if a[0] != b[0]:
-            ulps, words = ulp_distance(a[0], b[0])
+        ia, ib = comparable(a[0], b[0])
+        if ia != ib:
+            ulps, words = ulp_distance(ia, ib)
             v.max_ulp = max(v.max_ulp or 0.0, ulps)
             if max_ulp is not None and ulps <= max_ulp:
                 v.detail = f"{words} f32 words differ in run {r + 1}, by at most {ulps:g} ulp"
                 continue
             v.status = DIFFERENT
-            v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(a[0], b[0])}"
+            v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(ia, ib)}"
                         f" (largest f32 difference {ulps:g} ulp)")
             return v
     v.status = EQUAL if v.max_ulp is None else WITHIN

@@ -8,6 +8,9 @@ A rule file holds one rule set::
     description = "..."               # what the set does to the hardware
     approximation = true              # optional: the set changes results slightly;
                                       # used only when named with --allow-approx
+    max_ulp = 16                      # required with approximation = true: the largest
+                                      # difference (f32 ulps per result word) the set claims;
+                                      # `kpatch verify --emulate` checks what it measures against it
 
     [[rule]]
     id = "KH001"                      # stable code, never reused
@@ -152,6 +155,7 @@ class RuleSet:
     path: str
     rules: list[Rule] = field(default_factory=list)
     approximation: bool = False  # results change slightly: only with --allow-approx
+    max_ulp: int | None = None  # an approximation's claimed bound, f32 ulps per result word
 
 
 def _err(path: str, where: str, reason: str) -> FormatError:
@@ -362,8 +366,15 @@ def load_file(path: str) -> RuleSet:
         raise _err(path, "[[rule]]", "a rule set needs at least one rule")
     if not isinstance(head.get("approximation", False), bool):
         raise _err(path, "[set].approximation", "must be true or false")
+    bound = head.get("max_ulp")
+    if head.get("approximation", False):
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
+            raise _err(path, "[set].max_ulp", "an approximation states its bound: an integer >= 0 "
+                       "(f32 ulps per result word)")
+    elif bound is not None:
+        raise _err(path, "[set].max_ulp", "only an approximation (approximation = true) has a bound")
     rs = RuleSet(head["id"], head["title"].strip(), head["description"].strip(), path,
-                 approximation=head.get("approximation", False))
+                 approximation=head.get("approximation", False), max_ulp=bound)
     seen: set[str] = set()
     for i, raw in enumerate(rules):
         r = _rule(path, rs.id, i, raw)

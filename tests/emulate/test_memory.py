@@ -18,3 +18,121 @@ def test_no_lds_at_all():
     assert lds.read(np.array([0, 4]), 4).tolist() == [[0] * 4, [0] * 4]
     lds.write(np.array([0]), np.array([[1, 2, 3, 4]], np.uint8))
     assert len(lds.data) == 0
+
+
+OOB3 = """
+.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
+.text
+.globl oob3
+.p2align 8
+.type oob3,@function
+oob3:
+    s_load_dwordx4 s[4:7], s[0:1], 0
+    s_load_dword s12, s[0:1], 16
+    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    s_mov_b32 s8, s4
+    s_and_b32 s9, s5, 0xffff
+    s_or_b32 s9, s9, 0xc0000
+    s_mov_b32 s10, s12
+    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+    s_endpgm
+.Loob3_end:
+    .size oob3, .Loob3_end - oob3
+
+.rodata
+.p2align 6
+.amdhsa_kernel oob3
+    .amdhsa_user_sgpr_kernarg_segment_ptr 1
+    .amdhsa_next_free_vgpr 4
+    .amdhsa_next_free_sgpr 16
+    .amdhsa_wavefront_size32 1
+.end_amdhsa_kernel
+
+.amdgpu_metadata
+---
+amdhsa.version: [ 1, 1 ]
+amdhsa.kernels:
+  - .name: oob3
+    .symbol: oob3.kd
+    .kernarg_segment_size: 20
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .kernarg_segment_align: 8
+    .wavefront_size: 32
+    .sgpr_count: 16
+    .vgpr_count: 4
+    .max_flat_workgroup_size: 32
+    .args:
+      - { .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
+      - { .size: 8, .offset: 8, .value_kind: global_buffer, .address_space: global }
+      - { .size: 4, .offset: 16, .value_kind: by_value }
+...
+.end_amdgpu_metadata
+"""
+
+
+def test_structured_buffer_with_oob_select_3(tmp_path):
+    """A structured load (idxen, stride 12, offset 4) through a resource with
+    OOB_SELECT 3 and no swizzling: GFX10 checks the linear buffer offset
+    (index * stride + offset) against NUM_RECORDS in bytes, as for a raw
+    buffer; lanes past it read 0."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "oob3", OOB3), "rb").read()
+    src = np.arange(1000, 1000 + 128, dtype=np.uint32)
+    for nrec in (200, 96, 0):
+        out = run(code, "oob3", [src, np.zeros(32, np.uint32), nrec], (32,), (32,)).array(1)
+        lane = np.arange(32)
+        want = np.where(lane * 12 + 4 + 4 <= nrec, src[3 * lane + 1], 0)
+        assert out.tolist() == want.tolist(), nrec
+
+
+def test_lazy_bytes_are_made_where_touched_and_compared_over_both_sides():
+    """A LazyBytes buffer holds its seed's random bytes, made a page at a
+    time; two with one seed agree byte for byte; a comparison covers every
+    page either side touched (a write only one side made is a difference)."""
+    from kpatch.emulate.memory import LazyBytes
+    from kpatch.emulate.verify import comparable
+    a, b = LazyBytes(1 << 24, 7, b"\x01\x02"), LazyBytes(1 << 24, 7, b"\x01\x02")
+    idx = np.array([[0, 1, 2], [5 << 20, (5 << 20) + 1, (9 << 20) + 3]])
+    assert a[idx].tolist() == b[idx].tolist() and a[idx][0, :2].tolist() == [1, 2]
+    assert sorted(a.pages) == [0, 80, 144]
+    ref = np.random.default_rng([7, 80]).integers(0, 256, LazyBytes.PAGE, dtype=np.uint8)
+    assert a[np.array([5 << 20])][0] == ref[0]
+    assert comparable([("arg0", a)], [("arg0", b)])[0] == comparable([("arg0", a)], [("arg0", b)])[1]
+    b[np.array([[(12 << 20) + 8]])] = np.array([[a[np.array([(12 << 20) + 8])][0] ^ 1]], np.uint8)
+    ia, ib = comparable([("arg0", a)], [("arg0", b)])
+    assert ia != ib and len(ia[0][1]) == len(ib[0][1]) == (12 * 16 + 1) * LazyBytes.PAGE
+
+
+FAR = OOB3.replace("oob3", "far").replace("""    s_load_dword s12, s[0:1], 16
+    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    s_mov_b32 s8, s4
+    s_and_b32 s9, s5, 0xffff
+    s_or_b32 s9, s9, 0xc0000
+    s_mov_b32 s10, s12
+    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]""", """    v_lshlrev_b32 v2, 2, v0
+    v_add_nc_u32 v3, 0x2000000, v2
+    s_waitcnt lgkmcnt(0)
+    global_load_dword v1, v3, s[4:5]
+    s_waitcnt vmcnt(0)
+    global_store_dword v3, v1, s[6:7]""")
+
+
+def test_a_kernel_addressing_tensors_past_a_mebibyte_is_verified(tmp_path):
+    """Kernels with compile-time tensor sizes (MIOpen's OpenCL kernels)
+    address far into their buffers: one reading and writing 32 MiB in is
+    proven equal to itself, not stopped by a fault."""
+    from kpatch.emulate.verify import EQUAL, verify_kernel
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "far", FAR), "rb").read()
+    v = verify_kernel(code, code, "far", runs=2)
+    assert v.status == EQUAL, v.detail

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,7 @@ def kpatch(*args: str) -> subprocess.CompletedProcess:
 
 
 def assemble(tmp_path, name: str, text: str | None = None) -> str:
+    """clang-15's code object of tests/emulate/data/NAME.s, or of ``text``."""
     if shutil.which("clang-15") is None:
         pytest.skip("clang-15 not installed")
     src = os.path.join(HERE, "data", f"{name}.s")
@@ -43,6 +45,38 @@ def assemble(tmp_path, name: str, text: str | None = None) -> str:
     subprocess.run(["clang-15", "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1030",
                     "-mcode-object-version=4", src, "-o", out], check=True)
     return out
+
+
+REWRITE_DATA = os.path.join(HERE, "..", "rewrite", "data")
+
+
+def long_branch(tmp_path) -> str:
+    """tests/rewrite/data/long_branch.s (kernel lb) with a VALU add as the
+    first instruction at the long branch's target."""
+    with open(os.path.join(REWRITE_DATA, "long_branch.s")) as f:
+        text = f.read().replace("TARGET_FIRST", "v_add_f32 v1, 1.0, v1")
+    return assemble(tmp_path, "long_branch", text)
+
+
+def int_dot_run(tmp_path) -> str:
+    """The integer dot products of tests/rewrite/data/int_dot.s (the body of
+    kernel idot) made runnable (kernel idot_run): the operands v2 v3 v5 v8
+    v9 v10 v11 v1 come from the buffer (32 dwords each) and the 7 results
+    go to byte 1024 + 128*k; descriptor and metadata are idot's, renamed."""
+    with open(os.path.join(REWRITE_DATA, "int_dot.s")) as f:
+        text = f.read()
+    body = re.search(r"^idot:\n(.*?)^    s_endpgm", text, re.M | re.S).group(1)
+    loads = "".join(f"    global_load_dword v{r}, v0, s[2:3] offset:{128 * k}\n"
+                    for k, r in enumerate((2, 3, 5, 8, 9, 10, 11, 1)))
+    stores = "".join(f"    global_store_dword v0, v{r}, s[2:3] offset:{1024 + 128 * k}\n"
+                     for k, r in enumerate((1, 4, 6, 7, 8, 10, 11)))
+    run = ("idot_run:\n    s_load_dwordx2 s[2:3], s[0:1], 0\n    v_lshlrev_b32 v0, 2, v0\n"
+           "    s_mov_b32 s7, 0x12345\n    s_waitcnt lgkmcnt(0)\n" + loads + "    s_waitcnt vmcnt(0)\n"
+           + body + stores + "    s_endpgm\n")
+    text = re.sub(r"^idot:\n.*?^    s_endpgm\n", lambda _: run.replace("idot_run:", "idot:"), text, count=1,
+                  flags=re.M | re.S)
+    text = re.sub(r"\bidot\b", "idot_run", text)
+    return assemble(tmp_path, "int_dot_run", text)
 
 
 def patched(tmp_path, src: str) -> str:
@@ -82,13 +116,14 @@ def test_a_refused_kernel_is_not_verified(tmp_path):
 
 
 def test_int_dot_expansion_is_equal(tmp_path):
-    src = assemble(tmp_path, "int_dot_run")
-    assert statuses(src, patched(tmp_path, src)) == {"idot_run": EQUAL}
+    src = int_dot_run(tmp_path)
+    st = statuses(src, patched(tmp_path, src))
+    assert st["idot_run"] == EQUAL, st
 
 
 def test_long_branch_relocation_is_equal(tmp_path):
-    src = assemble(tmp_path, "long_branch_run")
-    assert statuses(src, patched(tmp_path, src)) == {"lbr": EQUAL}
+    src = long_branch(tmp_path)
+    assert statuses(src, patched(tmp_path, src)) == {"lb": EQUAL}
 
 
 # ---- mutation tests: wrong patches are caught --------------------------------------
@@ -122,7 +157,7 @@ def test_mutant_offset_is_caught(tmp_path):
 
 
 def test_mutant_register_is_caught(tmp_path):
-    src = assemble(tmp_path, "int_dot_run")
+    src = int_dot_run(tmp_path)
     good = read(patched(tmp_path, src))
     bad = mutate(good, "idot_run", lambda i: i.mnemonic == "v_mul_i32_i24_sdwa",
                  lambda i: with_field(i, F.VOP2, "vsrc1", 5))  # v3 -> v5
@@ -131,13 +166,13 @@ def test_mutant_register_is_caught(tmp_path):
 
 
 def test_mutant_getpc_literal_is_caught(tmp_path):
-    src = assemble(tmp_path, "long_branch_run")
+    src = long_branch(tmp_path)
     good = read(patched(tmp_path, src))
 
     def shift(i):
         return i.raw[:4] + ((i.literal + 4) & 0xFFFFFFFF).to_bytes(4, "little")
-    bad = mutate(good, "lbr", lambda i: i.mnemonic == "s_add_i32" and i.literal is not None, shift)
-    v = verify_kernel(read(src), bad, "lbr", runs=1, patched_target="gfx1010")
+    bad = mutate(good, "lb", lambda i: i.mnemonic == "s_add_i32" and i.literal is not None, shift)
+    v = verify_kernel(read(src), bad, "lb", runs=1, patched_target="gfx1010")
     assert v.status == DIFFERENT, v.detail
 
 

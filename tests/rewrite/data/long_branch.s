@@ -5,7 +5,11 @@
 // VMEMtoScalarWriteHazard (a global load reading s[0:1], then s_mov_b32 s0),
 // so patching for gfx1010 inserts code there and LIT must grow.
 // TARGET_FIRST is replaced by the test: the first instruction at the target
-// either writes s36 (the temporary is dead) or reads it (it is not).
+// either writes s36 (the temporary is dead) or reads it (it is not); the
+// emulator's test (tests/emulate/test_verify.py) puts a VALU add there, so a
+// jump that lands elsewhere stores other bytes.  The descriptor gives the
+// registers the code reads: s[4:5] the kernarg pointer (after the private
+// segment buffer's s[0:3]), s6 the workgroup id.
 .amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
 .text
 .globl lb
@@ -40,6 +44,7 @@ label_Target:
 .rodata
 .p2align 6
 .amdhsa_kernel lb
+    .amdhsa_user_sgpr_private_segment_buffer 1
     .amdhsa_user_sgpr_kernarg_segment_ptr 1
     .amdhsa_system_sgpr_workgroup_id_x 1
     .amdhsa_next_free_vgpr 8

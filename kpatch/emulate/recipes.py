@@ -1,0 +1,322 @@
+"""Argument recipes: how to build consistent arguments for a kernel family
+whose metadata alone does not say what a valid input is.
+
+The metadata gives each argument's kind and size, not what it means: a
+pointer inside a by-value struct, a counter that must start at 0, a table
+whose entries index another table, a block count that must agree with the
+grid.  :func:`kpatch.emulate.verify.synthesise` fills such arguments with
+random bytes or zeros, so the kernel faults on both sides and is "not
+verified".  A recipe says, for one family, what each such argument holds.
+
+A recipe is keyed by a pattern searched in the kernel's (mangled) name and
+states the explicit arguments it expects (:attr:`Recipe.signatures`: value
+kind initial and size per argument, in order; one tuple per variant).  A
+kernel whose name matches but whose arguments are not one of those
+signatures gets no arguments at all: it is "not verified (recipe NAME does
+not hold: ...)".  A recipe only chooses inputs: both code objects still run
+on the same bytes and every byte they write is compared, so a recipe can
+make a kernel checkable, never make a different kernel pass.
+
+:attr:`Recipe.build` returns ``{explicit argument index: value}`` for the
+arguments it decides; the rest are synthesised as usual.  Values:
+
+* :class:`Fill` - a global buffer of :data:`~kpatch.emulate.verify.RECIPE_BYTES`
+  whose first bytes are given (the rest zero), with the usual guard zones;
+* :class:`Struct` - a by-value aggregate: bytes, with :class:`Fill` buffers'
+  addresses written at given offsets;
+* an int (a by-value integer) or bytes.
+
+Where each layout comes from is in the recipe's ``source``.
+"""
+
+from __future__ import annotations
+
+import re
+import struct as _struct
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A global buffer whose first bytes are ``head`` (the rest zero)."""
+
+    head: bytes = b""
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A by-value aggregate of ``size`` bytes: ``data`` with the address of
+    each ``(offset, Fill)`` buffer of ``pointers`` written at its offset."""
+
+    size: int
+    data: bytes = b""
+    pointers: tuple = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a recipe may look at: the run, its grid in workgroups, the
+    workgroup size, and the run's random generator."""
+
+    run: int
+    groups: int
+    block: tuple
+    rng: np.random.Generator
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Consistent arguments for the kernels whose name matches ``pattern``."""
+
+    name: str
+    pattern: re.Pattern
+    signatures: tuple  # of tuples of (value kind initial "g"/"b", size) per explicit argument
+    build: Callable[[Context, tuple, str], dict]  # (context, matched signature, kernel name) -> {index: value}
+    source: str
+    notes: str = field(default="")
+
+
+class RecipeDoesNotHold(Exception):
+    """A kernel matches a recipe's name but not its arguments."""
+
+
+def signature(md: dict) -> tuple:
+    """The explicit arguments of a kernel as (value kind initial, size)."""
+    return tuple((a.get(".value_kind", "?")[:1], a.get(".size", 0)) for a in md.get(".args", [])
+                 if not a.get(".value_kind", "").startswith("hidden_"))
+
+
+def find(name: str, md: dict) -> tuple[Recipe, tuple] | None:
+    """The recipe for kernel ``name`` and its matched signature, None when
+    no recipe names it; RecipeDoesNotHold when one names it but its
+    arguments are not what the recipe expects."""
+    for r in RECIPES:
+        if r.pattern.search(name):
+            sig = signature(md)
+            if sig not in r.signatures:
+                raise RecipeDoesNotHold(f"recipe {r.name} does not hold: the kernel's arguments are "
+                                        f"{_show(sig)}, the recipe expects {' or '.join(_show(s) for s in r.signatures)}")
+            return r, sig
+    return None
+
+
+def _show(sig: tuple) -> str:
+    return "(" + ", ".join(f"{k}{n}" for k, n in sig) + ")"
+
+
+# -- rocPRIM: decoupled look-back scan state -------------------------------------------
+
+#: Entries before block 0's in a look-back state (rocPRIM pads by the warp
+#: size: device_warp_size() in kernels, host_warp_size() in the allocation;
+#: 64 covers both).
+LOOKBACK_PADDING = 64
+PREFIX_INVALID, PREFIX_EMPTY, PREFIX_COMPLETE = 0xFF, 0, 2
+#: Block count and item count for runs of more than one workgroup: no
+#: workgroup of the grid is the last block, so every one takes the full-block
+#: path and looks back at its predecessors.
+MANY_BLOCKS, MANY_ITEMS = 4096, 1 << 16
+
+
+def _blocks_and_size(ctx: Context) -> tuple[int, int]:
+    """(number_of_blocks, size) consistent with the grid: one workgroup is
+    the only (partial) block of a few items; more are full blocks of a
+    longer input."""
+    if ctx.groups == 1:
+        return 1, (5, 16, 3)[ctx.run % 3]
+    return MANY_BLOCKS, MANY_ITEMS
+
+
+def _small_state(entry: int, flag: int) -> Fill:
+    """A packed look-back state (flag and value in one 4- or 8-byte word):
+    the padding entries hold PREFIX_INVALID, block entries ``flag``."""
+    n = LOOKBACK_PADDING + MANY_BLOCKS
+    a = np.zeros((n, entry), np.uint8)
+    a[:, 0] = flag
+    a[:LOOKBACK_PADDING, 0] = PREFIX_INVALID
+    return Fill(a.tobytes())
+
+
+def _big_state(flag: int) -> Struct:
+    """rocPRIM's look-back state for values over 4 bytes: a by-value struct
+    of three pointers (flags, partial values, complete values)."""
+    flags = bytes([PREFIX_INVALID]) * LOOKBACK_PADDING + bytes([flag]) * MANY_BLOCKS
+    return Struct(24, b"", ((0, Fill(flags)), (8, Fill()), (16, Fill())))
+
+
+def _state(sig_arg: tuple, small_entry: int, flag: int):
+    return _small_state(small_entry, flag) if sig_arg == ("g", 8) else _big_state(flag)
+
+
+def _scan_entry(sig: tuple) -> int:
+    """Packed entry size of a small state from the scanned value's size (argument 3)."""
+    return 8 if sig[3][1] > 2 else 4
+
+
+def _lookback_scan(ctx: Context, sig: tuple, name: str) -> dict:
+    # lookback_scan_kernel(input, output, size, initial_value, scan_op, state,
+    #                      number_of_blocks, ordered_bid, previous_last_element,
+    #                      new_last_element, override_first_value, save_last_value)
+    blocks, size = _blocks_and_size(ctx)
+    return {2: size, 5: _state(sig[5], _scan_entry(sig), PREFIX_EMPTY), 6: blocks, 7: Fill(),
+            10: 0, 11: ctx.run % 2}
+
+
+def _init_lookback(ctx: Context, sig: tuple, name: str) -> dict:
+    # init_lookback_scan_state_kernel(state, number_of_blocks, ordered_bid, save_index, save_dest):
+    # the state is what a finished scan leaves (every prefix complete).
+    blocks = ctx.groups * ctx.block[0] - ctx.run % 3
+    return {0: _state(sig[0], 8, PREFIX_COMPLETE), 1: blocks, 2: Fill(), 3: (0, 3, blocks + 1)[ctx.run % 3]}
+
+
+def _partition(ctx: Context, sig: tuple, name: str) -> dict:
+    # partition_kernel(keys_in, values_in, flags, keys_out, values_out, selected_count,
+    #                  prev_selected_count, size, inequality_op, offset_scan_state,
+    #                  number_of_blocks, ordered_bid, predicates...): offsets are unsigned int
+    blocks, size = _blocks_and_size(ctx)
+    return {5: Fill(), 6: Fill(), 7: size, 9: _small_state(8, PREFIX_EMPTY), 10: blocks, 11: Fill()}
+
+
+def _sort_and_scatter(ctx: Context, sig: tuple, name: str) -> dict:
+    # sort_and_scatter_kernel<BlockSize, ItemsPerThread, RadixBits, Descending>(keys_in, keys_out,
+    #     values_in, values_out, size, batch_digit_starts, digit_starts, bit, current_radix_bits,
+    #     blocks_per_full_batch, full_batches): each workgroup is one batch of one block
+    #     (as device_radix_sort.hpp computes them for that size), the last one partial; digit
+    #     starts 0, so every item lands inside the first `size` positions.
+    block, ipt, bits = (int(x) for x in re.search(r"sort_and_scatter_kernelILj(\d+)ELj(\d+)ELj(\d+)E", name).groups())
+    size = ctx.groups * block * ipt - (1, 7, 100)[ctx.run % 3]
+    return {4: size, 5: Fill(), 6: Fill(), 7: (0, 3, 8)[ctx.run % 3], 8: bits, 9: 1, 10: ctx.groups}
+
+
+def _block_merge(ctx: Context, sig: tuple, name: str) -> dict:
+    # block_merge_kernel<BlockSize, ItemsPerThread>(keys_in, keys_out, values_in, values_out,
+    #     input_size, sorted_block_size, compare, merge_partitions) (mergepath version,
+    #     device/detail/device_merge_sort_mergepath.hpp): sorted blocks of one tile
+    #     (sorted_block_size = BlockSize * ItemsPerThread), so tile b merges tiles
+    #     b & ~1 and (b & ~1) + 1; its partition (absolute index into the first list)
+    #     is where the first list ends or the diagonal, whichever comes first: a valid
+    #     split whatever the keys (the merge is then not the sorted one, but every
+    #     index stays inside the input).
+    block, ipt = (int(x) for x in re.search(r"block_merge_kernelILj(\d+)ELj(\d+)E", name).groups())
+    tile = block * ipt
+    size = ctx.groups * tile
+    parts = []
+    for b in range(ctx.groups + 1):
+        start, diag = tile * (b & ~1), tile * (b & 1)
+        parts.append(start + min(diag, max(0, min(tile, size - start))))
+    return {4: size, 5: tile, 7: Fill(np.array(parts, "<u4").tobytes())}
+
+
+def _reduce_by_key(ctx: Context, sig: tuple, name: str) -> dict:
+    # reduce_by_key_kernel<BlockSize, ItemsPerThread>(keys_in, values_in, size, unique_starts,
+    #     carry_outs, leading_aggregates, unique_output, aggregates_output, key_compare_op,
+    #     reduce_op, blocks_per_full_batch, full_batches): one batch per workgroup as
+    #     device_reduce_by_key.hpp computes them, the last one partial; unique starts 0, so
+    #     every unique key and aggregate lands inside the first `size` positions.
+    block, ipt = (int(x) for x in re.search(r"reduce_by_key_kernelILj(\d+)ELj(\d+)E", name).groups())
+    size = ctx.groups * block * ipt - (1, 7, 100)[ctx.run % 3]
+    return {2: size, 3: Fill(), 10: 1, 11: ctx.groups}
+
+
+def _scatter_carry_outs(ctx: Context, sig: tuple, name: str) -> dict:
+    # scan_and_scatter_carry_outs_kernel<BlockSize, ItemsPerThread, Result>(carry_outs,
+    #     leading_aggregates, aggregates_output, reduce_op, batches): batches - 1 carry-outs
+    #     {Result value (4 bytes here); unsigned destination; bool next_has_carry_in}
+    #     (12 bytes), destinations increasing and inside the output, as reduce_by_key
+    #     writes them.
+    block, ipt = (int(x) for x in re.search(r"carry_outs_kernelILj(\d+)ELj(\d+)E", name).groups())
+    batches = min(block * ipt, (5, 64, 300)[ctx.run % 3])
+    n = batches - 1
+    rec = np.zeros((n, 12), np.uint8)
+    rec[:, 0:4] = ctx.rng.integers(0, 256, (n, 4), dtype=np.uint8)
+    dest = np.sort(ctx.rng.integers(0, 4096, n)).astype("<u4")
+    rec[:, 4:8] = dest.view(np.uint8).reshape(n, 4)
+    rec[:, 8] = ctx.rng.integers(0, 2, n)
+    return {0: Fill(rec.tobytes()), 4: batches}
+
+
+def _segmented_reduce(ctx: Context, sig: tuple, name: str) -> dict:
+    # segmented_reduce_kernel<Config>(input, output, begin_offsets, end_offsets, reduce_op,
+    #     initial_value) (device/device_segmented_reduce.hpp): one segment per workgroup;
+    #     segments of 0 to 5000 items, one after another, as offsets into the input.
+    lengths = ctx.rng.integers(0, 5000, ctx.groups)
+    lengths[ctx.run % ctx.groups] = (4999, 1, 0)[ctx.run % 3]
+    begin = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("<u4")
+    end = (begin + lengths).astype("<u4")
+    return {2: Fill(begin.tobytes()), 3: Fill(end.tobytes())}
+
+
+# -- rocRAND: discrete (Poisson) distributions --------------------------------------------
+
+def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
+    """rocrand_discrete_distribution_st {unsigned size, offset; unsigned *alias;
+    double *probability; double *cdf}, by value as the last argument: an
+    alias table (entries index the table), probabilities in [0, 1) and an
+    increasing CDF ending at 1."""
+    n = 8 + 5 * ctx.run
+    alias = ctx.rng.integers(0, n, n, dtype=np.uint32)
+    prob = ctx.rng.random(n)
+    p = ctx.rng.random(n) + 0.05
+    cdf = np.cumsum(p / p.sum())
+    cdf[-1] = 1.0
+    head = _struct.pack("<II", n, 3)
+    last = len(sig) - 1
+    return {last: Struct(32, head, ((8, Fill(alias.astype("<u4").tobytes())),
+                                    (16, Fill(prob.astype("<f8").tobytes())),
+                                    (24, Fill(cdf.astype("<f8").tobytes()))))}
+
+
+_G, _B1, _B4, _B8, _B24 = ("g", 8), ("b", 1), ("b", 4), ("b", 8), ("b", 24)
+
+RECIPES: tuple[Recipe, ...] = (
+    Recipe("rocprim-lookback-scan", re.compile(r"rocprim6detail20lookback_scan_kernel"),
+           tuple((_G, _G, _B8, (("b", v)), _B1, st, _B4, _G, _G, _G, _B1, _B1)
+                 for v in (4, 8) for st in (_G, _B24)),
+           _lookback_scan,
+           "rocPRIM (librocprim-dev) device/device_scan.hpp lookback_scan_kernel, "
+           "device/detail/lookback_scan_state.hpp (padding, prefix_flag, packed and three-array states)"),
+    Recipe("rocprim-init-lookback", re.compile(r"rocprim6detail31init_lookback_scan_state_kernel"),
+           ((_G, _B4, _G, _B4, _G), (_B24, _B4, _G, _B4, _G)),
+           _init_lookback,
+           "rocPRIM device/detail/device_scan_common.hpp init_lookback_scan_state_kernel"),
+    Recipe("rocprim-partition", re.compile(r"rocprim6detail16partition_kernel"),
+           ((_G, _G, _G, _G, _G, _G, _G, _B8, _B1, _G, _B4, _G, _B1),),
+           _partition,
+           "rocPRIM device/device_partition.hpp partition_kernel (offset state: unsigned int, packed)"),
+    Recipe("rocprim-sort-and-scatter", re.compile(r"rocprim6detail23sort_and_scatter_kernelILj\d+ELj\d+ELj\d+E"),
+           ((_G, _G, _G, _G, _B4, _G, _G, _B4, _B4, _B4, _B4),),
+           _sort_and_scatter,
+           "rocPRIM device/device_radix_sort.hpp (sort_and_scatter_kernel, batches and blocks per batch), "
+           "device/detail/device_radix_sort.hpp (sort_and_scatter)"),
+    Recipe("rocprim-block-merge", re.compile(r"rocprim6detail18block_merge_kernelILj\d+ELj\d+E.*jNS_4lessI"),
+           ((_G, _G, _G, _G, _B4, _B4, _B1, _G),),
+           _block_merge,
+           "rocPRIM device/detail/device_merge_sort_mergepath.hpp (block_merge_kernel_impl: partitions, "
+           "tile groups), device/device_merge_sort.hpp"),
+    Recipe("rocprim-reduce-by-key", re.compile(r"rocprim6detail20reduce_by_key_kernelILj\d+ELj\d+E"),
+           ((_G, _G, _B4, _G, _G, _G, _G, _G, _B1, _B1, _B4, _B4),
+            (_G, ("b", 16), _B4, _G, _G, _G, _G, _G, _B1, _B1, _B4, _B4)),  # values: a constant_iterator
+           _reduce_by_key,
+           "rocPRIM device/device_reduce_by_key.hpp (batches), device/detail/device_reduce_by_key.hpp"),
+    Recipe("rocprim-scatter-carry-outs",
+           re.compile(r"rocprim6detail34scan_and_scatter_carry_outs_kernelILj\d+ELj\d+E[fjiI]"),
+           ((_G, _G, _G, _B1, _B4),),
+           _scatter_carry_outs,
+           "rocPRIM device/detail/device_reduce_by_key.hpp (carry_out, scan_and_scatter_carry_outs)"),
+    Recipe("rocprim-segmented-reduce", re.compile(r"rocprim6detail23segmented_reduce_kernelI.*Pj"),
+           ((_G, _G, _G, _G, _B1, _B4),),
+           _segmented_reduce,
+           "rocPRIM device/device_segmented_reduce.hpp (segmented_reduce_kernel: a segment per block, "
+           "begin and end offsets)"),
+    Recipe("rocrand-discrete", re.compile(r"rocrand_host6detail.*poisson_distribution"),
+           tuple(s for s in (
+               (("b", 48), _G, _B8, ("b", 32)),
+               (_G, _B4, _G, _B8, ("b", 32)),
+               (_G, _B8, _G, _B4, ("b", 32)),
+               (_G, _G, _B8, ("b", 32)))),
+           _discrete_distribution,
+           "rocRAND library/include/rocrand/rocrand_discrete_types.h (rocrand_discrete_distribution_st), "
+           "library/src/rng/distribution/poisson.hpp"),
+)
