@@ -55,7 +55,7 @@ VERDICT_PREFIX = "verify --emulate: "
 
 
 class EmulateChecked:
-    """A patch function (see :mod:`kpatch.apply.outcome`) that runs
+    """A patch function (see :mod:`kpatch.rewrite.outcome`) that runs
     ``patch_fn`` and then proves what it wrote by emulation (`apply
     --verify-emulate`): every kernel of the original and of the patched
     object is compared as `kpatch verify --emulate` compares them (the
@@ -72,12 +72,12 @@ class EmulateChecked:
         self.patch_fn, self.runs, self.limit, self.seed = patch_fn, runs, limit, seed
 
     def __call__(self, data: bytes, **kw):
-        from kpatch.apply.outcome import KernelOutcome, PatchResult, adapt_result
+        from kpatch.rewrite.outcome import KernelOutcome, PatchResult
         from kpatch.emulate.errors import EmulationError
         from kpatch.emulate.verify import DIFFERENT, NOT_VERIFIED, KernelVerdict, verify
 
-        res = adapt_result(self.patch_fn(data, **kw), data)
-        if res.data is None:
+        res = self.patch_fn(data, **kw)
+        if res.data is None or res.data == data:  # nothing written (apply counts equal bytes as unchanged)
             return res
         try:
             verdicts = {v.name: v for v in verify(data, res.data, runs=self.runs, seed=self.seed,

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import kpatch.cli.apply as cli_apply
-from kpatch.apply.outcome import PatchResult, adapt_result
+from kpatch.rewrite.outcome import PatchResult
 from kpatch.codeobject import CodeObject
 from kpatch.isa import formats as F
 
@@ -39,7 +39,7 @@ def wrong_offset(monkeypatch):
         inner = real(mode)
 
         def patch(data, **kw):
-            r = adapt_result(inner(data, **kw), data)
+            r = inner(data, **kw)
             if r.data is None or CodeObject.from_bytes(r.data).kernel("vec_add") is None:
                 return r
             bad = mutate(r.data, "vec_add", lambda i: i.mnemonic == "global_load_dword",
