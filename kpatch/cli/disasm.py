@@ -115,7 +115,7 @@ def disasm_cmd(inputs: tuple[str, ...], mcpu: str | None, kernel: str | None, fm
             errors += 1
             continue
         try:
-            co = CodeObject.from_bytes(item.data, name=str(item.uri))
+            co = CodeObject.from_bytes(item.data, name=str(item.uri), lossless=False)  # (read only)
             target = decode_target(co, mcpu)
             if target is None:
                 skipped[co.target_id or "unknown"] = skipped.get(co.target_id or "unknown", 0) + 1
