@@ -12,6 +12,7 @@ decoder then turns the word into an unknown ``.long``.
 from __future__ import annotations
 
 import re
+from operator import mod
 from typing import Callable
 
 from kpatch.isa import operands as O
@@ -797,15 +798,15 @@ def _per_encoding(ds: list, make: Callable) -> list[str]:
     return list(map(done.__getitem__, ds))
 
 
-def _braces(t: str) -> str:
-    return t.replace("{", "{{").replace("}", "}}")
+def _percent(t: str) -> str:
+    return t.replace("%", "%%")
 
 
 def address_lines(addrs, ds: list) -> list[str]:
-    """``<hex address>\\t<text>`` per instruction (``kpatch disasm --format
+    """``<hex address>\t<text>`` per instruction (``kpatch disasm --format
     lines``), from the columns of :func:`kpatch.isa.lines.disassemble_columns`."""
-    tmpl = _per_encoding(ds, lambda d: "{:x}\t" + _braces(d._text or d.text))
-    return list(map(str.format, tmpl, _ints(addrs)))
+    tmpl = _per_encoding(ds, lambda d: "%x\t" + _percent(d._text or d.text))
+    return list(map(mod, tmpl, _ints(addrs)))
 
 
 def objdump_lines(addrs, ds: list, names: dict[int, str]) -> list[str]:
@@ -814,10 +815,10 @@ def objdump_lines(addrs, ds: list, names: dict[int, str]) -> list[str]:
     before each address of ``names``."""
     def make(d) -> str:
         t = d._text or d.text
-        return "\t" + _braces(t.ljust(59) if len(t) < 59 else t + " ") + "// {:012X}: " + encoding_text(d.raw)
+        return "\t" + _percent(t.ljust(59) if len(t) < 59 else t + " ") + "// %012X: " + encoding_text(d.raw)
 
     addrs = _ints(addrs)
-    out = list(map(str.format, _per_encoding(ds, make), addrs))
+    out = list(map(mod, _per_encoding(ds, make), addrs))
     if names:
         at = sorted(k for k in (_index(addrs, a) for a in names) if k is not None)
         for k in reversed(at):
