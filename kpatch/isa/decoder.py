@@ -180,20 +180,22 @@ def no_gc():
     traverse the (large) decode caches for nothing.  The one such switch:
     :mod:`kpatch.analysis.engine` and the patcher use it too.
 
-    When the outermost block ends, every object alive is frozen
-    (``gc.freeze()``) before the collector is switched back on: the decode
-    and facts caches built inside are never traversed by a later collection
-    (a full one over them costs the better part of a second), and the
-    collector does not start with millions of new objects counted.  Frozen
-    objects are still freed when their last reference goes; only a cycle
-    alive at that moment that becomes garbage later stays allocated
-    (kpatch's processes are short-lived)."""
+    When the outermost block ends, the cycles that became garbage inside it
+    are collected (a young-generation collection: it looks only at the
+    objects made since the last one, never at the frozen caches), then
+    every object alive is frozen (``gc.freeze()``) before the collector is
+    switched back on: the decode and facts caches built inside are never
+    traversed by a later collection (a full one over them costs the better
+    part of a second).  Frozen objects are still freed when their last
+    reference goes; only a cycle alive at that moment that becomes garbage
+    later stays allocated (kpatch's processes are short-lived)."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            gc.collect(0)
             gc.freeze()
             gc.enable()
 

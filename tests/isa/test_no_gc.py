@@ -47,3 +47,19 @@ def test_no_gc_leaves_a_disabled_collector_disabled():
         assert not gc.isenabled() and gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+def test_cycles_that_became_garbage_inside_the_block_are_freed():
+    import weakref
+
+    class Node:
+        pass
+
+    gc.unfreeze()
+    with no_gc():
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the collector frees it
+        gone = weakref.ref(a)
+        del a, b
+        assert gone() is not None
+    assert gone() is None  # not frozen as garbage for the rest of the process
