@@ -172,6 +172,11 @@ def decode_at(data: bytes, pos: int, cache: DecodeCache, end: int | None = None)
     return unknown(raw, cache.target)
 
 
+#: a ``no_gc`` block that leaves at least this many new objects tracked by
+#: the collector (new cache entries, mostly) freezes them when it ends
+FREEZE_AFTER = 100_000
+
+
 @contextmanager
 def no_gc():
     """Pause the cyclic garbage collector: decoding (and the analysis and
@@ -180,23 +185,26 @@ def no_gc():
     traverse the (large) decode caches for nothing.  The one such switch:
     :mod:`kpatch.analysis.engine` and the patcher use it too.
 
-    When the outermost block ends, the cycles that became garbage inside it
-    are collected (a young-generation collection: it looks only at the
-    objects made since the last one, never at the frozen caches), then
-    every object alive is frozen (``gc.freeze()``) before the collector is
-    switched back on: the decode and facts caches built inside are never
-    traversed by a later collection (a full one over them costs the better
-    part of a second).  Frozen objects are still freed when their last
-    reference goes; only a cycle alive at that moment that becomes garbage
-    later stays allocated (kpatch's processes are short-lived)."""
+    When the outermost block ends having left at least
+    :data:`FREEZE_AFTER` new objects to the collector (the decode and facts
+    caches grew), the cycles that became garbage inside it are collected (a
+    young-generation collection: only the objects made since the last one)
+    and every object alive is frozen (``gc.freeze()``): the caches are then
+    never traversed by a later full collection (one over them costs the
+    better part of a second).  Frozen objects are still freed when their
+    last reference goes, but a cycle alive at that moment stays allocated
+    once it becomes garbage (a patched code object and its ELF reader form
+    one): that is why blocks that add little (once the caches hold the
+    encodings real code repeats) freeze nothing."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
-            gc.collect(0)
-            gc.freeze()
+            if gc.get_count()[0] >= FREEZE_AFTER:
+                gc.collect(0)
+                gc.freeze()
             gc.enable()
 
 
