@@ -68,8 +68,10 @@ class Run:
         return sum(float(o.split()[0]) for o in self.outputs if o.strip())
 
 
-def run_procs(cmds: list[list[str]], jobs: int = 1, stdout_devnull: bool = False, env=None) -> Run:
-    """Run ``cmds`` with at most ``jobs`` at once; wall and CPU of all of them."""
+def run_procs(cmds: list[list[str]], jobs: int = 1, stdout_devnull: bool = False, env=None, cwd=None,
+              check: bool = True) -> Run:
+    """Run ``cmds`` with at most ``jobs`` at once; wall and CPU of all of
+    them (``check``: stop the bench if one exits with a status other than 0)."""
     c0 = cpu_children()
     t0 = time.perf_counter()
     todo = list(cmds)
@@ -80,7 +82,7 @@ def run_procs(cmds: list[list[str]], jobs: int = 1, stdout_devnull: bool = False
         while todo and len(running) < jobs:
             cmd = todo.pop(0)
             fh = tempfile.TemporaryFile()
-            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if stdout_devnull else fh, env=env)
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if stdout_devnull else fh, env=env, cwd=cwd)
             running[p.pid] = (p, fh)
         pid, status, ru = os.wait4(-1, 0)
         if pid not in running:
@@ -91,7 +93,7 @@ def run_procs(cmds: list[list[str]], jobs: int = 1, stdout_devnull: bool = False
         fh.seek(0)
         outputs.append(fh.read().decode(errors="replace"))
         fh.close()
-        if p.returncode != 0:
+        if check and p.returncode != 0:
             raise SystemExit(f"bench: {' '.join(cmd[:3])}... exited {p.returncode}")
     return Run(time.perf_counter() - t0, cpu_children() - c0, peak, outputs)
 

@@ -52,14 +52,17 @@ def main() -> int:
         # the baseline's package data: its rules live in rules/, shipped as kpatch.rules_data
         os.symlink(os.path.join(base, "rules"), os.path.join(base, "kpatch", "rules_data"))
         env = dict(os.environ, PYTHONPATH=base)
+        # (run from the baseline's directory: `python -m` puts the working directory first on sys.path)
         probe = subprocess.run([PY, "-c", "import kpatch; print(kpatch.__file__)"], env=env, capture_output=True,
-                               text=True, check=True).stdout.strip()
+                               text=True, check=True, cwd=base).stdout.strip()
+        if not probe.startswith(base):
+            sys.exit(f"the baseline kpatch is not the one imported ({probe})")
         print(f"librocsparse.so.0.1 ({os.path.getsize(SPARSE) / 1e9:.2f} GB); compared: kpatch scan now against "
               f"kpatch scan at {a.baseline[:10]} ({probe}), one process each; CPU = user+sys, peak = RSS")
         ratios, peaks = [], []
         for rep in range(a.reps):
             print(f"rep {rep + 1}: {loadavg()}")
-            ref = run_procs([[PY, "-m", "kpatch", "scan", SPARSE]], stdout_devnull=True, env=env)
+            ref = run_procs([[PY, "-m", "kpatch", "scan", SPARSE]], stdout_devnull=True, env=env, cwd=base)
             now = run_procs([[KPATCH, "scan", SPARSE]], stdout_devnull=True)
             print(line(f"kpatch scan at {a.baseline[:10]}", ref))
             print(line("kpatch scan now", now, ref))
@@ -77,8 +80,9 @@ def main() -> int:
         else:
             big = tensile[-1]
             print(f"apply: {os.path.basename(big)} ({os.path.getsize(big) / 1e6:.1f} MB), {loadavg()}")
-            r = run_procs([[KPATCH, "apply", big, "-o", os.path.join(tmp, "out.co")]], stdout_devnull=True)
-            print(line("kpatch apply FILE -o OUT", r))
+            r = run_procs([[KPATCH, "apply", "--mode", "override", big, "-o", os.path.join(tmp, "out.co")]],
+                          stdout_devnull=True, check=False)
+            print(line("kpatch apply --mode override FILE -o OUT", r))
             print(goal("apply largest Tensile object peak RSS", r.peak_kib / GIB, 1.0, " GiB"))
     return 0
 
