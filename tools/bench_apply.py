@@ -1,77 +1,57 @@
 #!/usr/bin/env python3
-"""Benchmark `kpatch apply` against its floor, the bz2 codec, in the same run.
+"""Benchmark `kpatch apply` against its floor, the bz2 codec, fairly (not a test).
 
-    python tools/bench_apply.py [--db kdb_cache/corpus_gfx1030.kdb] [--mode override]
+    python tools/bench_apply.py [--db kdb_cache/corpus_gfx1030.kdb] [--reps 2]
 
-1. floor: bz2-decompress every blob of the DB and bz2-compress (level 9) the
-   blobs apply changes (measured on the patched bytes apply produced);
-2. kpatch: `apply_to_db` end to end (read, analyse, patch, verify, write the
-   user DB) into a temporary directory, with --jobs worker processes
-   (default: apply's own choice, one per CPU).
-Prints both wall times and their ratio (goal: apply <= 2x the floor),
-patched/refused counts, and the CPU split of apply: the calling process
-(reading and writing the rows) and the workers (bz2-decompressing,
-analysing, patching, verifying, bz2-compressing the changed rows).  Build
-the DB with tools/build_corpus_kdb.py.
+--reps times, in the same run, each in one process (1 against 1):
+1. kpatch: `apply_to_db` end to end (read, analyse, patch, verify, write the
+   user DB) into a temporary directory, mode override, with no worker
+   processes (jobs=1);
+2. floor: bz2-decompress every blob of the DB and bz2-compress (level 9) the
+   blobs apply changed (the patched bytes apply wrote).
+Prints wall and CPU time (user+sys of each process) with the load average
+per repetition, and the goal: apply's CPU <= 1.5x the floor's.  Build the DB
+with tools/build_corpus_kdb.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import bz2
 import os
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 
-from kpatch.containers.kdb import KernelDB  # noqa: E402
+from bench_common import goal, line, loadavg, run_procs, worker_cmd  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", default=os.path.join(ROOT, "kdb_cache", "corpus_gfx1030.kdb"))
-    ap.add_argument("--mode", default="override", choices=["override", "native"])
-    ap.add_argument("--jobs", type=int, default=None, help="worker processes (1: none)")
+    ap.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
     if not os.path.exists(a.db):
         sys.exit(f"{a.db} is missing: run tools/build_corpus_kdb.py")
-    from kpatch.apply.db import apply_to_db, jobs_for
-    from kpatch.apply.modes import default_patch_fn, default_provenance_fn
-
-    with tempfile.TemporaryDirectory(prefix="kpatch-bench-") as tmp:
-        out = os.path.join(tmp, "gfx1030_18.ukdb")
-        c0 = os.times()
-        t0 = time.perf_counter()
-        res = apply_to_db([a.db], out, mode=a.mode, rule_sets=[], patch_fn=default_patch_fn(a.mode),
-                          is_patched=default_provenance_fn(), dry_run=False, jobs=a.jobs)
-        t_apply = time.perf_counter() - t0
-        c1 = os.times()
-        with KernelDB.open(out) as db:
-            changed = [e.code() for e in db.entries()]
-    t0 = time.perf_counter()
-    with KernelDB.open(a.db) as db:
-        for e in db.entries():
-            if e.uncompressed_size:
-                bz2.decompress(e.kernel_blob)
-    t_dec = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for code in changed:
-        bz2.compress(code, 9)
-    t_comp = time.perf_counter() - t0
-    floor = t_dec + t_comp
-    print(f"db: {a.db}")
-    print(f"apply result: {res.counts() if hasattr(res, 'counts') else res}")
-    print(f"floor (bz2 decompress all + compress {len(changed)} changed): {floor:.2f} s "
-          f"({t_dec:.2f} + {t_comp:.2f})")
-    print(f"kpatch apply: {t_apply:.2f} s (jobs {a.jobs or jobs_for(default_patch_fn(a.mode), default_provenance_fn())})")
-    parent = (c1.user - c0.user) + (c1.system - c0.system)
-    workers = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
-    print(f"  CPU: calling process {parent:.2f} s (read, write), workers {workers:.2f} s "
-          f"(decompress, analyse, patch, verify, compress)")
-    print(f"ratio apply / floor: {t_apply / floor:.2f} (goal <= 2.0)")
+    print(f"db: {a.db} ({os.path.getsize(a.db) / 1e6:.1f} MB); compared: kpatch apply (mode override, one "
+          f"process, jobs=1) against the bz2 floor (decompress every blob, compress the changed ones; one "
+          f"process); CPU = user+sys of each process")
+    ratios = []
+    for rep in range(a.reps):
+        print(f"rep {rep + 1}: {loadavg()}")
+        with tempfile.TemporaryDirectory(prefix="kpatch-bench-") as tmp:
+            out = os.path.join(tmp, "gfx1030_18.ukdb")
+            app = run_procs([worker_cmd("apply", [a.db, out])])
+            floor = run_procs([worker_cmd("bz2", [a.db, out])])
+        print(line("bz2 floor", floor))
+        print(line("kpatch apply --db (jobs=1)", app, floor))
+        print(f"  measured parts: apply {app.inner():.2f} s CPU, floor {floor.inner():.2f} s CPU")
+        ratios.append(app.cpu / floor.cpu)
+        print(f"  {loadavg()} after rep {rep + 1}")
+    print(goal("apply cpu vs bz2 floor", max(ratios), 1.5)
+          + f"  (reps: {', '.join(f'{x:.3f}' for x in ratios)}; worst shown)")
     return 0
 
 

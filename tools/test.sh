@@ -8,7 +8,7 @@
 #     python3-torch (a CPU-only PyTorch: `kpatch selftest --device cpu` tests
 #     its harness with it) and python3-venv (Debian's python3 needs it to create a venv);
 #   - a virtual environment of its own ($KPATCH_TEST_VENV, default .venv/):
-#     kpatch with its test extras (pytest, hypothesis, msgpack) is installed
+#     kpatch with its test extras (pytest, hypothesis) is installed
 #     there, never into the system or global interpreter (PEP 668), so a
 #     package that happens to be installed globally cannot hide a missing
 #     dependency;

@@ -27,7 +27,7 @@ from kpatch.analysis.cfg import build_cfg
 from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
-from kpatch.analysis.decodememo import decode_ranges
+from kpatch.analysis.decodememo import decode_memo, decode_ranges
 from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
@@ -99,7 +99,7 @@ def analyse(co, target: str = "gfx1010") -> Report:
     (:func:`kpatch.isa.decoder.cache_for`) and the ELF symbol memo are shared
     by the process and not locked; call this from one thread at a time (kpatch
     runs parallel work in processes)."""
-    with no_gc():
+    with no_gc(), decode_memo():  # (the scan of .text and the functions decode the same code)
         return _analyse(co, target)
 
 

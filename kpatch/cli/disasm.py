@@ -11,7 +11,10 @@ from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, error_line, err_console
 from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.errors import KpatchError
-from kpatch.isa import TARGETS, disassemble
+from kpatch.isa import TARGETS
+from kpatch.isa.instruction import Instruction
+from kpatch.isa.lines import disassemble_columns
+from kpatch.isa.text import address_lines, objdump_lines
 from kpatch.diff.functions import text_symbols
 from kpatch.diff.functions import decode_target
 
@@ -26,37 +29,31 @@ def _kernel_range(co: CodeObject, name: str) -> tuple[int, int] | None:
     return (e.start, e.end) if e is not None and e.kind == "kernel" else None
 
 
-def _encoding(raw: bytes) -> str:
-    words = [raw[i : i + 4] for i in range(0, len(raw), 4)]
-    return " ".join(f"{int.from_bytes(w, 'little'):08X}" for w in words)
-
-
 def disasm_object(found: Found, co: CodeObject, target: str, kernel: str | None, fmt: str) -> tuple[list[str], dict]:
     """Lines of output (text/lines) and a JSON record for one code object."""
     text = co.section(".text")
     if text is None:
         raise KpatchError("the code object has no .text section")
     symbols = text_symbols(co)
-    insts = disassemble(co.text, target, text.addr, [a for a, _ in symbols])
+    addrs, ds = disassemble_columns(co.text, target, text.addr, [a for a, _ in symbols])
+    if not isinstance(addrs, list):
+        addrs = addrs.tolist()
     if kernel is not None:
         rng = _kernel_range(co, kernel)
         if rng is None:
             raise KpatchError(f"no kernel {kernel!r} (kernels: {', '.join(k.name for k in co.kernels) or 'none'})")
-        insts = [i for i in insts if rng[0] <= i.address < rng[1]]
+        keep = [k for k, a in enumerate(addrs) if rng[0] <= a < rng[1]]
+        addrs, ds = [addrs[k] for k in keep], [ds[k] for k in keep]
     names = dict(symbols)
     lines: list[str] = []
     if fmt == "lines":
-        lines = [f"{i.address:x}\t{i.text()}" for i in insts]
+        lines = address_lines(addrs, ds)
     elif fmt == "text":
         lines.append(f"{found.uri}:\tfile format elf64-amdgpu, decoded as {target}")
         lines.append("")
         lines.append("Disassembly of section .text:")
-        for i in insts:
-            if i.address in names:
-                lines.append("")
-                lines.append(f"{i.address:016x} <{names[i.address]}>:")
-            t = i.text()
-            lines.append(f"\t{t.ljust(59) if len(t) < 59 else t + ' '}// {i.address:012X}: {_encoding(i.raw)}")
+        lines += objdump_lines(addrs, ds, names)
+    insts = [Instruction(a, d) for a, d in zip(addrs, ds)] if fmt == "json" else []
     record = {
         "uri": str(found.uri),
         "target": co.target_id,
@@ -116,7 +113,7 @@ def disasm_cmd(inputs: tuple[str, ...], mcpu: str | None, kernel: str | None, fm
             errors += 1
             continue
         try:
-            co = CodeObject.from_bytes(item.data, name=str(item.uri))
+            co = CodeObject.from_bytes(item.data, name=str(item.uri), lossless=False)  # (read only)
             target = decode_target(co, mcpu)
             if target is None:
                 skipped[co.target_id or "unknown"] = skipped.get(co.target_id or "unknown", 0) + 1

@@ -29,7 +29,7 @@ def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> t
             continue
         assert isinstance(item, Found)
         try:
-            co = CodeObject.from_bytes(item.data, name=str(item.uri))
+            co = CodeObject.from_bytes(item.data, name=str(item.uri), lossless=False)  # (read only)
             report = analyse(co, target) if target else None
             record = code_object_record(item, co, report)
         except KpatchError as e:

@@ -49,11 +49,14 @@ class Metadata:
     writes none); they are written back unchanged.
     """
 
-    def __init__(self, root: dict, trailing: bytes = b""):
+    def __init__(self, root: dict, trailing: bytes = b"", lossless: bool = True):
         if not isinstance(root, dict):
             raise FormatError(f"metadata is a {type(root).__name__}, not a map")
         self.root = root
         self.trailing = bytes(trailing)
+        #: False when read as plain values (:func:`decode_metadata` with
+        #: ``lossless=False``): such a map is never written back
+        self.lossless = lossless
         self._check()
 
     def _check(self) -> None:
@@ -170,13 +173,21 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def decode_metadata(desc: bytes) -> Metadata:
+def decode_metadata(desc: bytes, lossless: bool = True) -> Metadata:
     """Decode an NT_AMDGPU_METADATA note descriptor; FormatError if malformed,
     nested deeper than :data:`kpatch.codeobject.mpack.MAX_DEPTH` or larger
-    than :data:`kpatch.containers.limits.MAX_METADATA_BYTES`."""
+    than :data:`kpatch.containers.limits.MAX_METADATA_BYTES`.
+
+    ``lossless=False``: for a reader that never writes the note back (scan,
+    disasm, diff): the same map as plain values, read by the C ``msgpack``
+    library (:func:`~kpatch.codeobject.mpack.unpack_plain`); it cannot be
+    encoded again (:func:`encode_metadata` refuses it)."""
     if len(desc) > limits.MAX_METADATA_BYTES:
         raise FormatError(f"metadata note of {len(desc)} bytes is larger than the limit of "
                           f"{limits.MAX_METADATA_BYTES} bytes")
+    if not lossless:
+        root, rest = mpack.unpack_plain(desc, allow_trailing=True)
+        return Metadata(root, rest, lossless=False)
     root, rest = mpack.unpack(desc, allow_trailing=True)
     return Metadata(root, rest)
 
@@ -224,7 +235,7 @@ def merge_metadata(parts: list[Metadata]) -> Metadata:
                 owner[sym] = n
             kernels.append(k)
     root[KEY_KERNELS] = kernels
-    return Metadata(root)
+    return Metadata(root, lossless=all(p.lossless for p in parts))
 
 
 def spread_metadata(merged: Metadata, parts: list[Metadata]) -> None:
@@ -242,7 +253,11 @@ def spread_metadata(merged: Metadata, parts: list[Metadata]) -> None:
 
 
 def encode_metadata(md: Metadata | dict) -> bytes:
-    """The note descriptor bytes for ``md`` (no note header, no padding)."""
+    """The note descriptor bytes for ``md`` (no note header, no padding).
+    A map read without its encoding forms (``lossless=False``) is refused:
+    its bytes would not come back the same."""
     if isinstance(md, Metadata):
+        if not md.lossless:
+            raise ValueError("metadata read with lossless=False cannot be written back")
         return mpack.pack(md.root) + md.trailing
     return mpack.pack(md)

@@ -87,8 +87,11 @@ class FunctionExtent:
 class CodeObject:
     """An AMDGPU code object (ELF) held in memory."""
 
-    def __init__(self, data: bytes, name: str = ""):
+    def __init__(self, data: bytes, name: str = "", lossless: bool = True):
         self.name = name
+        #: False: the metadata is read as plain values by the C msgpack
+        #: library and cannot be written back (for readers: scan, disasm, diff)
+        self.lossless = lossless
         self.elf = ElfFile(data)
         self.data = self.elf.data
         h = self.elf.header
@@ -123,10 +126,12 @@ class CodeObject:
         self.metadata_note: Note | None = self.metadata_notes[0] if self.metadata_notes else None
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, name: str = "") -> "CodeObject":
-        """Parse a code object; FormatError (with ``item=name``) if malformed."""
+    def from_bytes(cls, data: bytes, *, name: str = "", lossless: bool = True) -> "CodeObject":
+        """Parse a code object; FormatError (with ``item=name``) if malformed.
+        ``lossless=False`` for a reader that writes nothing back (see
+        :func:`~kpatch.codeobject.metadata.decode_metadata`)."""
         try:
-            return cls(data, name)
+            return cls(data, name, lossless)
         except FormatError as e:
             raise e.with_item(name) if name else e
 
@@ -181,7 +186,7 @@ class CodeObject:
         out = []
         for n, note in enumerate(self.metadata_notes, 1):
             try:
-                out.append(decode_metadata(note.desc))
+                out.append(decode_metadata(note.desc, self.lossless))
             except FormatError as e:
                 if len(self.metadata_notes) > 1:
                     e = FormatError(f"metadata note {n} of {len(self.metadata_notes)}: {e.reason}")

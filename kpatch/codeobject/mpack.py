@@ -391,3 +391,112 @@ def pack(value: Any) -> bytes:
     out = bytearray()
     _write(out, value, 0)
     return bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# reading without writing back
+
+
+class _NotPlain(Exception):
+    """An extension value: the C reader hands it back another way, so the
+    lossless reader reads the document."""
+
+
+def _pairs(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise FormatError(f"MessagePack map repeats the key {k!r}")
+            seen.add(k)
+    return out
+
+
+def _ext(code: int, data: bytes):
+    raise _NotPlain
+
+
+def unpack_plain(data: bytes, *, allow_trailing: bool = False) -> Any | tuple[Any, bytes]:
+    """:func:`unpack` for a reader that will not write the value back: the
+    same document read by the C ``msgpack`` library (several times faster),
+    as plain values (int, str, bytes, float, bool, None, list, dict) -- what
+    :func:`unpack` gives with its remembered forms dropped.  The same
+    documents are refused (FormatError): repeated, equal or unhashable map
+    keys, the reserved byte, truncated data, nesting deeper than
+    :data:`MAX_DEPTH`.  A document with extension values is read by
+    :func:`unpack` (its :class:`Ext` values are kept).  Never pass the
+    result to :func:`pack` where the bytes must come back unchanged."""
+    import msgpack  # (imported on first use: start-up stays light)
+
+    data = bytes(data)
+    u = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, unicode_errors="surrogateescape",
+                         object_pairs_hook=_pairs, ext_hook=_ext, max_buffer_size=max(len(data), 1))
+    u.feed(data)
+    try:
+        value = u.unpack()
+    except FormatError:
+        raise
+    except _NotPlain:
+        return _plain_of(unpack(data, allow_trailing=allow_trailing))
+    except msgpack.OutOfData:
+        raise FormatError(f"MessagePack data truncated ({len(data)} bytes)") from None
+    except TypeError as e:  # an unhashable (list or map) key
+        raise FormatError(f"MessagePack map key is not a scalar ({e})") from None
+    except Exception as e:  # the C reader's refusals: reserved byte, too deep for its stack, ...
+        raise FormatError(f"MessagePack: {e}") from None
+    if _deep_or_ext(value):
+        return _plain_of(unpack(data, allow_trailing=allow_trailing))
+    rest = data[u.tell():]
+    if allow_trailing:
+        return value, rest
+    if rest:
+        raise FormatError(f"{len(rest)} bytes after the MessagePack value")
+    return value
+
+
+def _deep_or_ext(value: Any) -> bool:
+    """True if ``value`` nests deeper than :data:`MAX_DEPTH` (then
+    :func:`unpack` refuses it) or holds a timestamp extension value (which
+    the C reader turns into its own type)."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        t = type(v)
+        if t is dict:
+            items = v.values()
+            for k in v:
+                if type(k) is not str and type(k).__module__.startswith("msgpack"):
+                    return True
+        elif t is list:
+            items = v
+        else:
+            if t.__module__.startswith("msgpack"):
+                return True
+            continue
+        if not items:
+            continue
+        if depth >= MAX_DEPTH:
+            return True
+        for x in items:
+            tx = type(x)
+            if tx is dict or tx is list or tx.__module__.startswith("msgpack"):
+                stack.append((x, depth + 1))
+    return False
+
+
+def _plain_of(value: Any) -> Any:
+    """``value`` (from :func:`unpack`) with the remembered forms dropped
+    (:class:`Ext` values stay)."""
+    if isinstance(value, tuple):  # (value, rest)
+        return _plain_of(value[0]), value[1]
+    if isinstance(value, dict):
+        return {_plain_of(k): _plain_of(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_of(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, Ext):
+        return value
+    for t in (int, float, str, bytes):
+        if isinstance(value, t):
+            return t(value)
+    return value

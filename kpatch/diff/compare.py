@@ -379,8 +379,8 @@ def diff_objects(old: bytes, new: bytes, *, label: str = "", old_uri: str = "", 
     """
     d = ObjectDiff(label or new_uri or old_uri, old_uri, new_uri, old_size=len(old), new_size=len(new))
     try:
-        a = CodeObject.from_bytes(old, name=old_uri or "old")
-        b = CodeObject.from_bytes(new, name=new_uri or "new")
+        a = CodeObject.from_bytes(old, name=old_uri or "old", lossless=False)  # (read only)
+        b = CodeObject.from_bytes(new, name=new_uri or "new", lossless=False)
         d.old_target, d.new_target = a.target_id, b.target_id
         d.old_decode, d.new_decode = decode_target(a, old_target), decode_target(b, new_target)
         if old == new and d.old_decode == d.new_decode:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from kpatch.isa.decoder import cache_for, no_gc, walk_segments
+from kpatch.isa.decoder import cache_for, no_gc, walk_columns
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.tables import check_target
 
@@ -35,16 +35,26 @@ def disassemble(data: bytes, target: str, base_address: int = 0,
 
     ``text`` is accepted for compatibility: the text of each distinct
     encoding is made on first use (``Instruction.text()``) either way."""
+    addrs, ds = disassemble_columns(data, target, base_address, symbols)
+    if not isinstance(addrs, list):
+        addrs = addrs.tolist()
+    return list(map(Instruction, addrs, ds))
+
+
+def disassemble_columns(data: bytes, target: str, base_address: int = 0,
+                        symbols: Iterable[int] = ()) -> tuple:
+    """:func:`disassemble` as columns (see
+    :func:`kpatch.isa.decoder.walk_columns`): the addresses (int64 array or
+    list) and the :class:`~kpatch.isa.instruction.Decoded` of each
+    instruction, without an object per instruction."""
     check_target(target)
     cache = cache_for(target)
     data = bytes(data)
     end_all = len(data)
     starts = sorted({a - base_address for a in symbols if 0 <= a - base_address < end_all} | {0})
-    out: list[Instruction] = []
     bounds = list(zip(starts, starts[1:] + [end_all]))
     with no_gc():
-        walk_segments(data, bounds, cache, base_address, out, skip_zeros=True)
-    return out
+        return walk_columns(data, bounds, cache, base_address, skip_zeros=True)
 
 
 def disasm_lines(data: bytes, target: str, base_address: int = 0,

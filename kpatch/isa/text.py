@@ -12,6 +12,7 @@ decoder then turns the word into an unknown ``.long``.
 from __future__ import annotations
 
 import re
+from operator import mod
 from typing import Callable
 
 from kpatch.isa import operands as O
@@ -780,3 +781,57 @@ PRINTERS: dict[str, Callable[[Ctx], str | None]] = {
     "DS": print_ds, "FLAT": print_flat, "MUBUF": print_mubuf, "MTBUF": print_mubuf,
     "MIMG": print_mimg, "EXP": print_exp,
 }
+
+
+# --- whole listings, formatted per distinct encoding ------------------------------------
+
+def encoding_text(raw: bytes) -> str:
+    """The dwords of an encoding as llvm-objdump's comment shows them
+    (``BF810000 00000000``)."""
+    return " ".join(f"{int.from_bytes(raw[i:i + 4], 'little'):08X}" for i in range(0, len(raw), 4))
+
+
+def _per_encoding(ds: list, make: Callable) -> list[str]:
+    """``make(d)`` for each element of ``ds``, computed once per distinct
+    :class:`~kpatch.isa.instruction.Decoded` (real code repeats encodings)."""
+    done = {d: make(d) for d in dict.fromkeys(ds)}
+    return list(map(done.__getitem__, ds))
+
+
+def _percent(t: str) -> str:
+    return t.replace("%", "%%")
+
+
+def address_lines(addrs, ds: list) -> list[str]:
+    """``<hex address>\t<text>`` per instruction (``kpatch disasm --format
+    lines``), from the columns of :func:`kpatch.isa.lines.disassemble_columns`."""
+    tmpl = _per_encoding(ds, lambda d: "%x\t" + _percent(d._text or d.text))
+    return list(map(mod, tmpl, _ints(addrs)))
+
+
+def objdump_lines(addrs, ds: list, names: dict[int, str]) -> list[str]:
+    """llvm-objdump -d's lines for the instructions (text padded to column
+    59, then ``// ADDRESS: ENCODING``), with a blank line and ``<name>:``
+    before each address of ``names``."""
+    def make(d) -> str:
+        t = d._text or d.text
+        return "\t" + _percent(t.ljust(59) if len(t) < 59 else t + " ") + "// %012X: " + encoding_text(d.raw)
+
+    addrs = _ints(addrs)
+    out = list(map(mod, _per_encoding(ds, make), addrs))
+    if names:
+        at = sorted(k for k in (_index(addrs, a) for a in names) if k is not None)
+        for k in reversed(at):
+            out[k:k] = ["", f"{addrs[k]:016x} <{names[addrs[k]]}>:"]
+    return out
+
+
+def _ints(addrs) -> list[int]:
+    return addrs if isinstance(addrs, list) else addrs.tolist()
+
+
+def _index(addrs: list[int], a: int) -> int | None:
+    """Index of address ``a`` in the ascending list ``addrs`` (None: absent)."""
+    import bisect
+    k = bisect.bisect_left(addrs, a)
+    return k if k < len(addrs) and addrs[k] == a else None

@@ -606,7 +606,15 @@ def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list
     refused, which the chosen rule sets should have removed (``kept``:
     approximation rules that leave their instruction as it is).  A kernel or
     function the patched object has that ``outcomes`` does not name is a
-    problem too: nothing unseen is called clean."""
+    problem too: nothing unseen is called clean.
+
+    The whole object is analysed again, not only the functions the patch
+    touched: a function's verdict is not its own (a kernel that calls
+    through computed addresses takes every device function's verdict, and
+    one place that pins addresses makes every function that moves code
+    unpatchable), and inserted code moves every later function, whose
+    branches and ``s_getpc`` literals relocation rewrites -- so an
+    untouched function's bytes can change too."""
     co = CodeObject.from_bytes(new)
     report = analyse(co, MADE_SAFE_FOR)
     problems = []

@@ -1,0 +1,52 @@
+"""Whole listings formatted once per distinct encoding (kpatch disasm's text
+and lines output) say exactly what formatting each instruction does."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import FIXTURES
+from kpatch.codeobject import CodeObject
+from kpatch.diff.functions import text_symbols
+from kpatch.isa import disassemble
+from kpatch.isa.instruction import Decoded
+from kpatch.isa.lines import disassemble_columns
+from kpatch.isa.text import address_lines, objdump_lines
+
+
+def _one_by_one(insts, names):
+    out = []
+    for i in insts:
+        if i.address in names:
+            out += ["", f"{i.address:016x} <{names[i.address]}>:"]
+        t = i.text()
+        enc = " ".join(f"{int.from_bytes(i.raw[k:k + 4], 'little'):08X}" for k in range(0, len(i.raw), 4))
+        out.append(f"\t{t.ljust(59) if len(t) < 59 else t + ' '}// {i.address:012X}: {enc}")
+    return out
+
+
+def test_listing_of_a_real_object_matches_formatting_each_instruction():
+    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
+        co = CodeObject.from_bytes(fh.read())
+    sec = co.section(".text")
+    syms = text_symbols(co)
+    insts = disassemble(co.text, "gfx1030", sec.addr, [a for a, _ in syms])
+    addrs, ds = disassemble_columns(co.text, "gfx1030", sec.addr, [a for a, _ in syms])
+    assert addrs.tolist() == [i.address for i in insts] and ds == [i.d for i in insts]
+    names = dict(syms)
+    assert objdump_lines(addrs, ds, names) == _one_by_one(insts, names)
+    assert address_lines(addrs, ds) == [f"{i.address:x}\t{i.text()}" for i in insts]
+
+
+def test_text_with_format_characters_is_printed_as_it_is():
+    odd = Decoded(b"\x01\x02\x03\x04", None, None, None, "gfx1030", text="x %d {0} %% }{ " + "y" * 70)
+    plain = Decoded(b"\x00\x00\x80\xbf", None, None, None, "gfx1030", text="s_nop 0")
+    ds = [odd, plain, odd]
+    addrs = [0x100, 0x104, 0x10C]
+    assert address_lines(addrs, ds) == [f"{a:x}\t{d.text}" for a, d in zip(addrs, ds)]
+    assert objdump_lines(addrs, ds, {0x104: "f"}) == [
+        "\t" + odd.text + " // 000000000100: 04030201",
+        "", "0000000000000104 <f>:",
+        "\t" + "s_nop 0".ljust(59) + "// 000000000104: BF800000",
+        "\t" + odd.text + " // 00000000010C: 04030201",
+    ]
