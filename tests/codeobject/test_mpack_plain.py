@@ -164,3 +164,15 @@ def test_plain_metadata_is_never_written_back():
     assert md.to_python() == decode_metadata(co.metadata_note.desc).to_python()
     with pytest.raises(ValueError):
         encode_metadata(md)
+
+
+@pytest.mark.parametrize("data", [b"\x91" * 5000 + b"\x01", b"\xc1"])
+def test_what_only_the_c_reader_refuses_is_said_in_the_lossless_readers_words(data):
+    """The C reader's own refusals (its stack depth, the reserved byte) carry
+    no usable message (the stack error's is empty: scan printed
+    'error: URI: MessagePack:'); the plain reader says what the lossless one says."""
+    with pytest.raises(FormatError) as lossless:
+        mpack.unpack(data)
+    with pytest.raises(FormatError) as plain:
+        mpack.unpack_plain(data)
+    assert plain.value.reason == lossless.value.reason and plain.value.reason.strip(": ") != "MessagePack"
