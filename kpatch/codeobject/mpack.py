@@ -437,14 +437,12 @@ def unpack_plain(data: bytes, *, allow_trailing: bool = False) -> Any | tuple[An
         value = u.unpack()
     except FormatError:
         raise
-    except _NotPlain:
-        return _plain_of(unpack(data, allow_trailing=allow_trailing))
     except msgpack.OutOfData:
         raise FormatError(f"MessagePack data truncated ({len(data)} bytes)") from None
     except TypeError as e:  # an unhashable (list or map) key
         raise FormatError(f"MessagePack map key is not a scalar ({e})") from None
-    except Exception:  # the C reader's other refusals (reserved byte, too deep for its stack, ...):
-        # the lossless reader says why in kpatch's words (and is the reference if it reads the document)
+    except Exception:  # an extension value (_NotPlain), or the C reader's other refusals (reserved byte,
+        # too deep for its stack, ...): the lossless reader reads it, or says why in kpatch's words
         return _plain_of(unpack(data, allow_trailing=allow_trailing))
     if _deep_or_ext(value):
         return _plain_of(unpack(data, allow_trailing=allow_trailing))

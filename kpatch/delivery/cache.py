@@ -304,7 +304,7 @@ def entries(directory: str) -> Iterator[Record]:
 STALE_SECONDS = 3600.0
 
 
-def _prune_locks(locks: str) -> int:
+def _prune_locks(locks: str) -> None:
     """Remove the lock files in ``locks`` that no process holds.
 
     Each is unlinked while this process holds its lock (taken without
@@ -317,8 +317,7 @@ def _prune_locks(locks: str) -> int:
     try:
         names = os.listdir(locks)
     except OSError:
-        return 0
-    removed = 0
+        return
     for name in names:
         if not name.endswith(".lock"):
             continue
@@ -329,17 +328,11 @@ def _prune_locks(locks: str) -> int:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            remove_quietly(path)  # while this process holds its lock
         except OSError:
-            os.close(fd)     # a hook is patching this object now
-            continue
-        try:
-            os.unlink(path)
-            removed += 1
-        except OSError:
-            pass
+            pass  # a hook is patching this object now
         finally:
             os.close(fd)
-    return removed
 
 
 def prune(directory: str, *, statuses: Iterable[str] | None = None, older_than: float | None = None,
