@@ -1,15 +1,20 @@
 """Control flow of a unit of code: one or more functions laid out back to back.
 
-:func:`build_cfg` splits the instructions into basic blocks:
+:func:`build_cfg` splits the instructions into basic blocks by the one
+control-flow table, :mod:`kpatch.analysis.flow` (what ends a block, what falls
+through, what is a call):
 
 * a block starts at each function entry, at every branch target and after
-  every instruction that does not simply fall through;
+  every instruction whose kind ends a block (branches, ``s_endpgm*``,
+  ``s_code_end``, ``s_setpc_b64``, PC changes kpatch does not model);
 * SOPP branches (``s_branch``, ``s_cbranch_*``) go to
   ``address + 4 + simm16 * 4``; conditional ones also fall through;
-* ``s_endpgm`` ends the function; ``s_setpc_b64`` (a return or computed
-  jump) ends the block with no known successor (listed in ``indirect``);
-  ``s_swappc_b64`` / ``s_call_b64`` are calls: execution resumes after them,
-  as LLVM's hazard recognizer assumes (listed in ``calls``);
+* ``s_setpc_b64`` (a return or computed jump) ends the block with no known
+  successor (listed in ``indirect``); ``s_swappc_b64`` / ``s_call_b64`` are
+  calls: execution resumes after them, as LLVM's hazard recognizer assumes
+  (listed in ``calls``); ``s_trap`` falls through (the trap handler may
+  return); an instruction that changes the PC in a way kpatch does not model
+  ends its block with no successor and is listed in ``unmodelled``;
 * no edge crosses a function boundary: a branch whose target is outside its
   function, or not an instruction boundary, is listed in ``bad_targets``;
 * ``jumps`` (address pairs, from :mod:`kpatch.analysis.codescan`) add the
@@ -34,9 +39,12 @@ from operator import attrgetter
 
 import numpy as np
 
-from kpatch.analysis.facts import CALL, COND, FACTS, FALL, INDIRECT, JUMP, Facts, FactsView
+from kpatch.analysis.facts import FACTS, Facts, FactsView
+from kpatch.analysis.flow import CALL, COND, ENDS_BLOCK, FALLS_THROUGH, INDIRECT, JUMP, UNMODELLED
 
 _ADDRESS = attrgetter("address")
+_ENDS_BLOCK = np.array(sorted(ENDS_BLOCK), dtype=np.int64)
+_FALLS_THROUGH = np.array(sorted(FALLS_THROUGH), dtype=np.int64)
 
 
 def _SIMM16(f: Facts) -> int:
@@ -62,6 +70,7 @@ class CFG:
         self.func_starts = list(func_starts)
         self.calls: list[int] = []  # instruction indices of s_swappc_b64 / s_call_b64
         self.indirect: list[int] = []  # instruction indices of s_setpc_b64
+        self.unmodelled: list[int] = []  # instruction indices of PC changes kpatch does not follow
         self.bad_targets: list[tuple[int, int]] = []  # (branch index, target address)
         self.eids = facts.eids
         flows = FACTS.column("flow")[self.eids] if n else np.zeros(0, dtype=np.int64)
@@ -78,7 +87,8 @@ class CFG:
             sf = flows[special]
             self.calls = special[sf == CALL].tolist()
             self.indirect = special[sf == INDIRECT].tolist()
-            leader[special[sf != CALL] + 1] = True
+            self.unmodelled = special[sf == UNMODELLED].tolist()
+            leader[special[np.isin(sf, _ENDS_BLOCK)] + 1] = True
             br = special[(sf == JUMP) | (sf == COND)]
             if br.size:
                 if addresses is None:
@@ -118,7 +128,7 @@ class CFG:
         self.block_of = np.cumsum(leader) - 1
         last = be - 1
         lf = flows[last] if nb else flows[:0]
-        falls = ((lf == FALL) | (lf == CALL) | (lf == COND)) & ~func_end[last]
+        falls = np.isin(lf, _FALLS_THROUGH) & ~func_end[last]
         succ1 = np.where(falls, np.arange(nb) + 1, -1)
         succ2 = np.full(nb, -1, dtype=np.int64)
         self.branchy = ((lf == JUMP) | (lf == COND)).tolist()

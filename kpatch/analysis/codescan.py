@@ -41,6 +41,8 @@ from operator import attrgetter, is_
 
 from kpatch.codeobject import CodeObject
 from kpatch.analysis.decodememo import decode_ranges
+from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
+                                  UNMODELLED, UNMODELLED_MNEMONICS, kind)
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.operands import inline_int
 
@@ -48,14 +50,8 @@ S_CODE_END = 0xBF9F0000
 S_NOP_0 = 0xBF800000
 PAD_WORDS = frozenset({S_CODE_END, S_NOP_0, 0})
 
-#: Instructions after which execution does not go on to the next word (s_trap
-#: hands the wave to the trap handler, which ends it: LLVM ends functions
-#: that call llvm.trap with it).
-TERMINATORS = frozenset({"s_endpgm", "s_endpgm_saved", "s_endpgm_ordered_ps_done",
-                         "s_setpc_b64", "s_branch", "s_code_end", "s_trap"})
-#: PC-relative instructions kpatch does not relocate.
-UNSUPPORTED_PCREL = frozenset({"s_rfe_b64", "s_subvector_loop_begin", "s_subvector_loop_end",
-                               "s_cbranch_join", "s_cbranch_g_fork"})
+#: PC-relative instructions kpatch does not relocate (nor follow: kpatch.analysis.flow).
+UNSUPPORTED_PCREL = UNMODELLED_MNEMONICS
 #: Mnemonics that read or write the program counter (inserted code may hold none).
 PC_MNEMONICS = frozenset({"s_getpc_b64", "s_setpc_b64", "s_swappc_b64", "s_call_b64"}) | UNSUPPORTED_PCREL
 #: SGPRs a callee may clobber (AMDGPU calling convention: s[4:31] are
@@ -194,11 +190,12 @@ def _words(data: bytes) -> list[int]:
 
 
 def _trim_padding(insts: list[Instruction]) -> int:
-    """How many instructions to keep: up to the last terminator followed only by padding."""
+    """How many instructions to keep: up to the last instruction that may end a
+    function (:data:`kpatch.analysis.flow.ENDS_FUNCTION`) followed only by padding."""
     n = len(insts)
     while n and int.from_bytes(insts[n - 1].raw[:4], "little") in PAD_WORDS and insts[n - 1].size == 4:
         n -= 1
-    if n and insts[n - 1].mnemonic in TERMINATORS:
+    if n and kind(insts[n - 1]) in ENDS_FUNCTION:
         return n
     return len(insts)
 
@@ -416,7 +413,7 @@ def _scan_unit(scan: TextScan, ui: int, u: TextUnit) -> None:
         _problem(scan, ui, end.address, "A", "undecodable",
                  f"the last instruction of {u.name} runs past its end {u.end:#x}")
         return
-    if end.mnemonic not in TERMINATORS:
+    if kind(end) not in ENDS_FUNCTION:
         _problem(scan, ui, end.address, "A", "falls-through",
                  f"{u.name} does not end with s_endpgm/s_setpc_b64/s_branch "
                  f"({end.mnemonic} at {end.address:#x}): code falls through its end")
@@ -623,20 +620,26 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
         j = index_at.get(addr)
         return j if j is not None and first <= j <= last else None
 
+    # blocks by the one rule (kpatch.analysis.flow): a block starts at the
+    # entry, at every branch target, after every instruction whose kind ends a
+    # block or that has a known edge (an s_call_b64 to a callee in the unit;
+    # its return address, the one a pair can hold, is a jump target then), and
+    # at every getpc target (where a jump through a pair can land)
+    kinds = [kind(ins) for ins in insts[first:last + 1]]
     internal: dict[int, int] = {}  # s_call_b64 index -> its target's index, inside the unit
     leaders = {first}
     for i in range(first, last + 1):
-        ins = insts[i]
+        k = kinds[i - first]
         t = scan.branches.get(i)
         if t is not None:
             j = inside(t)
             if j is not None:
                 leaders.add(j)
-                if ins.mnemonic == "s_call_b64":
+                if k == CALL:
                     internal[i] = j
-        if (ins.is_branch or ins.mnemonic in TERMINATORS or ins.mnemonic == "s_call_b64") and i < last:
+        if (k in ENDS_BLOCK or i in internal) and i < last:
             leaders.add(i + 1)
-    for gp in scan.getpcs:  # every place a jump through a pair can land
+    for gp in scan.getpcs:
         j = inside(gp.target)
         if j is not None:
             leaders.add(j)
@@ -645,17 +648,17 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
     succs: dict[int, list[int]] = {}
     for b in order:
         e = block_end[b]
-        ins = insts[e]
+        k = kinds[e - first]
         out = []
         if e in internal:
             out.append(internal[e])  # the callee; it comes back through its s_setpc_b64
         else:
             t = scan.branches.get(e)
-            if t is not None and ins.mnemonic != "s_call_b64":
+            if t is not None and k != CALL:
                 j = inside(t)
                 if j is not None:
                     out.append(j)
-            if ins.mnemonic not in TERMINATORS and e < last:
+            if k in FALLS_THROUGH and e < last:
                 out.append(e + 1)
         succs[b] = out
 
@@ -785,9 +788,11 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
     """'' when no path from the end of ``gp``'s sequence reads its temporary
     sT before writing all of it (relocation changes the value sT holds, so a
     later read would see another number); else why not.  Paths follow
-    branches and the jumps whose targets are known; ``s_endpgm`` ends a path;
-    a call, a return, a jump to an unknown address or code outside the unit
-    count as reads (anything may read sT there)."""
+    branches, the jumps whose targets are known and fall-through (as
+    :mod:`kpatch.analysis.flow` says: ``s_trap`` falls through unless it ends
+    the unit); ``s_endpgm`` ends a path; a call, a return, a jump to an
+    unknown address, a PC change kpatch does not model or code outside the
+    unit count as reads (anything may read sT there)."""
     insts = scan.insts
     u = scan.units[ui]
     t = gp.tmp
@@ -808,14 +813,15 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
                 return f"{where}: cannot tell whether s{t} is read after its long branch (too many paths)"
             ins = insts[i]
             m = ins.mnemonic
+            k = kind(ins)
             if any(r.file == "s" and r.index <= t < r.index + r.count for r in ins.reads):
                 return (f"{where}: s{t}, which holds the long branch's offset, is read at {ins.address:#x} "
                         f"({ins.text()}) before it is written")
             if any(r.file == "s" and r.index <= t < r.index + r.count for r in ins.writes):
                 break  # written whole (SGPR writes are whole registers): dead on this path
-            if m in ("s_endpgm", "s_endpgm_saved", "s_endpgm_ordered_ps_done", "s_trap"):
-                break
-            if m == "s_setpc_b64":
+            if k == END or k == TRAP and i == u.last:
+                break  # the wave ends
+            if k == INDIRECT:
                 js = scan.jumps.get(i)
                 if js is None:
                     return f"{where}: s{t} may be read where s_setpc_b64 at {ins.address:#x} goes"
@@ -823,12 +829,14 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
                     return f"{where}: after its long branch, execution leaves {u.name} while s{t} may still be read"
                 work.extend(js)
                 break
-            if m in ("s_swappc_b64", "s_call_b64"):
+            if k == CALL:
                 return f"{where}: s{t} may be read by the function called at {ins.address:#x}"
+            if k == UNMODELLED:
+                return f"{where}: s{t} may be read where {m} at {ins.address:#x} goes"
             target = scan.branches.get(i)
             if target is not None:
                 work.append(scan.index_at[target])
-                if m == "s_branch":
+                if k == JUMP:
                     break
             i += 1
     return ""

@@ -233,6 +233,7 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
     back = back.tolist()
     calls = sorted(k for k in cfg.calls + cfg.indirect if k not in cfg.resolved)
     bad = sorted(cfg.bad_targets)
+    unmodelled = cfg.unmodelled  # (sorted)
     for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):
         if len(findings) > 1:
             findings.sort(key=_order)
@@ -246,6 +247,9 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
         unseen = tuple(f"branch at {insts[k].address:#x} leaves {span.name} (target {t:#x}): kpatch does not "
                        f"follow control flow across functions or into the middle of an instruction"
                        for k, t in bad[lo:hi])
+        lo, hi = bisect.bisect_left(unmodelled, span.start), bisect.bisect_left(unmodelled, span.end)
+        unseen += tuple(f"{insts[k].mnemonic} at {insts[k].address:#x} changes the program counter in a way "
+                        f"kpatch does not follow" for k in unmodelled[lo:hi])
         rep.unseen = unseen  # (the verdict's reasons say it: no separate note)
         rep.verdict = verdict_of(findings, unseen)
         (report.kernels if span.kind == "kernel" else report.functions).append(rep)

@@ -28,6 +28,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from kpatch.analysis.flow import kind_of  # the control-flow kinds (Facts.flow): one table there
 from kpatch.isa.regs import Reg
 
 # --- instruction classes (bit flags) ------------------------------------------
@@ -48,17 +49,6 @@ FORMAT_CLASS = {
     "SMEM": SMEM, "MUBUF": VMEM, "MTBUF": VMEM, "MIMG": VMEM, "DS": DS, "FLAT": FLAT,
     "EXP": EXP,
 }  # fmt: skip
-
-# --- control flow kinds -----------------------------------------------------------
-FALL = 0  # ordinary instruction: execution continues with the next one
-JUMP = 1  # s_branch: only the target
-COND = 2  # s_cbranch_*: the target and the next instruction
-END = 3  # s_endpgm*, s_trap-less ends: no successor
-INDIRECT = 4  # s_setpc_b64: computed target (return or jump), no known successor
-CALL = 5  # s_swappc_b64 / s_call_b64: a call; execution resumes after it
-
-_END = re.compile(r"^s_endpgm")
-_CALLS = ("s_swappc_b64", "s_call_b64")
 
 # --- marks: encodings some detector must look at ---------------------------------
 M_NSA = 1 << 0  # NSA-encoded MIMG
@@ -187,20 +177,7 @@ class Facts:
         self.simm16 = f.get("simm16")
         self.nsa = f.get("nsa", 0) if fmt == "MIMG" else 0
         self.offset = f.get("offset") if fmt in ("MUBUF", "MTBUF", "FLAT") else None
-        # control flow
-        flow = FALL
-        if fmt == "SOPP":
-            if mn == "s_branch":
-                flow = JUMP
-            elif mn.startswith("s_cbranch_"):
-                flow = COND
-            elif _END.match(mn):
-                flow = END
-        elif mn in _CALLS:
-            flow = CALL
-        elif mn == "s_setpc_b64":
-            flow = INDIRECT
-        self.flow = flow
+        self.flow = kind_of(fmt, mn)  # control flow
         reads, writes = inst.reads, inst.writes
         sreads = mask_of(reads)
         # Vector-memory, VALU and EXEC-branch instructions read all of EXEC

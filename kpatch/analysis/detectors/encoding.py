@@ -5,7 +5,8 @@ alone."""
 from __future__ import annotations
 
 from kpatch.analysis.detectors.context import Context
-from kpatch.analysis.facts import COND, FLAT, JUMP, M_LOCAL, Facts, register_encoding_check
+from kpatch.analysis.facts import FLAT, M_LOCAL, Facts, register_encoding_check
+from kpatch.analysis.flow import COND, JUMP
 from kpatch.analysis.findings import Finding
 from kpatch.isa.operands import signed12
 
