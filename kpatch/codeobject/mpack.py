@@ -62,43 +62,33 @@ _FIXEXT_LEN = {FIXEXT1: 1, FIXEXT2: 2, FIXEXT4: 4, FIXEXT8: 8, FIXEXT16: 16}
 _FIXEXT_FOR_LEN = {v: k for k, v in _FIXEXT_LEN.items()}
 
 
-class Int(int):
+class _Kept:
+    """A value stored in a non-canonical form (``fmt`` is its format byte):
+    the base of :class:`Int`, :class:`Str` and :class:`Bin`."""
+
+    fmt: int
+
+    def __new__(cls, value, fmt: int):
+        obj = super().__new__(cls, value)
+        obj.fmt = fmt
+        return obj
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({super().__repr__()}, fmt={self.fmt:#04x})"
+
+
+class Int(_Kept, int):
     """An int stored in a non-canonical form (``fmt`` is its format byte)."""
 
-    fmt: int
 
-    def __new__(cls, value: int, fmt: int) -> "Int":
-        obj = super().__new__(cls, value)
-        obj.fmt = fmt
-        return obj
-
-    def __repr__(self) -> str:
-        return f"Int({int(self)}, fmt={self.fmt:#04x})"
-
-
-class Str(str):
+class Str(_Kept, str):
     """A string stored in a non-canonical form."""
 
-    fmt: int
 
-    def __new__(cls, value: str, fmt: int) -> "Str":
-        obj = super().__new__(cls, value)
-        obj.fmt = fmt
-        return obj
+class Bin(_Kept, bytes):
+    """A binary value stored in a non-canonical form (shown as plain bytes)."""
 
-    def __repr__(self) -> str:
-        return f"Str({str(self)!r}, fmt={self.fmt:#04x})"
-
-
-class Bin(bytes):
-    """A binary value stored in a non-canonical form."""
-
-    fmt: int
-
-    def __new__(cls, value: bytes, fmt: int) -> "Bin":
-        obj = super().__new__(cls, value)
-        obj.fmt = fmt
-        return obj
+    __repr__ = bytes.__repr__
 
 
 class Float(float):
