@@ -25,7 +25,7 @@ import zipfile
 import pytest
 import zstandard
 
-from conftest import run_kpatch
+from conftest import kpatch_in_process, run_kpatch
 from kpatch.codeobject import CodeObject
 from kpatch.containers import limits
 from kpatch.containers.bundle import CCOB_MAGIC, decompress_ccob
@@ -125,7 +125,7 @@ def test_entries_yield_every_row_with_its_own_error(damaged):
 def _scan_json(path: str) -> tuple[dict, subprocess.CompletedProcess]:
     import json
 
-    p = run_kpatch("scan", "--json", "--target", "gfx1010", path)
+    p = kpatch_in_process("scan", "--json", "--target", "gfx1010", path)
     return json.loads(p.stdout), p
 
 
@@ -159,8 +159,8 @@ def _ukdb_rows(path: str) -> list[tuple]:
 
 def test_apply_db_writes_the_good_rows_and_one_error_per_bad_row(damaged, tmp_path):
     out_good, out_bad = str(tmp_path / "good"), str(tmp_path / "bad")
-    p_good = run_kpatch("apply", "--db", damaged["good"], "--mode", "override", "--cu", "18", "--out-dir", out_good)
-    p_bad = run_kpatch("apply", "--db", damaged["bad"], "--mode", "override", "--cu", "18", "--out-dir", out_bad)
+    p_good = kpatch_in_process("apply", "--db", damaged["good"], "--mode", "override", "--cu", "18", "--out-dir", out_good)
+    p_bad = kpatch_in_process("apply", "--db", damaged["bad"], "--mode", "override", "--cu", "18", "--out-dir", out_bad)
     assert p_good.returncode == 0, p_good.stderr
     assert p_bad.returncode == 1, p_bad.stderr
     written = _ukdb_rows(os.path.join(out_good, "gfx1030_18.ukdb"))
@@ -435,7 +435,7 @@ def test_unreadable_zip_member_is_one_error(tmp_path, flag, method, reason):
     assert items[0].error == reason and items[1].data == code
     with pytest.raises(FormatError, match=reason):
         resolve(parse_uri(f"zip://{path}?member=bad.hsaco"))
-    p = run_kpatch("scan", path)
+    p = kpatch_in_process("scan", path)
     assert p.returncode == 1 and f"error: zip://{path}?member=bad.hsaco: {reason}" in p.stderr
     assert "internal error" not in p.stderr
 

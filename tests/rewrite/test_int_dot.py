@@ -16,10 +16,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+from conftest import kpatch_in_process
 
 HERE = os.path.join(os.path.dirname(__file__), "data", "int_dot.s")
 MASK = np.uint64(0xFFFFFFFF)
@@ -35,7 +36,8 @@ def build(tmp_path) -> str:
 
 
 def kpatch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, timeout=300)
+    """The command's output and status (in this process: only they are checked)."""
+    return kpatch_in_process(*args)
 
 
 def kernel_text(path: str, mcpu: str, name: str) -> list[str]:

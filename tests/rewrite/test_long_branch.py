@@ -13,9 +13,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
+
+from conftest import kpatch_in_process
 
 HERE = os.path.join(os.path.dirname(__file__), "data", "long_branch.s")
 
@@ -41,7 +42,8 @@ def long_branch(path: str) -> tuple[int, int]:
 
 
 def kpatch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, timeout=300)
+    """The command's output and status (in this process: only they are checked)."""
+    return kpatch_in_process(*args)
 
 
 def test_the_offset_follows_the_code(tmp_path):
