@@ -42,7 +42,7 @@ _SECTION_FIELDS = ("type", "flags", "addr", "offset", "size", "addralign", "ents
 _SEGMENT_FIELDS = ("type", "flags", "offset", "vaddr", "filesz", "memsz", "align")
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     """One line of a side-by-side listing: an :class:`~kpatch.diff.align.Op`
     with its instructions.  ``relocated``: a branch whose offset alone
@@ -51,7 +51,7 @@ class Row:
     kind: str
     old: object | None
     new: object | None
-    changes: list[FieldChange] = field(default_factory=list)
+    changes: Sequence[FieldChange] = ()
     relocated: bool = False
     problem: str | None = None  # the control-flow problem found at this row
 
