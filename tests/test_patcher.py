@@ -96,3 +96,22 @@ def test_unpatchable_instructions_refuse_their_kernel_only():
     res = patch_code_object(data, mode="override")
     by = {k.name: k for k in res.kernels}
     assert by["half2_dot"].status == "refused" and "UnsupportedInstruction" in by["half2_dot"].reason
+
+
+def test_verify_holds_no_decode_of_the_original(monkeypatch):
+    """Memory: when the patched object is verified, the original's decoded
+    instructions (the decode memo of the patch) are gone, so the two decodes
+    are never alive at once (a whole Tensile library's are ~0.5 GiB each)."""
+    from kpatch.analysis import decodememo
+    import kpatch.rewrite.patcher as patcher
+    seen = []
+    real = patcher.verify
+
+    def spy(new, *args, **kwargs):
+        seen.append(len(decodememo._LOCAL.memo))
+        return real(new, *args, **kwargs)
+
+    monkeypatch.setattr(patcher, "verify", spy)
+    path = next(p for p in GFX1030 if "asm_kernels" in p)
+    res = patch_code_object(open(path, "rb").read(), mode="override")
+    assert res.data is not None and seen == [0]

@@ -42,6 +42,15 @@ def decode_memo() -> Iterator[None]:
         _LOCAL.memo = None
 
 
+def forget() -> None:
+    """Drop what the active memo holds (the block goes on remembering):
+    code that will not be decoded again, e.g. the original once patching
+    is done and the patched object is verified."""
+    memo = getattr(_LOCAL, "memo", None)
+    if memo is not None:
+        memo.clear()
+
+
 def decode_ranges(code: bytes, target: str, base_address: int, ranges: list[tuple[int, int]]) -> list[list]:
     """``[kpatch.isa.decode(code[a:b], target, base_address + a) for a, b
     in ranges]``, remembered inside :func:`decode_memo`, with the ranges not

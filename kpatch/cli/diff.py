@@ -12,7 +12,7 @@ from kpatch.cli.common import (
     EXIT_OK, EXIT_SOME_FAILED, err_console, error_line, flush_stdout, out_console, progress)
 from kpatch.errors import KpatchError
 from kpatch.isa import TARGETS
-from kpatch.diff.compare import diff_inputs, report_json
+from kpatch.diff.compare import diff_inputs, object_json, report_json, row_json
 from kpatch.diff.html import write_html
 from kpatch.diff.text import render_text
 
@@ -21,7 +21,12 @@ from kpatch.diff.text import render_text
 @click.argument("old", metavar="OLD")
 @click.argument("new", metavar="NEW")
 @click.option("--html", "html_path", metavar="FILE", help="Also write a self-contained HTML report to FILE.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document instead of text: per function its counts and what the text "
+                   "lists (changed rows with -U context).")
+@click.option("--json-rows", "json_rows", is_flag=True,
+              help="Print JSON lines instead of text, written as produced: every row of every function "
+                   "compared, then each pair's document and a summary.")
 @click.option("-U", "--context", type=click.IntRange(0), default=3, show_default=True,
               help="Equal instructions shown around each difference.")
 @click.option("--full", is_flag=True, help="Show every instruction of changed functions (no context limit).")
@@ -29,7 +34,7 @@ from kpatch.diff.text import render_text
 @click.option("--mcpu-old", type=click.Choice(sorted(TARGETS)), help="Decode OLD as this target (default: its own).")
 @click.option("--mcpu-new", type=click.Choice(sorted(TARGETS)), help="Decode NEW as this target (default: its own).")
 @click.option("--exit-code", is_flag=True, help="Exit with 1 when there are differences (like `git diff --exit-code`).")
-def diff_cmd(old: str, new: str, html_path: str | None, as_json: bool, context: int, full: bool,
+def diff_cmd(old: str, new: str, html_path: str | None, as_json: bool, json_rows: bool, context: int, full: bool,
              show_all: bool, mcpu_old: str | None, mcpu_new: str | None, exit_code: bool) -> None:
     """Compare the code objects in OLD with those in NEW.
 
@@ -50,6 +55,15 @@ def diff_cmd(old: str, new: str, html_path: str | None, as_json: bool, context: 
       + inserted   - removed   > branch relocated (same target)
       ! where the control-flow check found a problem
 
+    --json prints the same as one document: per function its counts and
+    its listing (the changed rows with -U rows of context, `{"identical":
+    N}` for each run of equal rows not shown).  --json-rows streams every
+    row instead, one JSON line each as its function is compared (`object`,
+    `function`, `kind`, `old`, `new`, `changes`, `relocated`, `problem`),
+    then a line per pair (`diff`: its document without rows) and a last
+    `summary` line; a row whose check needs a later function comes when
+    that one has been compared.
+
     OLD or NEW that does not exist, or holds no readable code object, is an
     error (one line, `error: OLD: no such file`, nothing compared).
 
@@ -59,17 +73,31 @@ def diff_cmd(old: str, new: str, html_path: str | None, as_json: bool, context: 
     a control-flow problem was found, or (with --exit-code) the inputs
     differ; 2 on usage errors; 3 on an internal error.
     """
-    with progress("comparing") as update:
-        report = diff_inputs(old, new, old_target=mcpu_old, new_target=mcpu_new,
-                             on_pair=lambda label: update(f"comparing {label}", advance=1))
     ctx = None if full else context
+    on_unit = on_object = None
+    if json_rows:
+        def on_unit(label, u, rows):
+            for r in rows:
+                sys.stdout.write(json.dumps({"object": label, "function": u.name, **row_json(r)}) + "\n")
+
+        def on_object(d):
+            sys.stdout.write(json.dumps({"object": d.label, "diff": object_json(d, rows=False, context=ctx)}) + "\n")
+            sys.stdout.flush()
+    with progress("comparing") as update:
+        # each function keeps only the rows its listing shows (a whole library's every row does not fit)
+        report = diff_inputs(old, new, old_target=mcpu_old, new_target=mcpu_new,
+                             on_pair=lambda label: update(f"comparing {label}", advance=1),
+                             hunks=ctx, on_unit=on_unit, on_object=on_object)
     if html_path:
         try:
             write_html(report, html_path, context=ctx, show_identical=show_all)
         except OSError as e:
             raise KpatchError(f"cannot write the HTML report: {e.strerror or e}", html_path) from None
-    if as_json:
-        json.dump(report_json(report), sys.stdout, indent=1)
+    if json_rows:
+        sys.stdout.write(json.dumps({"summary": report.summary, "only_old": report.only_old,
+                                     "only_new": report.only_new, "problems": report.problems}) + "\n")
+    elif as_json:
+        json.dump(report_json(report, rows=False, context=ctx), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         for line in render_text(report, context=ctx, show_identical=show_all, unreadable=False):

@@ -51,19 +51,20 @@ class FieldChange:
         return f"{self.name} {a}{sep}{b}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     """One step of an alignment.
 
     ``old``/``new`` are indices into the two input lists (None for the side
     an inserted / removed instruction does not have).  ``changes`` lists the
-    field differences of a changed pair.
+    field differences of a changed pair (an empty tuple otherwise: one per
+    instruction of a whole library is held at once).
     """
 
     kind: str
     old: int | None
     new: int | None
-    changes: list[FieldChange] = field(default_factory=list)
+    changes: Sequence[FieldChange] = ()
 
     def __repr__(self) -> str:
         return f"Op({self.kind}, {self.old}, {self.new})"

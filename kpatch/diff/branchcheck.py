@@ -26,8 +26,11 @@ nothing of how the patch was made) and checks that
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
 
 from kpatch.codeobject import CodeObject
 from kpatch.isa.operands import LITERAL, inline_int
@@ -66,37 +69,59 @@ def _target(inst) -> int | None:
     return inst.branch_target
 
 
-class _Mapped:
-    """One aligned pair of units: where each original instruction went."""
+class _UnitMap:
+    """Where each instruction of one original unit went, kept as columns
+    once its instructions are gone: the original addresses, and for each
+    original instruction the range ``[lo, hi]`` of patched instruction
+    indices a jump to it may reach (index ``len(new)`` is the patched
+    unit's end).  ``mapped`` False: the unit is missing from the patched
+    object (its addresses still resolve, to nothing to compare)."""
 
-    def __init__(self, old: DiffUnit, new: DiffUnit, ops: Sequence[Op]):
-        self.old, self.new, self.ops = old, new, list(ops)
-        self.pos = {op.old: p for p, op in enumerate(self.ops) if op.old is not None}
+    def __init__(self, old: DiffUnit, new: DiffUnit | None, ops: Sequence[Op] | None):
+        self.name = old.name
+        self.mapped = new is not None and ops is not None
+        self.old_addr = np.fromiter((i.address for i in old.insts), np.int64, len(old.insts))
+        self.first = int(self.old_addr[0]) if len(old.insts) else 0
+        self.last = int(self.old_addr[-1]) if len(old.insts) else -1
+        self._texts = None
+        if not self.mapped:
+            return
+        n_new = len(new.insts)
+        self.new_addr = np.fromiter([i.address for i in new.insts] + [new.end], np.int64, n_new + 1)
+        lo = np.zeros(len(old.insts), np.int64)
+        hi = np.zeros(len(old.insts), np.int64)
+        waiting: list[int] = []  # original instructions whose landing ends at the next kept one
+        run_lo = None  # first patched index inserted since the last kept instruction
+        for op in ops:
+            if op.kind == INSERTED or op.kind == REMOVED:
+                if op.new is not None and run_lo is None:
+                    run_lo = op.new
+                if op.old is not None:
+                    waiting.append(op.old)
+                continue
+            waiting.append(op.old)
+            for t in waiting:
+                lo[t] = op.new if run_lo is None else run_lo
+                hi[t] = op.new
+            waiting, run_lo = [], None
+        for t in waiting:
+            lo[t] = n_new if run_lo is None else run_lo
+            hi[t] = n_new
+        self.lo, self.hi = lo, hi
+
+    def index(self, address: int) -> int | None:
+        """The index of the original instruction at ``address``, or None."""
+        if not self.first <= address <= self.last:
+            return None
+        t = int(np.searchsorted(self.old_addr, address))
+        return t if self.old_addr[t] == address else None
 
     def landing(self, t: int) -> set[int]:
-        """New addresses a jump to original instruction ``t`` may reach: the
-        instruction it became, or any instruction inserted directly before
-        it; for a removed instruction, the next surviving one (or what was
-        inserted in its place)."""
-        ops, new = self.ops, self.new.insts
-        p = self.pos[t]
-        out: set[int] = set()
-        q = p - 1
-        while q >= 0 and ops[q].kind in (INSERTED, REMOVED):
-            if ops[q].new is not None:
-                out.add(new[ops[q].new].address)
-            q -= 1
-        q = p
-        while q < len(ops) and ops[q].new is None:
-            q += 1
-            while q < len(ops) and ops[q].kind == INSERTED:
-                out.add(new[ops[q].new].address)
-                q += 1
-        if q < len(ops):
-            out.add(new[ops[q].new].address)
-        else:
-            out.add(self.new.end)
-        return out
+        """Patched addresses a jump to original instruction ``t`` may reach:
+        the instruction it became, or any instruction inserted directly
+        before it; for a removed instruction, the next surviving one (or
+        what was inserted in its place)."""
+        return set(self.new_addr[self.lo[t]:self.hi[t] + 1].tolist())
 
 
 #: how far after an s_getpc_b64 :func:`pc_relative_target` looks for its use
@@ -173,53 +198,52 @@ def pc_relative_target(insts: Sequence, i: int) -> int | None:
     return None
 
 
-def _pc_relative_problems(name: str, m: "_Mapped", where: dict, mapped: dict) -> list[BranchProblem]:
-    """Every getpc-built jump of the original unit that :func:`pc_relative_target`
-    follows must, in the patched unit, reach where the original's target went."""
-    out = []
-    old_insts, new_insts = m.old.insts, m.new.insts
-    for op in m.ops:
-        if op.old is None or old_insts[op.old].mnemonic != "s_getpc_b64":
-            continue
-        t_old = pc_relative_target(old_insts, op.old)
-        loc = where.get(t_old) if t_old is not None else None
-        if loc is None or loc[0] not in mapped:
-            continue  # not followed, or not an instruction of a kept function
-        o = old_insts[op.old]
-        t_new = pc_relative_target(new_insts, op.new) if op.new is not None else None
-        allowed = mapped[loc[0]].landing(loc[1])
-        if t_new not in allowed:
-            want = ", ".join(f"{a:#x}" for a in sorted(allowed))
-            got = "an address kpatch's check cannot follow" if t_new is None else f"{t_new:#x}"
-            out.append(BranchProblem(
-                name, WRONG_PC_TARGET, o.address, None if op.new is None else new_insts[op.new].address,
-                f"the address built from {o.text()} at {o.address:#x} reached {t_old:#x} "
-                f"({mapped[loc[0]].old.insts[loc[1]].text()}); patched it reaches {got}, not {want}"))
-    return out
+class BranchChecker:
+    """The control-flow check, one unit pair at a time (a whole library's
+    instructions need not be held at once).  :meth:`add_pair` checks a pair
+    as soon as it is aligned, against the units added so far; what a jump
+    into a unit not added yet needs is kept and decided by :meth:`finish`,
+    exactly as if every unit had been there from the start (an address is
+    resolved to the first unit, in the order added, that holds an
+    instruction there).  ``text_at(address)``: the original instruction's
+    text at an address (for the message of a jump into another unit)."""
 
+    def __init__(self, text_at=None):
+        self.maps: list[_UnitMap] = []
+        self._reach = []  # the highest last address of maps[:i + 1]
+        self._by_name: dict[str, _UnitMap] = {}
+        self._later: list[tuple] = []  # checks that need a unit not added yet
+        self.text_at = text_at
 
-def check_aligned(pairs: Sequence[tuple[DiffUnit, DiffUnit | None, Sequence[Op] | None]],
-                  entries: Sequence[tuple[str, int, int]] = (),
-                  added: Sequence[DiffUnit] = ()) -> list[BranchProblem]:
-    """Branch problems given already-aligned unit pairs ``(old, new, ops)``
-    (``new``/``ops`` None for a function missing in the patched object),
-    kernel entries ``(name, old_entry, new_entry)``, and units only in the
-    patched object (``added``: their branches are all new)."""
-    problems: list[BranchProblem] = []
-    mapped: dict[str, _Mapped] = {}
-    where: dict[int, tuple[str, int]] = {}
-    for old, new, ops in pairs:
-        for t, inst in enumerate(old.insts):
-            where.setdefault(inst.address, (old.name, t))
-        if new is None or ops is None:
-            problems.append(BranchProblem(old.name, MISSING_UNIT, old.start, None,
-                                          f"{old.name} is missing from the patched object"))
-            continue
-        mapped[old.name] = _Mapped(old, new, ops)
+    def _where(self, address: int, upto: int | None = None) -> tuple[_UnitMap, int] | None:
+        """The first unit (of the first ``upto`` added) with an original
+        instruction at ``address``, and its index there."""
+        maps = self.maps if upto is None else self.maps[:upto]
+        i = bisect_right([m.first for m in maps], address) - 1
+        found = None
+        while i >= 0 and self._reach[i] >= address:
+            t = maps[i].index(address)
+            if t is not None:
+                found = (maps[i], t)
+            i -= 1
+        return found
 
-    for name, m in mapped.items():
-        old_insts, new_insts = m.old.insts, m.new.insts
-        for op in m.ops:
+    def add_pair(self, old: DiffUnit, new: DiffUnit | None, ops: Sequence[Op] | None) -> list[BranchProblem]:
+        """Add an aligned pair (``new``/``ops`` None: a function missing in
+        the patched object) and return the problems found in it now."""
+        m = _UnitMap(old, new, ops)
+        self.maps.append(m)
+        self._reach.append(max(m.last, self._reach[-1] if self._reach else -1))
+        self._by_name.setdefault(old.name, m)
+        if not m.mapped:
+            return [BranchProblem(old.name, MISSING_UNIT, old.start, None,
+                                  f"{old.name} is missing from the patched object")]
+        if self._by_name[old.name] is not m:
+            m.mapped = False  # (a second unit of that name: the first one is the name's mapping)
+        problems: list[BranchProblem] = []
+        name = old.name
+        old_insts, new_insts = old.insts, new.insts
+        for op in ops:
             if op.old is None:
                 n = new_insts[op.new]
                 if _target(n) is not None:
@@ -230,6 +254,8 @@ def check_aligned(pairs: Sequence[tuple[DiffUnit, DiffUnit | None, Sequence[Op] 
             o = old_insts[op.old]
             t_old = _target(o)
             if t_old is None:
+                if o.mnemonic == "s_getpc_b64":
+                    self._pc_relative(name, old_insts, new_insts, op, problems)
                 continue
             if op.new is None:
                 problems.append(BranchProblem(name, REMOVED_BRANCH, o.address, None,
@@ -243,38 +269,116 @@ def check_aligned(pairs: Sequence[tuple[DiffUnit, DiffUnit | None, Sequence[Op] 
                     f"{o.text()} at {o.address:#x} became {n.text()} at {n.address:#x}"))
                 if t_new is None:
                     continue
-            loc = where.get(t_old)
-            if loc is None or loc[0] not in mapped:
-                # the original target is not a decoded instruction of a kept function
-                continue
-            allowed = mapped[loc[0]].landing(loc[1])
-            if t_new not in allowed:
-                tgt = mapped[loc[0]].old.insts[loc[1]]
-                want = ", ".join(f"{a:#x}" for a in sorted(allowed))
-                problems.append(BranchProblem(
-                    name, WRONG_TARGET, o.address, n.address,
-                    f"{n.mnemonic} at {n.address:#x} (was {o.address:#x}) reaches {t_new:#x}; "
-                    f"the original reached {t_old:#x} ({tgt.text()}), now at {want}"))
+            self._jump(("branch", name, o.address, n.address, n.mnemonic, t_old, t_new), problems)
+        return problems
 
-    for name, m in mapped.items():
-        problems.extend(_pc_relative_problems(name, m, where, mapped))
+    def _pc_relative(self, name: str, old_insts, new_insts, op: Op, problems: list) -> None:
+        """Every getpc-built jump of the original unit that :func:`pc_relative_target`
+        follows must, in the patched unit, reach where the original's target went."""
+        t_old = pc_relative_target(old_insts, op.old)
+        if t_old is None:
+            return
+        o = old_insts[op.old]
+        t_new = pc_relative_target(new_insts, op.new) if op.new is not None else None
+        self._jump(("pc", name, o.address, None if op.new is None else new_insts[op.new].address,
+                    o.text(), t_old, t_new), problems)
 
-    for name, old_entry, new_entry in entries:
-        loc = where.get(old_entry)
-        if loc is None or loc[0] not in mapped:
-            continue
-        allowed = mapped[loc[0]].landing(loc[1])
-        if new_entry not in allowed:
-            want = ", ".join(f"{a:#x}" for a in sorted(allowed))
+    def _jump(self, item: tuple, problems: list) -> None:
+        """Check one jump now, or keep it for :meth:`finish` when its target
+        could be in a unit not added yet."""
+        loc = self._where(item[5])
+        if loc is None:
+            self._later.append(item)
+            return
+        self._decide(item, loc, problems)
+
+    def _decide(self, item: tuple, loc: tuple[_UnitMap, int] | None, problems: list) -> None:
+        kind, name, old_addr, new_addr, what, t_old, t_new = item
+        if loc is None or not loc[0].mapped:
+            return  # not a decoded instruction of a kept function, or not followed
+        m, t = loc
+        allowed = m.landing(t)
+        if t_new in allowed:
+            return
+        want = ", ".join(f"{a:#x}" for a in sorted(allowed))
+        if kind == "branch":
             problems.append(BranchProblem(
-                name, ENTRY, old_entry, new_entry,
-                f"kernel entry is {new_entry:#x}; the original entry {old_entry:#x} is now at {want}"))
+                name, WRONG_TARGET, old_addr, new_addr,
+                f"{what} at {new_addr:#x} (was {old_addr:#x}) reaches {t_new:#x}; "
+                f"the original reached {t_old:#x} ({self._text(t_old)}), now at {want}"))
+        else:
+            got = "an address kpatch's check cannot follow" if t_new is None else f"{t_new:#x}"
+            problems.append(BranchProblem(
+                name, WRONG_PC_TARGET, old_addr, new_addr,
+                f"the address built from {what} at {old_addr:#x} reached {t_old:#x} "
+                f"({self._text(t_old)}); patched it reaches {got}, not {want}"))
 
+    def _text(self, address: int) -> str:
+        return self.text_at(address) if self.text_at is not None else f"{address:#x}"
+
+    def entry(self, name: str, old_entry: int, new_entry: int) -> list[BranchProblem]:
+        """Check a kernel's entry (descriptor): now when its original
+        instruction is in a unit added already, else in :meth:`finish`."""
+        loc = self._where(old_entry)
+        if loc is None:
+            self._later.append(("entry", name, old_entry, new_entry, None, old_entry, new_entry))
+            return []
+        return self._entry(name, old_entry, new_entry, loc)
+
+    def _entry(self, name: str, old_entry: int, new_entry: int, loc) -> list[BranchProblem]:
+        if loc is None or not loc[0].mapped:
+            return []
+        allowed = loc[0].landing(loc[1])
+        if new_entry in allowed:
+            return []
+        want = ", ".join(f"{a:#x}" for a in sorted(allowed))
+        return [BranchProblem(name, ENTRY, old_entry, new_entry,
+                              f"kernel entry is {new_entry:#x}; the original entry {old_entry:#x} is now at {want}")]
+
+    def waiting(self, unit: str) -> bool:
+        """Whether :meth:`finish` still decides something of ``unit``."""
+        return any(it[1] == unit for it in self._later)
+
+    def finish(self, entries: Sequence[tuple[str, int, int]] = ()) -> list[BranchProblem]:
+        """The problems of the checks kept for later, and of the kernel
+        entries ``(name, old_entry, new_entry)``."""
+        problems: list[BranchProblem] = []
+        later, self._later = self._later, []
+        for item in later:
+            loc = self._where(item[5])
+            if item[0] == "entry":
+                problems.extend(self._entry(item[1], item[2], item[3], loc))
+            else:
+                self._decide(item, loc, problems)
+        for name, old_entry, new_entry in entries:
+            problems.extend(self._entry(name, old_entry, new_entry, self._where(old_entry)))
+        return problems
+
+
+def added_unit_problems(u: DiffUnit) -> list[BranchProblem]:
+    """A unit only the patched object has: each of its branches is new."""
+    return [BranchProblem(u.name, ADDED_BRANCH, None, n.address, f"{n.text()} at {n.address:#x} is in a new function")
+            for n in u.insts if _target(n) is not None]
+
+
+def check_aligned(pairs: Sequence[tuple[DiffUnit, DiffUnit | None, Sequence[Op] | None]],
+                  entries: Sequence[tuple[str, int, int]] = (),
+                  added: Sequence[DiffUnit] = ()) -> list[BranchProblem]:
+    """Branch problems given already-aligned unit pairs ``(old, new, ops)``
+    (``new``/``ops`` None for a function missing in the patched object),
+    kernel entries ``(name, old_entry, new_entry)``, and units only in the
+    patched object (``added``: their branches are all new)."""
+    texts = {}
+    for old, _, _ in pairs:
+        for inst in old.insts:
+            texts.setdefault(inst.address, inst)
+    checker = BranchChecker(lambda a: texts[a].text())
+    problems: list[BranchProblem] = []
+    for old, new, ops in pairs:
+        problems.extend(checker.add_pair(old, new, ops))
+    problems.extend(checker.finish(entries))
     for u in added:
-        for n in u.insts:
-            if _target(n) is not None:
-                problems.append(BranchProblem(u.name, ADDED_BRANCH, None, n.address,
-                                              f"{n.text()} at {n.address:#x} is in a new function"))
+        problems.extend(added_unit_problems(u))
     return problems
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
@@ -29,8 +29,9 @@ from kpatch.containers.discover import Found, Problem, discover
 from kpatch.containers.uri import Uri
 from kpatch.data import expand
 from kpatch.errors import FormatError, KpatchError
+from kpatch.isa import decode
 from kpatch.diff.align import CHANGED, EQUAL, INSERTED, OP_KINDS, REMOVED, FieldChange, Op, align, fmt_value
-from kpatch.diff.branchcheck import BranchProblem, check_aligned
+from kpatch.diff.branchcheck import BranchChecker, BranchProblem, added_unit_problems
 from kpatch.diff.functions import DiffUnit, decode_target, units
 
 IDENTICAL, DIFFERENT, ADDED, MISSING = "identical", "changed", "added", "removed"
@@ -41,7 +42,7 @@ _SECTION_FIELDS = ("type", "flags", "addr", "offset", "size", "addralign", "ents
 _SEGMENT_FIELDS = ("type", "flags", "offset", "vaddr", "filesz", "memsz", "align")
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     """One line of a side-by-side listing: an :class:`~kpatch.diff.align.Op`
     with its instructions.  ``relocated``: a branch whose offset alone
@@ -50,7 +51,7 @@ class Row:
     kind: str
     old: object | None
     new: object | None
-    changes: list[FieldChange] = field(default_factory=list)
+    changes: Sequence[FieldChange] = ()
     relocated: bool = False
     problem: str | None = None  # the control-flow problem found at this row
 
@@ -67,7 +68,12 @@ class UnitDiff:
     rows: list[Row] = field(default_factory=list)
     descriptor: list[FieldChange] = field(default_factory=list)
     metadata: list[FieldChange] = field(default_factory=list)
-    equal_dropped: int = 0  # equal rows not kept (unchanged functions)
+    equal_dropped: int = 0  # equal rows not kept (unchanged functions, or outside the hunks)
+    branches: int = 0  # original branches with a counterpart, checked
+    #: the rows a listing with ``hunks`` equal rows of context shows (a
+    #: hidden run of equal rows is its length), when only those were kept
+    listing: list | None = None
+    hunks: int | None = None
     #: what `kpatch apply` decided for this kernel, when the report comes from it:
     #: (patched | refused | untouched, reason)
     outcome: tuple[str, str] | None = None
@@ -84,6 +90,20 @@ class UnitDiff:
     @property
     def code_changed(self) -> bool:
         return any(r.kind != EQUAL for r in self.rows)
+
+    @property
+    def instructions(self) -> int:
+        """Rows compared (kept or not)."""
+        return len(self.rows) + self.equal_dropped
+
+    def shown(self, context: int | None) -> list:
+        """The rows a listing with ``context`` equal rows around each
+        difference shows (:func:`with_context`)."""
+        if self.listing is None:
+            return with_context(self.rows, context)
+        if context != self.hunks:
+            raise ValueError(f"{self.name}: only the rows of a {self.hunks}-row context were kept")
+        return self.listing
 
 
 @dataclass
@@ -369,13 +389,20 @@ def _read_provenance(data: bytes) -> dict | None:
 
 def diff_objects(old: bytes, new: bytes, *, label: str = "", old_uri: str = "", new_uri: str = "",
                  old_target: str | None = None, new_target: str | None = None,
-                 keep_identical_rows: bool = False) -> ObjectDiff:
+                 keep_identical_rows: bool = False, hunks: int | None = None,
+                 on_unit: Callable[[UnitDiff, list[Row]], None] | None = None) -> ObjectDiff:
     """Compare an original code object ``old`` with ``new``.
 
     ``old_target``/``new_target`` choose the ISA table to decode each side
     with (default: each object's own processor).  Unchanged functions keep
-    no rows unless ``keep_identical_rows``.  A side that is not a readable
-    code object gives an :class:`ObjectDiff` with ``error`` set.
+    no rows unless ``keep_identical_rows``.  ``hunks`` N: a changed
+    function keeps only the rows a listing with N equal rows of context
+    shows (:attr:`UnitDiff.listing`; the others are counted in
+    ``equal_dropped``), so that two whole libraries can be compared in
+    bounded memory; None keeps every row.  ``on_unit(unit, rows)`` is
+    called with every row of each function once its control-flow check is
+    complete (streaming).  A side that is not a readable code object gives
+    an :class:`ObjectDiff` with ``error`` set.
     """
     d = ObjectDiff(label or new_uri or old_uri, old_uri, new_uri, old_size=len(old), new_size=len(new))
     try:
@@ -386,14 +413,23 @@ def diff_objects(old: bytes, new: bytes, *, label: str = "", old_uri: str = "", 
         if old == new and d.old_decode == d.new_decode:
             d.identical = True
             return d
-        _fill(d, a, b, keep_identical_rows)
+        _fill(d, a, b, _Keep(keep_identical_rows, hunks, on_unit))
     except FormatError as e:
         d.error = str(e)
     d.provenance = _read_provenance(new) if d.error is None else None
     return d
 
 
-def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
+@dataclass
+class _Keep:
+    """What :func:`diff_objects` keeps of each function's rows."""
+
+    identical: bool
+    hunks: int | None
+    on_unit: Callable | None
+
+
+def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: _Keep) -> None:
     """Compare ``a`` with ``b`` into ``d``: headers, metadata, then function
     by function (with the control-flow check), then the relocation summary."""
     d.header = header_changes(a, b)
@@ -402,18 +438,9 @@ def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: bool) -> None:
     d.symbols = symbol_changes(a, b)
     ka, kb = _metadata_changes(d, a, b)
     decode = d.old_decode is not None and d.new_decode is not None
-    pairs, added = _unit_pairs(d, a, b, decode)
-    _kernel_fields(d, a, b, ka, kb)
-    if decode:
-        kern_a, kern_b = {k.name: k for k in a.kernels}, {k.name: k for k in b.kernels}
-        entries = [(n, k.entry, kern_b[n].entry) for n, k in kern_a.items() if n in kern_b]
-        d.problems = check_aligned(pairs, entries, added)
-    _mark_rows(d)
+    _code(d, a, b, ka, kb, decode, keep)
     d.identical = a.data == b.data and not any(u.code_changed for u in d.units)
     d.relocation = _relocation(d, a, b, decode)
-    for ud in d.units:
-        if ud.status == IDENTICAL and not keep:
-            ud.equal_dropped, ud.rows = len(ud.rows), []
 
 
 def _metadata_changes(d: ObjectDiff, a: CodeObject, b: CodeObject) -> tuple[dict, dict]:
@@ -437,72 +464,130 @@ def _metadata_changes(d: ObjectDiff, a: CodeObject, b: CodeObject) -> tuple[dict
     return ka, kb
 
 
-def _unit_pairs(d: ObjectDiff, a: CodeObject, b: CodeObject, decode: bool) -> tuple[list, list[DiffUnit]]:
-    """Match the functions of ``a`` and ``b`` by name into ``d.units`` (their
-    instructions aligned when both sides decode); return the (old, new,
-    alignment) pairs and the functions only ``b`` has."""
-    ua = units(a, d.old_decode if decode else None)
-    ub = units(b, d.new_decode if decode else None)
+def _text_at(co: CodeObject, target: str, address: int) -> str:
+    """The text of the instruction of ``co`` that starts at ``address``."""
+    off = address - co.section(".text").addr
+    return decode(co.text[off:off + 16], target, address)[0].text()
+
+
+def _code(d: ObjectDiff, a: CodeObject, b: CodeObject, ka: dict, kb: dict, decode_: bool, keep: _Keep) -> None:
+    """Match the functions of ``a`` and ``b`` by name into ``d.units``, one
+    function at a time: its instructions are made, aligned, checked
+    (:class:`~kpatch.diff.branchcheck.BranchChecker`), marked and cut to
+    what ``keep`` keeps before the next function's are made.  A function
+    whose check needs a later function waits for the end."""
+    ua = units(a, d.old_decode if decode_ else None, columns=True)
+    ub = units(b, d.new_decode if decode_ else None, columns=True)
     by_b = {u.name: u for u in ub}
     names_a = {u.name for u in ua}
-    pairs = []
-    for u in ua:
-        v = by_b.get(u.name)
-        if v is None:
-            ud = UnitDiff(u.name, u.kind, MISSING, (u.start, u.end), None, _rows_for(u, MISSING))
-            pairs.append((u, None, None))
-        else:
-            ops = align(u.insts, v.insts) if decode else []
-            ud = UnitDiff(u.name, u.kind if u.kind != "function" else v.kind, IDENTICAL,
-                          (u.start, u.end), (v.start, v.end), _rows(u, v, ops))
-            pairs.append((u, v, ops))
-        d.units.append(ud)
-    added = [v for v in ub if v.name not in names_a]
-    for v in added:
-        d.units.append(UnitDiff(v.name, v.kind, ADDED, None, (v.start, v.end), _rows_for(v, ADDED)))
-    return pairs, added
-
-
-def _kernel_fields(d: ObjectDiff, a: CodeObject, b: CodeObject, ka: dict, kb: dict) -> None:
-    """Each kernel's descriptor and metadata changes, on its unit (a kernel
-    whose code is in no unit gets a unit of its own for them)."""
     kern_a = {k.name: k for k in a.kernels}
     kern_b = {k.name: k for k in b.kernels}
-    for ud in d.units:
-        ka_, kb_ = kern_a.get(ud.name), kern_b.get(ud.name)
-        if ka_ is not None and kb_ is not None:
-            ud.descriptor = descriptor_changes(ka_.descriptor, kb_.descriptor)
-        mka, mkb = ka.get(ud.name), kb.get(ud.name)
-        if mka is not None and mkb is not None:
-            ud.metadata = tree_changes(mka, mkb)
+    checker = BranchChecker(lambda addr: _text_at(a, d.old_decode, addr)) if decode_ else None
+    waiting: list[tuple[UnitDiff, list[Row], list[BranchProblem]]] = []
+    checked: set[str] = set()
+
+    def done(ud: UnitDiff, rows: list[Row], problems: list[BranchProblem]) -> None:
+        d.problems.extend(problems)
+        if checker is not None and checker.waiting(ud.name):
+            waiting.append((ud, rows, problems))
+        else:
+            _finish_unit(ud, rows, problems, keep)
+
+    for u in ua:
+        v = by_b.get(u.name)
+        problems: list[BranchProblem] = []
+        if v is None:
+            rows = _rows_for(u, MISSING)
+            ud = UnitDiff(u.name, u.kind, MISSING, (u.start, u.end), None)
+            if checker is not None:
+                problems = checker.add_pair(u, None, None)
+        else:
+            ops = align(u.load(), v.load()) if decode_ else []
+            rows = _rows(u, v, ops)
+            ud = UnitDiff(u.name, u.kind if u.kind != "function" else v.kind, IDENTICAL,
+                          (u.start, u.end), (v.start, v.end))
+            if checker is not None:
+                problems = checker.add_pair(u, v, ops)
+                if u.name in kern_a and u.name in kern_b:
+                    checked.add(u.name)
+                    problems += checker.entry(u.name, kern_a[u.name].entry, kern_b[u.name].entry)
+            del ops
+            v.unload()
+        u.unload()
+        _unit_fields(ud, kern_a, kern_b, ka, kb)
+        d.units.append(ud)
+        done(ud, rows, problems)
+    for v in ub:
+        if v.name in names_a:
+            continue
+        rows = _rows_for(v, ADDED)
+        problems = added_unit_problems(v) if checker is not None else []
+        v.unload()
+        ud = UnitDiff(v.name, v.kind, ADDED, None, (v.start, v.end))
+        _unit_fields(ud, kern_a, kern_b, ka, kb)
+        d.units.append(ud)
+        done(ud, rows, problems)
+    if checker is not None:
+        late = checker.finish([(n, k.entry, kern_b[n].entry) for n, k in kern_a.items()
+                               if n in kern_b and n not in checked])
+        d.problems.extend(late)
+        for ud, rows, problems in waiting:
+            _finish_unit(ud, rows, problems + [p for p in late if p.unit == ud.name], keep)
     for name in [n for n in kern_a if n in kern_b and n not in {u.name for u in d.units}]:
         ud = UnitDiff(name, "kernel", IDENTICAL, None, None)
-        ud.descriptor = descriptor_changes(kern_a[name].descriptor, kern_b[name].descriptor)
-        if name in ka and name in kb:
-            ud.metadata = tree_changes(ka[name], kb[name])
+        _unit_fields(ud, kern_a, kern_b, ka, kb)
+        _finish_unit(ud, [], [], keep)
         d.units.append(ud)
 
 
-def _mark_rows(d: ObjectDiff) -> None:
-    """Put each control-flow problem on its row, mark branches that only
-    moved with their target as relocated, and mark changed units."""
-    bad = {(p.unit, p.old_address) for p in d.problems}
-    bad_new = {(p.unit, p.new_address): p.message for p in d.problems if p.new_address is not None}
-    bad_old = {(p.unit, p.old_address): p.message for p in d.problems if p.old_address is not None}
-    for ud in d.units:
-        for r in ud.rows:
-            if r.new is not None and (ud.name, r.new.address) in bad_new:
-                r.problem = bad_new[(ud.name, r.new.address)]
-            elif r.new is None and r.old is not None and (ud.name, r.old.address) in bad_old:
-                r.problem = bad_old[(ud.name, r.old.address)]
-            if (r.kind == CHANGED and r.old is not None and r.changes
-                    and all(c.name == "simm16" for c in r.changes)
-                    and r.old.branch_target is not None and (ud.name, r.old.address) not in bad):
+def _unit_fields(ud: UnitDiff, kern_a: dict, kern_b: dict, ka: dict, kb: dict) -> None:
+    """A kernel's descriptor and metadata changes, on its unit."""
+    ka_, kb_ = kern_a.get(ud.name), kern_b.get(ud.name)
+    if ka_ is not None and kb_ is not None:
+        ud.descriptor = descriptor_changes(ka_.descriptor, kb_.descriptor)
+    mka, mkb = ka.get(ud.name), kb.get(ud.name)
+    if mka is not None and mkb is not None:
+        ud.metadata = tree_changes(mka, mkb)
+
+
+def _finish_unit(ud: UnitDiff, rows: list[Row], problems: list[BranchProblem], keep: _Keep) -> None:
+    """Put each control-flow problem of the unit on its row, mark branches
+    that only moved with their target as relocated, mark the unit changed
+    or not, count its checked branches, hand its rows to ``keep.on_unit``
+    and keep what ``keep`` says."""
+    bad = {p.old_address for p in problems if p.unit == ud.name}
+    bad_new = {p.new_address: p.message for p in problems if p.unit == ud.name and p.new_address is not None}
+    bad_old = {p.old_address: p.message for p in problems if p.unit == ud.name and p.old_address is not None}
+    branches = 0
+    changed = False
+    for r in rows:
+        o = r.old
+        if r.new is not None and r.new.address in bad_new:
+            r.problem = bad_new[r.new.address]
+        elif r.new is None and o is not None and o.address in bad_old:
+            r.problem = bad_old[o.address]
+        if r.kind != EQUAL:
+            changed = True
+            if (r.kind == CHANGED and o is not None and r.changes and all(c.name == "simm16" for c in r.changes)
+                    and o.branch_target is not None and o.address not in bad):
                 r.relocated = True
-        if ud.status == IDENTICAL and (ud.code_changed or ud.descriptor or ud.metadata
-                                       or (ud.old_range and ud.new_range
-                                           and ud.old_range[1] - ud.old_range[0] != ud.new_range[1] - ud.new_range[0])):
-            ud.status = DIFFERENT
+        if o is not None and r.new is not None and o.branch_target is not None:
+            branches += 1
+    ud.branches = branches
+    ud.rows = rows
+    if ud.status == IDENTICAL and (changed or ud.descriptor or ud.metadata
+                                   or (ud.old_range and ud.new_range
+                                       and ud.old_range[1] - ud.old_range[0] != ud.new_range[1] - ud.new_range[0])):
+        ud.status = DIFFERENT
+    if keep.on_unit is not None:
+        keep.on_unit(ud, rows)
+    if ud.status == IDENTICAL and not keep.identical:
+        ud.equal_dropped, ud.rows = len(rows), []
+    elif keep.hunks is not None:
+        listing = with_context(rows, keep.hunks)
+        ud.rows = [r for r in listing if isinstance(r, Row)]
+        ud.equal_dropped = len(rows) - len(ud.rows)
+        ud.listing, ud.hunks = listing, keep.hunks
 
 
 def _relocation(d: ObjectDiff, a: CodeObject, b: CodeObject, decoded: bool) -> dict[str, object]:
@@ -514,8 +599,6 @@ def _relocation(d: ObjectDiff, a: CodeObject, b: CodeObject, decoded: bool) -> d
         "file size": (len(a.data), len(b.data)),
     }
     if decoded:
-        n_branches = sum(1 for u in d.units for r in u.rows
-                         if r.old is not None and r.new is not None and r.old.branch_target is not None)
         rel.update({
             "instructions inserted": sum(1 for r in rows if r.kind == INSERTED),
             "instructions removed": sum(1 for r in rows if r.kind == REMOVED),
@@ -523,7 +606,7 @@ def _relocation(d: ObjectDiff, a: CodeObject, b: CodeObject, decoded: bool) -> d
             "branches relocated": sum(1 for r in rows if r.relocated),
             "literals changed": sum(1 for r in rows if r.kind == CHANGED and r.changes
                                     and all(c.name == "literal" for c in r.changes)),
-            "branches checked": n_branches,
+            "branches checked": sum(u.branches for u in d.units),
             "control-flow problems": len(d.problems),
         })
     else:
@@ -620,10 +703,13 @@ def pair_items(a: Sequence[Found], b: Sequence[Found]) -> tuple[list[tuple[Found
 
 
 def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target: str | None = None,
-                on_pair=None) -> Report:
+                on_pair=None, hunks: int | None = None, on_unit=None, on_object=None) -> Report:
     """Compare every code object of ``old`` with its counterpart in ``new``
     (files, directories or URIs: code objects, bundles, kernel DBs, host
-    libraries).  ``on_pair(label)`` is called before each pair (progress).
+    libraries).  ``on_pair(label)`` is called before each pair (progress);
+    ``hunks``: what each function keeps (:func:`diff_objects`);
+    ``on_unit(label, unit, rows)``: every row of each function, as it is
+    compared; ``on_object(object_diff)``: each pair once compared.
     KpatchError when either input is missing or holds no readable code
     object (:func:`collect_side`); items that cannot be read beside readable
     ones are listed in ``problems``."""
@@ -637,8 +723,12 @@ def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target
         label = _label(y)
         if on_pair is not None:
             on_pair(label)
-        rep.objects.append(diff_objects(x.data, y.data, label=label, old_uri=str(x.uri), new_uri=str(y.uri),
-                                        old_target=old_target, new_target=new_target))
+        each = None if on_unit is None else (lambda u, rows, label=label: on_unit(label, u, rows))
+        d = diff_objects(x.data, y.data, label=label, old_uri=str(x.uri), new_uri=str(y.uri),
+                         old_target=old_target, new_target=new_target, hunks=hunks, on_unit=each)
+        rep.objects.append(d)
+        if on_object is not None:
+            on_object(d)
     return rep
 
 
@@ -745,8 +835,27 @@ def _inst_json(i) -> dict | None:
     return {"address": i.address, "text": i.text(), "encoding": i.raw.hex()}
 
 
-def object_json(d: ObjectDiff, *, rows: bool = True) -> dict:
-    """The JSON form of one :class:`ObjectDiff`."""
+def row_json(r: Row) -> dict:
+    """The JSON form of one :class:`Row`."""
+    return {"kind": r.kind, "old": _inst_json(r.old), "new": _inst_json(r.new),
+            "changes": _changes_json(r.changes), "relocated": r.relocated, "problem": r.problem}
+
+
+def listing_json(u: UnitDiff, context: int | None) -> list[dict]:
+    """What ``kpatch diff`` lists of a function's code with ``context``
+    equal rows around each difference: rows, and ``{"identical": N}`` for
+    each run of N equal rows not shown (nothing when its code is unchanged)."""
+    if not u.code_changed:
+        return []
+    return [{"identical": r} if isinstance(r, int) else row_json(r) for r in u.shown(context)]
+
+
+def object_json(d: ObjectDiff, *, rows: bool = True, context: int | None = 3,
+                functions: bool = True) -> dict:
+    """The JSON form of one :class:`ObjectDiff`: with ``rows``, every row
+    of each function kept (``rows``); else what the text output lists
+    (``listing``: :func:`listing_json` with ``context``).  ``functions``
+    False leaves the functions out."""
     out = {
         "label": d.label, "old": d.old_uri, "new": d.new_uri,
         "old_target": d.old_target, "new_target": d.new_target,
@@ -759,7 +868,7 @@ def object_json(d: ObjectDiff, *, rows: bool = True) -> dict:
         "control_flow_problems": [p.to_json() for p in d.problems],
         "functions": [],
     }
-    for u in d.units:
+    for u in d.units if functions else ():
         uj = {
             "name": u.name, "kind": u.kind, "status": u.status,
             "old_range": _jv(u.old_range), "new_range": _jv(u.new_range),
@@ -769,25 +878,26 @@ def object_json(d: ObjectDiff, *, rows: bool = True) -> dict:
         if u.outcome is not None:
             uj["apply"] = {"status": u.outcome[0], "reason": u.outcome[1]}
         if rows:
-            uj["rows"] = [{"kind": r.kind, "old": _inst_json(r.old), "new": _inst_json(r.new),
-                           "changes": _changes_json(r.changes), "relocated": r.relocated,
-                           "problem": r.problem}
-                          for r in u.rows]
+            uj["rows"] = [row_json(r) for r in u.rows]
+        elif u.status != IDENTICAL:
+            uj["listing"] = listing_json(u, context)
         out["functions"].append(uj)
     return out
 
 
-def report_json(rep: Report, *, rows: bool = True) -> dict:
-    """The JSON form of a :class:`Report` (``rows``: include instruction rows)."""
+def report_json(rep: Report, *, rows: bool = True, context: int | None = 3) -> dict:
+    """The JSON form of a :class:`Report` (``rows``: every instruction row
+    kept; else each changed function's listing with ``context``, as the
+    text output shows it)."""
     return {
         "old": rep.old_name, "new": rep.new_name, "summary": rep.summary,
-        "objects": [object_json(o, rows=rows) for o in rep.objects],
+        "objects": [object_json(o, rows=rows, context=context) for o in rep.objects],
         "only_old": rep.only_old, "only_new": rep.only_new, "problems": rep.problems,
     }
 
 
 __all__ = ["Row", "UnitDiff", "ObjectDiff", "Report", "Refusal", "ApplyInfo", "ChangedPair", "diff_objects",
            "diff_inputs", "build_report", "collect_side",
-           "pair_items", "collect", "report_json", "object_json", "header_changes", "layout_changes",
+           "pair_items", "collect", "report_json", "object_json", "row_json", "listing_json", "header_changes", "layout_changes",
            "note_changes", "symbol_changes", "descriptor_changes", "tree_changes", "fmt_value",
            "with_context", "relocation_items", "flat_items"]

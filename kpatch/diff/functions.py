@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from kpatch.codeobject import CodeObject
 from kpatch.isa import disassemble
+from kpatch.isa.instruction import Instruction
+from kpatch.isa.lines import disassemble_columns
 from kpatch.isa.tables import table_for
 
 WHOLE_TEXT = ".text"
@@ -29,10 +31,28 @@ class DiffUnit:
     start: int
     end: int
     insts: list = field(default_factory=list)
+    #: (addresses, Decoded) of its instructions when decoded as columns
+    #: (:func:`units` with ``columns=True``): :meth:`load` makes ``insts``
+    columns: tuple | None = None
 
     @property
     def size(self) -> int:
         return self.end - self.start
+
+    def load(self) -> list:
+        """``insts``, made from ``columns`` when they are not there yet."""
+        if not self.insts and self.columns is not None:
+            addrs, ds = self.columns
+            if not isinstance(addrs, list):
+                addrs = addrs.tolist()
+            self.insts = list(map(Instruction, addrs, ds))
+        return self.insts
+
+    def unload(self) -> None:
+        """Drop the instruction objects (``columns`` stay): one function at a
+        time holds them."""
+        if self.columns is not None:
+            self.insts = []
 
 
 def decode_target(co: CodeObject, override: str | None = None) -> str | None:
@@ -56,8 +76,13 @@ def text_symbols(co: CodeObject) -> list[tuple[int, str]]:
     return sorted(out.items())
 
 
-def units(co: CodeObject, target: str | None) -> list[DiffUnit]:
-    """The units of ``co``; instructions are decoded when ``target`` is given."""
+def units(co: CodeObject, target: str | None, *, columns: bool = False) -> list[DiffUnit]:
+    """The units of ``co``; instructions are decoded when ``target`` is given
+    (``columns``: kept as columns, one address and one shared
+    :class:`~kpatch.isa.instruction.Decoded` per instruction, until
+    :meth:`DiffUnit.load`; a whole Tensile library's instruction objects do
+    not fit in memory beside its diff).  The same instructions either way:
+    ``.text`` is decoded once, as llvm-objdump does, and cut by address."""
     text = co.section(".text")
     if text is None:
         return []
@@ -66,7 +91,13 @@ def units(co: CodeObject, target: str | None) -> list[DiffUnit]:
         out = [DiffUnit(e.name, e.kind, e.start, e.end) for e in extents]
     else:
         out = [DiffUnit(WHOLE_TEXT, "section", text.addr, text.addr + text.size)]
-    if target is not None:
+    if target is not None and columns:
+        addrs, ds = disassemble_columns(co.text, target, text.addr, [a for a, _ in text_symbols(co)])
+        for u in out:  # (an int64 array's slices are views)
+            a = bisect_left(addrs, u.start)
+            b = bisect_left(addrs, u.end)
+            u.columns = (addrs[a:b], ds[a:b])
+    elif target is not None:
         insts = disassemble(co.text, target, text.addr, [a for a, _ in text_symbols(co)])
         addrs = [i.address for i in insts]
         for u in out:

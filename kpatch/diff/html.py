@@ -152,7 +152,7 @@ def _code_table(u: UnitDiff, context: int | None) -> str:
              '<col class="addr"><col class="new"><col class="fields"></colgroup>'
              '<thead><tr><th></th><th>addr</th><th>old</th><th>addr</th><th>new</th><th>changes</th></tr>'
              '</thead><tbody>']
-    for r in with_context(u.rows, context):
+    for r in u.shown(context):
         if isinstance(r, int):
             parts.append(f'<tr class="skip"><td colspan="6">… {r} identical instruction'
                          f'{"s" if r != 1 else ""} …</td></tr>')
@@ -205,10 +205,10 @@ def _unit(u: UnitDiff, oid: str, n: int, context: int | None) -> str:
         parts.append("<h4>Kernel descriptor</h4>" + _changes_table(u.descriptor, "descriptor"))
     if u.metadata:
         parts.append("<h4>Kernel metadata</h4>" + _changes_table(u.metadata, "kernel-metadata"))
-    if u.rows and (u.code_changed or context is None):
+    if u.instructions and (u.code_changed or context is None):
         parts.append("<h4>Code</h4>" + _code_table(u, context))
-    elif u.rows:
-        parts.append(f'<p class="dim">Code unchanged ({len(u.rows)} instructions).</p>')
+    elif u.instructions:
+        parts.append(f'<p class="dim">Code unchanged ({u.instructions} instructions).</p>')
     parts.append("</section>")
     return "".join(parts)
 

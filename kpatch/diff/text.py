@@ -92,10 +92,10 @@ def unit_lines(u: UnitDiff, context: int | None, indent: str = "   ") -> list[Te
     out += _changes("descriptor", u.descriptor, indent + "   ")
     out += _changes("metadata", u.metadata, indent + "   ")
     if not u.code_changed and context is not None:
-        if u.rows:
-            out.append(Text(f"{indent}   code unchanged ({len(u.rows)} instructions)", style="dim"))
+        if u.instructions:
+            out.append(Text(f"{indent}   code unchanged ({u.instructions} instructions)", style="dim"))
         return out
-    shown = with_context(u.rows, context)
+    shown = u.shown(context)
     rows = [r for r in shown if isinstance(r, Row)]
     width = min(MAX_COLUMN, max([len(i.text()) for r in rows for i in (r.old, r.new) if i is not None] or [8]))
     for r in shown:

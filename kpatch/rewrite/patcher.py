@@ -38,11 +38,12 @@ the result says which (:attr:`PatchResult.unchanged`).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from kpatch.analysis import analyse
-from kpatch.analysis.decodememo import decode_memo
+from kpatch.analysis.decodememo import decode_memo, forget as forget_decodes
 from kpatch.isa.decoder import no_gc
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, UsageError
@@ -66,6 +67,11 @@ DEFAULT_RULE_SETS = {
     # unchanged for gfx1010): the same hardware fixes, and the label stays
     "harden": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
 }
+#: Objects from this size on have the garbage of their first analysis
+#: collected before the patched object is verified (a full collection costs
+#: about half a second with the decode caches; for a small object it would
+#: cost more than it frees).
+_COLLECT_FROM = 4 << 20
 #: The modes the rules engine patches for: one per default rule set.
 MODES = tuple(DEFAULT_RULE_SETS)
 #: Modes whose output replaces what the runtime builds for gfx1010 itself: an
@@ -433,7 +439,14 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     if rec is None:
         return PatchResult(None, [outcomes[n] for n in names], relocations=relocated, functions=fns)
     new = result.data
-    problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=[r for r in plan.approx if r.fix in KEEPS])
+    kept = [r for r in plan.approx if r.fix in KEEPS]
+    # the original's decode and analysis are not needed any more: never hold
+    # both objects' at once (a whole Tensile library's are half a GiB each)
+    del report, units, contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan
+    forget_decodes()
+    if len(data) >= _COLLECT_FROM:
+        gc.collect()  # (the collector is paused: the original's reference cycles, e.g. its ELF reader)
+    problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept)
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))
     return PatchResult(new, [outcomes[n] for n in names], relocations=relocated, provenance=rec,

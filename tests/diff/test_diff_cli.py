@@ -8,7 +8,18 @@ import os
 from conftest import kpatch_in_process
 from kpatch.containers.kdb import write_kdb
 
-from .conftest import ASM_V4, objdump, read, text_file_offset, write
+from .conftest import ASM_V4, objdump, read, readelf_symbols, text_file_offset, write
+
+
+def objdump_by_function(path: str) -> dict[str, list[tuple[int, str]]]:
+    """llvm-objdump-16's instructions of each FUNC symbol of ``.symtab``
+    (value, size from llvm-readelf-16)."""
+    listing = objdump(path)
+    out = {}
+    for (table, name), (value, size) in readelf_symbols(path).items():
+        if table == ".symtab" and size and not name.endswith(".kd"):
+            out[name] = [(a, t) for a, t in listing if value <= a < value + size]
+    return out
 
 
 def test_text_output_side_by_side(branchy):
@@ -35,7 +46,7 @@ def test_json_output(branchy):
     assert doc["summary"]["inserted"] == 1 and doc["summary"]["control_flow_problems"] == 0
     (obj,) = doc["objects"]
     k = next(f for f in obj["functions"] if f["name"] == "k_branchy")
-    ins = [row for row in k["rows"] if row["kind"] == "inserted"]
+    ins = [row for row in k["listing"] if row.get("kind") == "inserted"]
     nop = [(a, t) for a, t in objdump(branchy[2]) if t == "s_nop 0"][0]
     assert [(row["new"]["address"], row["new"]["text"]) for row in ins] == [nop]
 
@@ -107,3 +118,43 @@ def test_input_without_code_objects_fails_plainly(branchy, tmp_path):
     r = kpatch_in_process("diff", branchy[0], uri)
     assert r.returncode == 1 and r.stdout == "" and r.stderr == f"error: {uri}: no such kernel DB\n"
 
+
+
+def test_json_is_a_summary_with_counts_llvm_agrees_with(branchy):
+    """--json holds per function its counts and only the rows the text lists
+    (-U 0: the differences, each run of equal rows as its length), not
+    every row; the counts add up to llvm-objdump-16's instructions."""
+    r = kpatch_in_process("diff", "--json", "-U", "0", branchy[0], branchy[1])
+    assert r.returncode == 0, r.stderr
+    (obj,) = json.loads(r.stdout)["objects"]
+    old, new = objdump_by_function(branchy[0]), objdump_by_function(branchy[1])
+    assert {f["name"] for f in obj["functions"]} == set(old) == set(new)
+    for f in obj["functions"]:
+        c = f["counts"]
+        assert "rows" not in f
+        assert c["equal"] + c["changed"] + c["relocated"] + c["removed"] == len(old[f["name"]]), f["name"]
+        assert c["equal"] + c["changed"] + c["relocated"] + c["inserted"] == len(new[f["name"]]), f["name"]
+        if f["status"] == "identical":
+            continue
+        shown = [x for x in f["listing"] if "kind" in x]
+        assert all(x["kind"] != "equal" for x in shown)
+        assert len(shown) == c["changed"] + c["relocated"] + c["inserted"] + c["removed"]
+        assert sum(x["identical"] for x in f["listing"] if "identical" in x) == c["equal"]
+    k = next(f for f in obj["functions"] if f["name"] == "k_branchy")
+    assert k["counts"]["inserted"] == len(new["k_branchy"]) - len(old["k_branchy"]) == 1
+
+
+def test_json_rows_streams_every_row(branchy):
+    """--json-rows: one line per row, every instruction of both objects in
+    llvm-objdump-16's order, then the pair's document and the summary."""
+    r = kpatch_in_process("diff", "--json-rows", branchy[0], branchy[1])
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(ln) for ln in r.stdout.splitlines()]
+    rows = [x for x in lines if "kind" in x]
+    old, new = objdump_by_function(branchy[0]), objdump_by_function(branchy[1])
+    for name in old:
+        mine = [x for x in rows if x["function"] == name]
+        assert [(x["old"]["address"], x["old"]["text"]) for x in mine if x["old"]] == old[name]
+        assert [(x["new"]["address"], x["new"]["text"]) for x in mine if x["new"]] == new[name]
+    assert "diff" in lines[-2] and "rows" not in lines[-2]["diff"]["functions"][0]
+    assert lines[-1]["summary"]["inserted"] == 1
