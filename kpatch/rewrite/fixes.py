@@ -40,10 +40,11 @@ Exact fixes (rule sets gfx1010-isa, gfx1010-hazards):
   same mnemonic; the only reused opcodes of gfx1030 (the fused legacy
   multiply-adds) have none, so it refuses them and names the approximation.
 
-Every ``fix = "..."`` of a rule file names an entry of :data:`FIXES`, the one
-registry; those in :data:`NEEDS_FINDING` work from what the analysis found
-beyond the instruction (``finding.addresses``), so only ``match.finding``
-rules take them.  A ``match.mnemonic`` rule's fix gets an
+Every ``fix = "..."`` of a rule file names an entry of :data:`FIXES`, the
+functions of the names listed, as data, in :mod:`kpatch.rewrite.fixnames`
+(which the rule loader checks against); those in its ``NEEDS_FINDING`` work
+from what the analysis found beyond the instruction (``finding.addresses``),
+so only ``match.finding`` rules take them.  A ``match.mnemonic`` rule's fix gets an
 :class:`InstructionMatch` in place of a finding.
 
 Approximations (rule sets marked ``approximation = true``, used only with
@@ -318,8 +319,6 @@ FIXES = {
     "dot2-fma-mix": dot2_fma_mix,
     "int-dot-expand": int_dot_expand,
 }
-#: fixes that need the analysis' finding (its ``addresses``), not just the instruction
-NEEDS_FINDING = frozenset({"drop-clause", "vsharp-llc-noalloc"})
 #: the approximation rule (by name) that handles a mnemonic kpatch cannot rewrite exactly
 APPROX_FOR = {
     "v_fmac_legacy_f32_e32": "legacy-fma-as-mad",

@@ -3,7 +3,7 @@ sizes with the one-position ones.
 
 kpatch decides whether LLVM accepts a common encoding without printing it
 (kpatch.isa.validity) and finds instruction boundaries for a whole buffer
-with numpy (kpatch.isa.sizes.Sizer); both are shortcuts for slower
+with numpy (kpatch.isa.bulk.Sizer); both are shortcuts for slower
 reference paths (printing, kpatch.isa.sizes.measure) that the LLVM
 agreement tests check.  Here the shortcuts must give exactly the reference
 answers on seeded random encodings of every opcode of both targets.
@@ -18,7 +18,8 @@ import pytest
 
 from kpatch.isa import formats as F
 from kpatch.isa.decoder import identify_by_printing
-from kpatch.isa.sizes import Sizer, measure
+from kpatch.isa.bulk import Sizer
+from kpatch.isa.sizes import measure
 from kpatch.isa.tables import load
 from kpatch.isa.validity import COMPILED, checker
 
