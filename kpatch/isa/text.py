@@ -55,6 +55,29 @@ def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
     if tag == "imm":
         return SP.imm_text(ctx.info.imm or "hex", ctx.f["simm16"], ctx.tables.names)
     v = ctx.f[op.field] if value is None else value
+    k = op.kind
+    if k in _BY_VALUE and (v != O.LITERAL or k == "v" or k == "s" or op.type == "vreg"):
+        key = (id(op), v)
+        t = _BY_VALUE_TEXT.get(key, _UNSEEN)
+        if t is _UNSEEN:
+            t = _BY_VALUE_TEXT[key] = _field_text(op, ctx, v)
+            _KEPT.setdefault(id(op), op)  # (its id is never reused while the memo has it)
+        return t
+    return _field_text(op, ctx, v)
+
+
+#: operand kinds whose text is a function of the template operand and the
+#: field value alone (a literal source aside): memoised per (operand, value),
+#: the operands being the table's shared ones (:func:`kpatch.isa.tables._template`),
+#: so the memo holds at most (distinct operands) x (field values) texts
+_BY_VALUE = frozenset({"v", "s", "src", "ss"})
+_BY_VALUE_TEXT: dict[tuple[int, int], str | None] = {}
+_KEPT: dict[int, object] = {}
+_UNSEEN = object()
+
+
+def _field_text(op, ctx: Ctx, v: int) -> str | None:
+    """Text of a field operand ``op`` of value ``v`` (None: invalid)."""
     if op.overrides is not None and v in op.overrides:
         return op.overrides[v]
     k = op.kind

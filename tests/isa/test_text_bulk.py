@@ -50,3 +50,21 @@ def test_text_with_format_characters_is_printed_as_it_is():
         "\t" + "s_nop 0".ljust(59) + "// 000000000104: BF800000",
         "\t" + odd.text + " // 00000000010C: 04030201",
     ]
+
+
+def test_operand_texts_shared_per_value_keep_each_literal():
+    """Operand texts are memoised per (table operand, field value): a
+    literal source (src0 = 255) still prints each instruction's own literal,
+    and the memo gives the same text as a fresh table (texts from llvm-mc-16
+    --disassemble -mcpu=gfx1030 of these bytes)."""
+    from kpatch.isa import decode
+    from kpatch.isa.decoder import cache_for
+
+    want = {"ff0006020000803f": "v_cndmask_b32_e32 v3, 1.0, v0, vcc_lo",
+            "ff00060200004040": "v_cndmask_b32_e32 v3, 0x40400000, v0, vcc_lo",
+            "f2000602": "v_cndmask_b32_e32 v3, 1.0, v0, vcc_lo"}
+    for _ in range(2):  # second time: every operand text from the memo
+        for h, text in want.items():
+            cache_for("gfx1030").c4.clear()
+            cache_for("gfx1030").c8.clear()
+            assert decode(bytes.fromhex(h), "gfx1030")[0].text() == text, h
