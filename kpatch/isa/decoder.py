@@ -53,6 +53,18 @@ _CACHES: dict[str, DecodeCache] = {}
 
 
 def cache_for(target: str) -> DecodeCache:
+    """The process-wide cache of decoded encodings of ``target``: every
+    decode of the package goes through it.
+
+    Threads: the ISA's caches (this one, the vectorised sizers of
+    :mod:`kpatch.isa.bulk`, the operand texts of :mod:`kpatch.isa.text`,
+    the tables) are shared by all threads and safe to use from several at
+    once under the GIL: each entry is a pure function of its key, written
+    whole by one dict assignment, and a lazily computed part of a
+    :class:`Decoded` (fields, text, registers) is computed the same by any
+    thread; a cache cleared at its size limit by one thread only makes
+    another decode an encoding again.  What is per thread is the decode
+    memo of a code object being worked on (:mod:`kpatch.isa.decodememo`)."""
     c = _CACHES.get(target)
     if c is None:
         c = _CACHES[target] = DecodeCache(target)
