@@ -33,7 +33,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_common import KPATCH, PY, goal, loadavg, run_procs  # noqa: E402
+from bench_common import KPATCH, PY, goal, installed_env, loadavg, run_procs  # noqa: E402
 
 HEAVY = ("numpy", "kpatch.rewrite.patcher", "kpatch.isa.bulk", "kpatch.analysis.engine")
 PROBE = """
@@ -56,8 +56,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=5, help="invocations per command and repetition")
     a = ap.parse_args()
     pyc = tempfile.mkdtemp(prefix="kpatch-bench-pyc-")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = pyc
+    env = installed_env(pyc)
     cold = {k: v for k, v in env.items() if k != "PYTHONPYCACHEPREFIX"}
     cold["PYTHONDONTWRITEBYTECODE"] = "1"  # (the interpreter's own modules keep theirs)
     try:

@@ -25,10 +25,11 @@ from typing import Iterator
 import numpy as np
 
 from kpatch.isa import formats as F
-from kpatch.isa.decoder import DecodeCache, cache_for, decode_at, identify_word, no_gc
+from kpatch.isa.decoder import DecodeCache, cache_for, decode_at, identify_word, no_gc, unknown
 from kpatch.isa.instruction import Decoded, Instruction
 from kpatch.isa.sizes import TOP9, VOPE32, measure, op_facts
 from kpatch.isa.tables import OpInfo, Tables
+from kpatch.isa.validity import checker
 
 #: re-walks of one segment after finding rejected encodings before falling
 #: back to the one-instruction-at-a-time walk (only hostile input gets there)
@@ -152,6 +153,58 @@ def sizer_for(tables: Tables) -> Sizer:
     return s
 
 
+def identify_words(keys: list[int], ndw: int, cache: DecodeCache) -> list[Decoded]:
+    """:func:`kpatch.isa.decoder.identify_word` of each of ``keys`` (distinct
+    encodings of ``ndw`` dwords, as ints), with the per-opcode work done once
+    per opcode: the keys are grouped by format and opcode with numpy, and
+    an opcode whose validity is a compiled check (:mod:`kpatch.isa.validity`)
+    only runs that check per key."""
+    n = len(keys)
+    if n < 16:
+        return [identify_word(w, ndw, cache) for w in keys]
+    tables = cache.tables
+    target = cache.target
+    sizer = sizer_for(tables)
+    a = np.fromiter(keys, np.uint64, n)
+    fid = sizer.fmt_id[((a & np.uint64(0xFFFFFFFF)) >> np.uint64(23)).astype(np.int64)].astype(np.int64)
+    opc = np.zeros(n, np.int64)
+    for j, fa in enumerate(sizer.formats):
+        sel = np.flatnonzero(fid == j)
+        if len(sel):
+            opc[sel] = fa.opcodes(a[sel])
+    group = (fid << 32) | opc
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    cuts = np.flatnonzero(g[1:] != g[:-1]) + 1
+    out: list = [None] * n
+    nbytes = 4 * ndw
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
+        idx = order[lo:hi].tolist()
+        j = int(fid[idx[0]])
+        info = None
+        if j >= 0:
+            fa = sizer.formats[j]
+            info = tables.ops[fa.fmt.name].get(int(opc[idx[0]]))
+        if info is None:
+            for i in idx:
+                out[i] = unknown(keys[i].to_bytes(nbytes, "little")[:4], target)
+            continue
+        fmt = fa.fmt
+        check = None
+        facts = op_facts(info)
+        if not (fa.vope32 and (facts.src0_is_src or facts.kinds)):
+            check = checker(info, None, tables)
+        if check is None:  # an SDWA/DPP marker may decide, or only printing can tell
+            for i in idx:
+                out[i] = identify_word(keys[i], ndw, cache)
+            continue
+        for i in idx:  # (bits past the base encoding are ignored by the check)
+            w = keys[i]
+            raw = w.to_bytes(nbytes, "little")
+            out[i] = Decoded(raw, fmt, info, None, target) if check(w) else unknown(raw[:4], target)
+    return out
+
+
 def words_of(data: bytes) -> np.ndarray:
     """The little-endian dwords of ``data`` (trailing partial dword dropped)."""
     return np.frombuffer(data, "<u4", len(data) // 4)
@@ -245,14 +298,12 @@ class Buffer:
             ds = list(map(tab.get, keys))
             if not all(ds):  # (a Decoded is always true: this finds a missing one fastest)
                 k = 1 if tab is cache.c4 else 2
-                fresh = {}
-                rejected = False
-                for key in set(compress(keys, map(not_, ds))):
-                    d = fresh[key] = identify_word(key, k, cache)
-                    if d.size == 4 * k:
-                        cache.store(tab, key, d)
-                    else:  # a rejected 2-dword encoding: a 4-byte unknown word
-                        rejected = True
+                new = list(set(compress(keys, map(not_, ds))))
+                fresh = dict(zip(new, identify_words(new, k, cache)))
+                good = {key: d for key, d in fresh.items() if d.size == 4 * k}
+                # (a rejected 2-dword encoding is a 4-byte unknown word, not kept)
+                rejected = len(good) < len(fresh)
+                cache.store_many(tab, good)
                 ds = list(map(fresh.get, keys, ds))
                 if rejected:
                     for j, d in enumerate(ds):

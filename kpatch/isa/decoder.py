@@ -48,6 +48,13 @@ class DecodeCache:
             m.clear()
         m[key] = d
 
+    def store_many(self, m: dict, items: dict) -> None:
+        """:meth:`store` of every item of ``items`` (the table emptied first
+        when they would take it past the limit)."""
+        if len(m) + len(items) > self.limit:
+            m.clear()
+        m.update(items)
+
 
 _CACHES: dict[str, DecodeCache] = {}
 

@@ -89,3 +89,32 @@ def test_vectorised_sizes_match_measure(cpu):
     for i in range(len(words)):
         m = measure(data, 4 * i, len(data), tables)
         assert got[i] == (0 if m is None else m[0] // 4), (i, data[4 * i:4 * i + 8].hex())
+
+
+@pytest.mark.parametrize("cpu", ["gfx1010", "gfx1030"])
+def test_identifying_many_encodings_at_once_agrees_with_one_at_a_time(cpu):
+    """kpatch.isa.bulk.identify_words (grouped by opcode, compiled checks)
+    gives, for every encoding, what kpatch.isa.decoder.identify_word gives
+    alone: random 1- and 2-dword encodings of every opcode of every format."""
+    from kpatch.isa.bulk import identify_words
+    from kpatch.isa.decoder import DecodeCache, identify_word
+
+    tables = load(cpu)
+    rng = random.Random(11)
+    for ndw in (1, 2):
+        keys = set()
+        for fmtname, ops in tables.ops.items():
+            fmt = F.FORMATS[fmtname]
+            for op, info in ops.items():
+                for _ in range(4):
+                    w = random_word(rng, fmt, op, info)
+                    if ndw == 2 and fmt.size == 4:
+                        w |= rng.getrandbits(32) << 32
+                    keys.add(w & ((1 << 32 * ndw) - 1) if fmt.size <= 4 * ndw else w & 0xFFFFFFFF)
+        keys |= {rng.getrandbits(32 * ndw) for _ in range(2000)}
+        keys = sorted(keys)
+        got = identify_words(keys, ndw, DecodeCache(cpu))
+        one = DecodeCache(cpu)
+        for w, d in zip(keys, got):
+            e = identify_word(w, ndw, one)
+            assert (d.raw, d.fmt, d.info, d.kind, d.text) == (e.raw, e.fmt, e.info, e.kind, e.text), hex(w)
