@@ -27,7 +27,7 @@ import numpy as np
 from kpatch.isa import formats as F
 from kpatch.isa.decoder import DecodeCache, cache_for, decode_at, identify_word, no_gc, unknown
 from kpatch.isa.instruction import Decoded, Instruction
-from kpatch.isa.sizes import TOP9, VOPE32, measure, op_facts
+from kpatch.isa.sizes import EXTRA_SRC, TOP9, VOPE32, measure, op_facts
 from kpatch.isa.tables import OpInfo, Tables
 from kpatch.isa.validity import checker
 
@@ -190,16 +190,18 @@ def identify_words(keys: list[int], ndw: int, cache: DecodeCache) -> list[Decode
                 out[i] = unknown(keys[i].to_bytes(nbytes, "little")[:4], target)
             continue
         fmt = fa.fmt
-        check = None
-        facts = op_facts(info)
-        if not (fa.vope32 and (facts.src0_is_src or facts.kinds)):
-            check = checker(info, None, tables)
-        if check is None:  # an SDWA/DPP marker may decide, or only printing can tell
+        check = checker(info, None, tables)
+        if check is None:  # only printing can tell
             for i in idx:
                 out[i] = identify_word(keys[i], ndw, cache)
             continue
+        facts = op_facts(info)
+        marked = fa.vope32 and (facts.src0_is_src or facts.kinds)  # src0 may announce SDWA/DPP
         for i in idx:  # (bits past the base encoding are ignored by the check)
             w = keys[i]
+            if marked and w & 0x1FF in EXTRA_SRC:
+                out[i] = identify_word(w, ndw, cache)
+                continue
             raw = w.to_bytes(nbytes, "little")
             out[i] = Decoded(raw, fmt, info, None, target) if check(w) else unknown(raw[:4], target)
     return out
