@@ -114,10 +114,27 @@ def param_text(v: int) -> str:
     return ("p10", "p20", "p0")[v] if v < 3 else f"invalid_param_{v}"
 
 
-def _plain(ctx: Ctx, form: Form, mods: Callable | None = None) -> str | None:
-    parts = []
+#: what a printer's ``own(op)`` returns for an operand the table spells
+#: (:func:`operand_text`) and for one that is not printed
+TABLE = object()
+SKIP = object()
+
+
+def _plain(ctx: Ctx, form: Form, mods: Callable | None = None, own: Callable | None = None,
+           first: tuple[str, ...] = ()) -> str | None:
+    """``mnemonic op, op, ...``: the one place operands are listed (None: an
+    operand is invalid).  Each operand's text is ``own(op)`` when the
+    printer decides it (a text, None for invalid, :data:`SKIP`), else the
+    table's (:func:`operand_text`, also when ``own`` gives :data:`TABLE`),
+    then ``mods(i, op, text)`` (source modifiers; None: invalid); ``first``
+    texts come before them."""
+    parts = list(first)
     for i, op in enumerate(form.operands):
-        t = operand_text(op, ctx)
+        t = TABLE if own is None else own(op)
+        if t is SKIP:
+            continue
+        if t is TABLE:
+            t = operand_text(op, ctx)
         if t is None:
             return None
         if mods is not None:
@@ -153,30 +170,22 @@ def _smem_offset(off: int) -> str:
 def print_smem(ctx: Ctx) -> str | None:
     info = ctx.info
     f = ctx.f
-    parts = []
-    has_base = False
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "f" and op.field == "soffset":
             so, off = f["soffset"], f["offset"]
             t = operand_text(op, ctx)
-            if t is None:
-                return None
-            if so == 0x7D and off:
-                parts.append(_smem_offset(off))
-            else:
-                parts.append(t if not off else f"{t} offset:{_smem_offset(off)}")
-            continue
+            if t is None or not off:
+                return t
+            return _smem_offset(off) if so == 0x7D else f"{t} offset:{_smem_offset(off)}"
         if op.tag == "t" and op.text.isdigit():
-            parts.append(SP.imm_text("imm", f["sdata"]))
-            continue
-        if op.tag == "f" and op.field == "sbase":
-            has_base = True
-        t = operand_text(op, ctx)
-        if t is None:
-            return None
-        parts.append(t)
-    s = info.mnemonic + (" " + ", ".join(parts) if parts else "")
-    if has_base:
+            return SP.imm_text("imm", f["sdata"])
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own)
+    if s is None:
+        return None
+    if any(op.tag == "f" and op.field == "sbase" for op in info.form.operands):
         if f["glc"] and "glc" not in info.ignored:
             s += " glc"
         if f["dlc"] and "dlc" not in info.ignored:
@@ -347,17 +356,15 @@ def print_sdwa(ctx: Ctx) -> str | None:
                 return None
     ign = {n for n in ("src0_sext", "src0_neg", "src0_abs", "src1_sext", "src1_neg", "src1_abs",
                        "clamp", "omod") if n in x and x[n] and _xmod_status(form, x, n) == "i"}
-    parts = []
-    nsrc = 0
-    for op in form.operands:
+    nsrc = sum(1 for op in form.operands if op.tag == "f" and op.field in ("src0", "vsrc1"))
+
+    def own(op):
         if op.tag == "t":
-            parts.append(op.text)
-            continue
+            return op.text
         if op.tag != "f":
             return None
         if op.field == "src0" or op.field == "vsrc1":
             k = 0 if op.field == "src0" else 1
-            nsrc += 1
             if k == 0:
                 t = _sdwa_src(ctx, x["src0"], x["s0"], op.width)
             else:
@@ -373,21 +380,14 @@ def print_sdwa(ctx: Ctx) -> str | None:
                 v = (x["src0"] if k == 0 else f["vsrc1"]) if scalar else 256
                 plain = t.startswith(("|", "sext("))
                 t = _neg(t, plain, v)
-            parts.append(t)
-        elif op.field == "sdst":
-            if x["sd"]:
-                t = O.sgpr_text(x["sdst"], 1)
-            else:
-                t = "vcc_lo"
-            if t is None:
-                return None
-            parts.append(t)
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    s = form.mnemonic + (" " + ", ".join(parts) if parts else "")
+            return t
+        if op.field == "sdst":
+            return O.sgpr_text(x["sdst"], 1) if x["sd"] else "vcc_lo"
+        return TABLE
+
+    s = _plain(ctx, form, own=own)
+    if s is None:
+        return None
     if fmtname != "VOPC":
         if x["clamp"] and "clamp" not in ign:
             s += " clamp"
@@ -439,30 +439,26 @@ def print_dpp(ctx: Ctx, dpp8: bool) -> str | None:
                     return None
                 if st == "i":
                     ign.add(name)
-    parts = []
-    for op in form.operands:
+    def own(op):
         if op.tag == "t":
-            parts.append(op.text)
-            continue
+            return op.text
         if op.tag != "f":
             return None
-        if op.field in ("src0", "vsrc1"):
-            k = 0 if op.field == "src0" else 1
-            t = O.vgpr_text(x["src0"] if k == 0 else f["vsrc1"], op.width)
-            if t is None:
-                return None
-            if not dpp8:
-                if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
-                    t = f"|{t}|"
-                if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
-                    t = f"sext({t})" if _xmod_status(form, x, f"src{k}_neg") == "s" else "-" + t
-            parts.append(t)
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    s = form.mnemonic + (" " + ", ".join(parts) if parts else "")
+        if op.field not in ("src0", "vsrc1"):
+            return TABLE
+        k = 0 if op.field == "src0" else 1
+        t = O.vgpr_text(x["src0"] if k == 0 else f["vsrc1"], op.width)
+        if t is None or dpp8:
+            return t
+        if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
+            t = f"|{t}|"
+        if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
+            t = f"sext({t})" if _xmod_status(form, x, f"src{k}_neg") == "s" else "-" + t
+        return t
+
+    s = _plain(ctx, form, own=own)
+    if s is None:
+        return None
     if dpp8:
         sel = x["sel"]
         s += " dpp8:[" + ",".join(str(sel >> (3 * i) & 7) for i in range(8)) + "]"
@@ -483,18 +479,15 @@ def print_vintrp(ctx: Ctx) -> str | None:
     f = ctx.f
     chan = "xyzw"[f["attrchan"]]
     attr = f"attr{f['attr']}.{chan}"
-    parts = []
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "t" and op.text.startswith("attr"):
-            parts.append(attr)
-        elif op.tag == "t" and op.text in ("p10", "p20", "p0"):
-            parts.append(param_text(f["vsrc"]))
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    return info.mnemonic + " " + ", ".join(parts)
+            return attr
+        if op.tag == "t" and op.text in ("p10", "p20", "p0"):
+            return param_text(f["vsrc"])
+        return TABLE
+
+    return _plain(ctx, info.form, own=own)
 
 
 # ---------------------------------------------------------------- memory
@@ -549,15 +542,13 @@ def print_ds(ctx: Ctx) -> str | None:
     return s
 
 
+def _flags(f: dict, names: tuple[str, ...]) -> str:
+    """`` name`` for each of the one-bit fields ``names`` that is set, in that order."""
+    return "".join(" " + n for n in names if f[n])
+
+
 def _cpol(f: dict) -> str:
-    s = ""
-    if f["glc"]:
-        s += " glc"
-    if f["slc"]:
-        s += " slc"
-    if f["dlc"]:
-        s += " dlc"
-    return s
+    return _flags(f, ("glc", "slc", "dlc"))
 
 
 def flat_addr_width(f: dict) -> int:
@@ -577,7 +568,7 @@ def print_flat(ctx: Ctx) -> str | None:
     saddr = f["saddr"]
     if seg == 2 and saddr == 0x7F:
         return None  # global: 0x7f (exec_hi) is neither an SGPR pair nor "off"
-    parts = []
+    first: tuple[str, ...] = ()
     mn = info.mnemonic
     if ("_atomic_" in mn and f["glc"] and not f["lds"]
             and not any(o.field == "vdst" for o in info.form.operands)):
@@ -587,33 +578,26 @@ def print_flat(ctx: Ctx) -> str | None:
             t = O.vgpr_text(f["vdst"], w)
             if t is None:
                 return None
-            parts.append(t)
-    for op in info.form.operands:
+            first = (t,)
+
+    def own(op):
         if op.tag == "f" and op.field == "vdst" and f["lds"]:
-            continue
+            return SKIP
         if op.tag == "f" and op.field == "addr":
             n = flat_addr_width(f)
-            t = O.vgpr_text(f["addr"], n) if n else "off"
-            if t is None:
-                return None
-            parts.append(t)
-        elif (op.tag == "t" and op.text == "off" or op.field == "saddr") and seg != 0:
+            return O.vgpr_text(f["addr"], n) if n else "off"
+        if (op.tag == "t" and op.text == "off" or op.field == "saddr") and seg != 0:
             if saddr == 0x7F and seg == 1 and ctx.tables.target == "gfx1010":
                 # no scratch "ST" mode on gfx1010: LLVM reads 0x7F as exec_hi
-                parts.append("exec_hi/*Invalid register, operand has 'SReg_32_XEXEC_HI' register class*/")
-            elif saddr in (0x7D, 0x7F):
-                parts.append("off")
-            else:
-                t = O.sgpr_text(saddr, 2 if seg == 2 else 1)
-                if t is None:
-                    return None
-                parts.append(t)
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    s = info.mnemonic + " " + ", ".join(parts)
+                return "exec_hi/*Invalid register, operand has 'SReg_32_XEXEC_HI' register class*/"
+            if saddr in (0x7D, 0x7F):
+                return "off"
+            return O.sgpr_text(saddr, 2 if seg == 2 else 1)
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own, first=first)
+    if s is None:
+        return None
     off = f["offset"]
     if off:
         if seg == 0:
@@ -631,27 +615,24 @@ def print_mubuf(ctx: Ctx) -> str | None:
     f = ctx.f
     if not info.form.operands:
         return info.mnemonic
-    parts = []
     atomic = "_atomic_" in info.mnemonic
     mtbuf = info.fmt.name == "MTBUF"
     tfe = f["tfe"] and not atomic and not mtbuf
     lds = not mtbuf and f["lds"]
     if lds and f["tfe"]:
         return None  # LLVM has no LDS-return variant with tfe
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "t" and op.text == "off":
             n = f["offen"] + f["idxen"]
-            t = "off" if n == 0 else O.vgpr_text(f["vaddr"], n)
-        elif op.tag == "f" and op.field == "vdata":
-            if lds:
-                continue
-            t = O.vgpr_text(f["vdata"], op.width + tfe)
-        else:
-            t = operand_text(op, ctx)
-        if t is None:
-            return None
-        parts.append(t)
-    s = info.mnemonic + " " + ", ".join(parts)
+            return "off" if n == 0 else O.vgpr_text(f["vaddr"], n)
+        if op.tag == "f" and op.field == "vdata":
+            return SKIP if lds else O.vgpr_text(f["vdata"], op.width + tfe)
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own)
+    if s is None:
+        return None
     if info.fmt.name == "MTBUF":
         fmt = f["format"]
         if fmt != 1:
@@ -736,21 +717,17 @@ def print_mimg(ctx: Ctx) -> str | None:
     if m is None:
         return None
     dw, addr = m
-    parts = []
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "f" and op.field == "vdata":
-            t = O.vgpr_text(f["vdata"], dw)
-        elif op.tag == "f" and op.field == "vaddr":
-            if isinstance(addr, list):
-                t = "[" + ", ".join(f"v{r}" for r in addr) + "]"
-            else:
-                t = O.vgpr_text(*addr)
-        else:
-            t = operand_text(op, ctx)
-        if t is None:
-            return None
-        parts.append(t)
-    s = info.mnemonic + " " + ", ".join(parts)
+            return O.vgpr_text(f["vdata"], dw)
+        if op.tag == "f" and op.field == "vaddr":
+            return "[" + ", ".join(f"v{r}" for r in addr) + "]" if isinstance(addr, list) else O.vgpr_text(*addr)
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own)
+    if s is None:
+        return None
     if info.img.bvh:
         return s + " a16" if f["a16"] else s
     if f["dmask"]:
@@ -758,11 +735,7 @@ def print_mimg(ctx: Ctx) -> str | None:
     s += f" dim:SQ_RSRC_IMG_{MIMG_DIM[f['dim']]}"
     if f["unorm"]:
         s += " unorm"
-    s += _cpol(f)
-    for name in ("r128", "a16", "tfe", "lwe", "d16"):
-        if f[name]:
-            s += " " + name
-    return s
+    return s + _cpol(f) + _flags(f, ("r128", "a16", "tfe", "lwe", "d16"))
 
 
 def print_exp(ctx: Ctx) -> str | None:
@@ -774,14 +747,7 @@ def print_exp(ctx: Ctx) -> str | None:
     regs = ([f["vsrc0"], f["vsrc0"], f["vsrc1"], f["vsrc1"]] if f["compr"]
             else [f[f"vsrc{i}"] for i in range(4)])
     srcs = ", ".join(f"v{r}" if f["en"] >> i & 1 else "off" for i, r in enumerate(regs))
-    s = f"exp {tgt} {srcs}"
-    if f["done"]:
-        s += " done"
-    if f["compr"]:
-        s += " compr"
-    if f["vm"]:
-        s += " vm"
-    return s
+    return f"exp {tgt} {srcs}" + _flags(f, ("done", "compr", "vm"))
 
 
 def render(d) -> str | None:
