@@ -19,9 +19,6 @@ from kpatch.isa import operands as O
 from kpatch.isa import special as SP
 from kpatch.isa.tables import Form, OpInfo, Tables, load
 
-#: SGPR number = field value * scale for these fields
-FIELD_SCALE = {"sbase": 2, "srsrc": 4, "ssamp": 4}
-
 SDWA_SEL = ("BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD")
 SDWA_UNUSED = ("UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE")
 
@@ -90,7 +87,7 @@ def _field_text(op, ctx: Ctx, v: int) -> str | None:
             return None
         return f"attr{v & 0x3F}.{'xyzw'[v >> 6 & 3]}"
     if k == "s":
-        t = O.sgpr_text(v * FIELD_SCALE.get(op.field, 1), op.width)
+        t = O.sgpr_text(O.sgpr_number(op.field, v), op.width)
         return t + op.suffix if op.suffix and t is not None else t
     # src / ss
     t = O.src_text(v, op.width, op.type, ctx.literal, lds_comment=False)
@@ -551,16 +548,6 @@ def _cpol(f: dict) -> str:
     return _flags(f, ("glc", "slc", "dlc"))
 
 
-def flat_addr_width(f: dict) -> int:
-    """VGPRs of a FLAT/GLOBAL/SCRATCH address (0: no VGPR address, 'off')."""
-    seg = f["seg"]
-    if seg == 0:
-        return 2
-    if seg == 2:
-        return 2 if f["saddr"] == 0x7D else 1
-    return 1 if f["saddr"] == 0x7D else 0
-
-
 def print_flat(ctx: Ctx) -> str | None:
     info = ctx.info
     f = ctx.f
@@ -584,7 +571,7 @@ def print_flat(ctx: Ctx) -> str | None:
         if op.tag == "f" and op.field == "vdst" and f["lds"]:
             return SKIP
         if op.tag == "f" and op.field == "addr":
-            n = flat_addr_width(f)
+            n = O.flat_addr_width(f)
             return O.vgpr_text(f["addr"], n) if n else "off"
         if (op.tag == "t" and op.text == "off" or op.field == "saddr") and seg != 0:
             if saddr == 0x7F and seg == 1 and ctx.tables.target == "gfx1010":
@@ -655,65 +642,13 @@ def print_mubuf(ctx: Ctx) -> str | None:
 MIMG_DIM = ("1D", "2D", "3D", "CUBE", "1D_ARRAY", "2D_ARRAY", "2D_MSAA", "2D_MSAA_ARRAY")
 
 
-def _template_width(info: OpInfo, name: str) -> int:
-    return next((o.width for o in info.form.operands if o.tag == "f" and o.field == name), 1)
-
-
-def mimg_operands(f: dict, info: OpInfo, raw: bytes):
-    """(data width, address) of an image instruction as llvm-objdump prints
-    them - address either ``(first VGPR, count)`` or a list of VGPRs (NSA) -
-    or None when LLVM rejects the encoding.
-
-    LLVM decodes with the opcode's default widths (the template's), then
-    switches to the variant for the real data size (dmask bits, or 4 for
-    gather4; halved by d16; +1 with tfe) and address count (per dim and
-    a16), keeping the defaults when no such variant exists or a widened
-    register would pass v255."""
-    img = info.img
-    ddef = _template_width(info, "vdata")
-    adef = img.addr_default or _template_width(info, "vaddr")
-    vdata, vaddr = f["vdata"], f["vaddr"]
-    nsa, a16 = f["nsa"], f["a16"]
-    lst = None
-    if nsa:
-        n = img.nsa.get((nsa, a16))
-        if not n:
-            return None
-        lst = [vaddr] + list(raw[8:8 + 4 * nsa])[:n - 1]
-    elif img.bvh:
-        adef = img.addr[8 * a16]
-        if adef is None:
-            return None
-    if vdata + ddef > 256 or (lst is None and vaddr + adef > 256):
-        return None
-    dw, aw = ddef, adef
-    a = None if img.bvh else img.addr[f["dim"] + 8 * a16]
-    if a is not None:
-        d = 4 if img.gather else max(bin(f["dmask"]).count("1"), 1)
-        if f["d16"]:
-            d = (d + 1) // 2
-        d += f["tfe"]
-        fits = d == ddef or vdata + d <= 256
-        if lst is not None:
-            n = len(lst)
-            if (a <= n and (d != ddef or a != n) and d in img.data_widths
-                    and (a == n or a in img.nsa_counts) and fits):
-                dw, lst = d, lst[:a]
-        else:
-            a = 16 if a > 12 else a
-            if ((d != ddef or a != adef) and d in img.data_widths and a in img.addr_widths
-                    and fits and (a == adef or vaddr + a <= 256)):
-                dw, aw = d, a
-    return dw, (lst if lst is not None else (vaddr, aw))
-
-
 def print_mimg(ctx: Ctx) -> str | None:
     """Image instructions: register widths from :func:`mimg_operands`."""
     info = ctx.info
     f = ctx.f
     if info.img is None:
         return None
-    m = mimg_operands(f, info, ctx.raw)
+    m = O.mimg_operands(f, info, ctx.raw)
     if m is None:
         return None
     dw, addr = m

@@ -67,7 +67,7 @@ from kpatch.codeobject import CodeObject
 from kpatch.isa import build, decode, encode
 from kpatch.isa import formats as F
 from kpatch.isa.dots import INT_DOTS, int_dot
-from kpatch.isa.operands import inline_code, signed12
+from kpatch.isa.operands import inline_code, mimg_operands, signed12
 from kpatch.rewrite.edits import CannotFix, Edit
 from kpatch.rewrite.spareregs import KernelCode, VgprBudget
 
@@ -176,7 +176,6 @@ def scratch_offset_fold(ctx: FixContext, finding, rule: str) -> list[Edit]:
 def nsa_to_contiguous(ctx: FixContext, finding, rule: str) -> list[Edit]:
     from kpatch.isa.decoder import decode_one
     from kpatch.isa.encoder import encode_fields
-    from kpatch.isa.text import mimg_operands
 
     i = ctx.inst(finding)
     d = i.d
