@@ -52,13 +52,11 @@ def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
     if tag == "imm":
         return SP.imm_text(ctx.info.imm or "hex", ctx.f["simm16"], ctx.tables.names)
     v = ctx.f[op.field] if value is None else value
-    k = op.kind
-    if k in _BY_VALUE and (v != O.LITERAL or k == "v" or k == "s" or op.type == "vreg"):
-        key = (id(op), v)
-        t = _BY_VALUE_TEXT.get(key, _UNSEEN)
+    memo = _by_value(op)
+    if memo is not None and (v != O.LITERAL or op.kind == "v" or op.kind == "s" or op.type == "vreg"):
+        t = memo.get(v, _UNSEEN)
         if t is _UNSEEN:
-            t = _BY_VALUE_TEXT[key] = _field_text(op, ctx, v)
-            _KEPT.setdefault(id(op), op)  # (its id is never reused while the memo has it)
+            t = memo[v] = _field_text(op, ctx, v)
         return t
     return _field_text(op, ctx, v)
 
@@ -68,9 +66,19 @@ def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
 #: the operands being the table's shared ones (:func:`kpatch.isa.tables._template`),
 #: so the memo holds at most (distinct operands) x (field values) texts
 _BY_VALUE = frozenset({"v", "s", "src", "ss"})
-_BY_VALUE_TEXT: dict[tuple[int, int], str | None] = {}
-_KEPT: dict[int, object] = {}
+#: id(operand) -> {field value: text}, and the operand kept (its id is never reused)
+_BY_VALUE_TEXT: dict[int, tuple[object, dict[int, str | None]]] = {}
 _UNSEEN = object()
+
+
+def _by_value(op) -> dict[int, str | None] | None:
+    """The memo of a field operand's texts by value, or None (not memoised)."""
+    e = _BY_VALUE_TEXT.get(id(op))
+    if e is None:
+        if op.tag != "f" or op.kind not in _BY_VALUE:
+            return None
+        e = _BY_VALUE_TEXT[id(op)] = (op, {})
+    return e[1]
 
 
 def _field_text(op, ctx: Ctx, v: int) -> str | None:
@@ -717,9 +725,86 @@ def encoding_text(raw: bytes) -> str:
 
 def _per_encoding(ds: list, make: Callable) -> list[str]:
     """``make(d)`` for each element of ``ds``, computed once per distinct
-    :class:`~kpatch.isa.instruction.Decoded` (real code repeats encodings)."""
-    done = {d: make(d) for d in dict.fromkeys(ds)}
+    :class:`~kpatch.isa.instruction.Decoded` (real code repeats encodings),
+    their texts made in bulk first (:func:`make_texts`)."""
+    distinct = dict.fromkeys(ds)
+    make_texts(distinct)
+    done = {d: make(d) for d in distinct}
     return list(map(done.__getitem__, ds))
+
+
+#: formats whose base form prints as its plain operand list (print_sop,
+#: print_vop_e32); VOP3 does when no modifier bit is set (and for
+#: VOP3b, whose sdst overlays abs and op_sel, none of clamp, omod, neg)
+_LIST_FORMATS = frozenset({"SOP1", "SOP2", "SOPC", "VOP1", "VOP2", "VOPC"})
+_VOP3_MODIFIERS = (0x7 << 8) | (0xF << 11) | (1 << 15) | (0x1F << 59)
+_VOP3B_MODIFIERS = (1 << 15) | (0x1F << 59)
+#: id(opcode entry) -> how its plain text is made: (mnemonic, modifier bits that
+#: must be clear, ((operand, field lo, field mask, memo) ...)), or None
+_PLANS: dict[int, tuple | None] = {}
+_NO_LITERAL = Ctx({}, None, None, None, None)
+
+
+def _plan(info: OpInfo) -> tuple | None:
+    p = _PLANS.get(id(info), _UNSEEN)
+    if p is _UNSEEN:
+        p = _PLANS[id(info)] = _new_plan(info)
+    return p
+
+
+def _new_plan(info: OpInfo) -> tuple | None:
+    fmt = info.fmt
+    if fmt.name in _LIST_FORMATS:
+        clear = 0
+    elif fmt.name == "VOP3" and not info.high:
+        clear = _VOP3B_MODIFIERS if info.vop3b else _VOP3_MODIFIERS
+    else:
+        return None
+    ops = []
+    for op in info.form.operands:
+        memo = _by_value(op)
+        if op.tag == "t":
+            ops.append((op, 0, 0, {0: op.text}))
+        elif memo is not None:
+            fld = fmt.field(op.field)
+            ops.append((op, fld.lo, fld.mask, memo))
+        else:
+            return None
+    return info.form.mnemonic, clear, tuple(ops)
+
+
+def make_texts(ds) -> None:
+    """Make the text of each :class:`~kpatch.isa.instruction.Decoded` of
+    ``ds`` (distinct, valid or not) that has none yet.  The encodings whose
+    printer only lists the operands (scalar ALU, VOP1/VOP2/VOPC, VOP3
+    without modifiers) are spelled here from the operand texts memoised per
+    value, without a printer call; a value with no such text (a literal, an
+    invalid register) and every other encoding go through the printer
+    (``Decoded.text``).  The same texts either way (tests/isa/test_text_bulk.py)."""
+    for d in ds:
+        if d._text is not None:
+            continue
+        if d.kind is None and d.info is not None:
+            plan = _plan(d.info)
+            if plan is not None:
+                mnemonic, clear, ops = plan
+                w = int.from_bytes(d.raw[:d.fmt.size], "little")
+                if not w & clear:
+                    parts = []
+                    for op, lo, mask, memo in ops:
+                        v = (w >> lo) & mask
+                        t = memo.get(v, _UNSEEN)
+                        if t is _UNSEEN:
+                            if v == O.LITERAL and op.kind in ("src", "ss") and op.type != "vreg":
+                                break
+                            t = memo[v] = _field_text(op, _NO_LITERAL, v)
+                        if t is None:
+                            break
+                        parts.append(t)
+                    else:
+                        d._text = mnemonic + " " + ", ".join(parts) if parts else mnemonic
+                        continue
+        d.text
 
 
 def _percent(t: str) -> str:
