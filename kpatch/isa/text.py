@@ -15,6 +15,7 @@ import re
 from operator import mod
 from typing import Callable
 
+from kpatch.isa import formats as F
 from kpatch.isa import operands as O
 from kpatch.isa import special as SP
 from kpatch.isa.tables import Form, OpInfo, Tables, load
@@ -529,22 +530,26 @@ def print_ds(ctx: Ctx) -> str | None:
     s = _plain(ctx, info.form)
     if s is None:
         return None
-    if info.mnemonic == "ds_swizzle_b32":
-        off = f["offset0"] | (f["offset1"] << 8)
+    return s + ds_suffix(info.mnemonic, f["offset0"], f["offset1"], f["gds"])
+
+
+def ds_suffix(mnemonic: str, offset0: int, offset1: int, gds: int) -> str:
+    """What follows a DS instruction's operands: its offset(s), ``gds``."""
+    s = ""
+    if mnemonic == "ds_swizzle_b32":
+        off = offset0 | (offset1 << 8)
         if off:
             s += " offset:" + swizzle_text(off)
-    elif _DS2.match(info.mnemonic):
-        if f["offset0"]:
-            s += f" offset0:{f['offset0']}"
-        if f["offset1"]:
-            s += f" offset1:{f['offset1']}"
+    elif _DS2.match(mnemonic):
+        if offset0:
+            s += f" offset0:{offset0}"
+        if offset1:
+            s += f" offset1:{offset1}"
     else:
-        off = f["offset0"] | (f["offset1"] << 8)
+        off = offset0 | (offset1 << 8)
         if off:
             s += f" offset:{off}"
-    if f["gds"]:
-        s += " gds"
-    return s
+    return s + " gds" if gds else s
 
 
 def _flags(f: dict, names: tuple[str, ...]) -> str:
@@ -740,7 +745,8 @@ _LIST_FORMATS = frozenset({"SOP1", "SOP2", "SOPC", "VOP1", "VOP2", "VOPC"})
 _VOP3_MODIFIERS = (0x7 << 8) | (0xF << 11) | (1 << 15) | (0x1F << 59)
 _VOP3B_MODIFIERS = (1 << 15) | (0x1F << 59)
 #: id(opcode entry) -> how its plain text is made: (mnemonic, modifier bits that
-#: must be clear, ((operand, field lo, field mask, memo) ...)), or None
+#: must be clear, ((operand, field lo, field mask, memo) ...), whether a DS
+#: suffix follows), or None
 _PLANS: dict[int, tuple | None] = {}
 _NO_LITERAL = Ctx({}, None, None, None, None)
 
@@ -758,6 +764,8 @@ def _new_plan(info: OpInfo) -> tuple | None:
         clear = 0
     elif fmt.name == "VOP3" and not info.high:
         clear = _VOP3B_MODIFIERS if info.vop3b else _VOP3_MODIFIERS
+    elif fmt.name == "DS":
+        clear = 0
     else:
         return None
     ops = []
@@ -768,18 +776,21 @@ def _new_plan(info: OpInfo) -> tuple | None:
         elif memo is not None:
             fld = fmt.field(op.field)
             ops.append((op, fld.lo, fld.mask, memo))
+        elif op.tag == "lit":
+            ops.append((op, 0, 0, {}))
         else:
             return None
-    return info.form.mnemonic, clear, tuple(ops)
+    return info.form.mnemonic, clear, tuple(ops), fmt is F.DS
 
 
 def make_texts(ds) -> None:
     """Make the text of each :class:`~kpatch.isa.instruction.Decoded` of
     ``ds`` (distinct, valid or not) that has none yet.  The encodings whose
     printer only lists the operands (scalar ALU, VOP1/VOP2/VOPC, VOP3
-    without modifiers) are spelled here from the operand texts memoised per
-    value, without a printer call; a value with no such text (a literal, an
-    invalid register) and every other encoding go through the printer
+    without modifiers, DS and its offsets) are spelled here from the operand
+    texts memoised per value (a literal's by the printer's own operand
+    function), without a printer call; a value with no text (an invalid
+    register) and every other encoding go through the printer
     (``Decoded.text``).  The same texts either way (tests/isa/test_text_bulk.py)."""
     for d in ds:
         if d._text is not None:
@@ -787,7 +798,7 @@ def make_texts(ds) -> None:
         if d.kind is None and d.info is not None:
             plan = _plan(d.info)
             if plan is not None:
-                mnemonic, clear, ops = plan
+                mnemonic, clear, ops, ds_offsets = plan
                 w = int.from_bytes(d.raw[:d.fmt.size], "little")
                 if not w & clear:
                     parts = []
@@ -795,14 +806,19 @@ def make_texts(ds) -> None:
                         v = (w >> lo) & mask
                         t = memo.get(v, _UNSEEN)
                         if t is _UNSEEN:
-                            if v == O.LITERAL and op.kind in ("src", "ss") and op.type != "vreg":
-                                break
-                            t = memo[v] = _field_text(op, _NO_LITERAL, v)
+                            if op.tag == "lit" or (v == O.LITERAL and op.kind in ("src", "ss")
+                                                   and op.type != "vreg"):
+                                t = operand_text(op, Ctx({op.field: v}, d.literal, None, None, None))
+                            else:
+                                t = memo[v] = _field_text(op, _NO_LITERAL, v)
                         if t is None:
                             break
                         parts.append(t)
                     else:
-                        d._text = mnemonic + " " + ", ".join(parts) if parts else mnemonic
+                        t = mnemonic + " " + ", ".join(parts) if parts else mnemonic
+                        if ds_offsets:
+                            t += ds_suffix(mnemonic, w & 0xFF, w >> 8 & 0xFF, w >> 17 & 1)
+                        d._text = t
                         continue
         d.text
 

@@ -72,7 +72,7 @@ def test_operand_texts_shared_per_value_keep_each_literal():
 
 def test_texts_made_in_bulk_are_the_printers():
     """kpatch.isa.text.make_texts spells the plain encodings (scalar ALU,
-    VOP1/VOP2/VOPC, VOP3 without modifiers) without the printer: for random
+    VOP1/VOP2/VOPC, VOP3 without modifiers, DS) without the printer: for random
     encodings of every opcode of those formats (modifier bits, literals,
     VOP3b, invalid registers included) and a real object, its text is the
     printer's (kpatch.isa.text.render, or the unknown word's)."""
@@ -91,7 +91,7 @@ def test_texts_made_in_bulk_are_the_printers():
     for cpu in ("gfx1010", "gfx1030"):
         tables = load(cpu)
         keys = {1: set(), 2: set()}
-        for fmtname in ("SOP1", "SOP2", "SOPC", "SOPK", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P"):
+        for fmtname in ("SOP1", "SOP2", "SOPC", "SOPK", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "DS"):
             fmt = F.FORMATS[fmtname]
             for op in tables.ops.get(fmtname, {}):
                 for _ in range(6):
