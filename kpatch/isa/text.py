@@ -792,14 +792,19 @@ def make_texts(ds) -> None:
     function), without a printer call; a value with no text (an invalid
     register) and every other encoding go through the printer
     (``Decoded.text``).  The same texts either way (tests/isa/test_text_bulk.py)."""
+    plans = _PLANS
+    from_bytes = int.from_bytes
     for d in ds:
         if d._text is not None:
             continue
-        if d.kind is None and d.info is not None:
-            plan = _plan(d.info)
+        info = d.info
+        if d.kind is None and info is not None:
+            plan = plans.get(id(info), _UNSEEN)
+            if plan is _UNSEEN:
+                plan = _plan(info)
             if plan is not None:
                 mnemonic, clear, ops, ds_offsets = plan
-                w = int.from_bytes(d.raw[:d.fmt.size], "little")
+                w = from_bytes(d.raw[:8], "little")  # (every field read lies in the base encoding)
                 if not w & clear:
                     parts = []
                     for op, lo, mask, memo in ops:
