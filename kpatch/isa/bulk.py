@@ -155,7 +155,9 @@ def sizer_for(tables: Tables) -> Sizer:
 
 def identify_words(keys: list[int], ndw: int, cache: DecodeCache) -> list[Decoded]:
     """:func:`kpatch.isa.decoder.identify_word` of each of ``keys`` (distinct
-    encodings of ``ndw`` dwords, as ints), with the per-opcode work done once
+    encodings of ``ndw`` dwords as the sizes measured them, as ints: for
+    more than 2 dwords the answer of :func:`kpatch.isa.decoder.decode_at`,
+    tests/isa/test_validity.py), with the per-opcode work done once
     per opcode: the keys are grouped by format and opcode with numpy, and
     an opcode whose validity is a compiled check (:mod:`kpatch.isa.validity`)
     only runs that check per key."""
@@ -165,7 +167,7 @@ def identify_words(keys: list[int], ndw: int, cache: DecodeCache) -> list[Decode
     tables = cache.tables
     target = cache.target
     sizer = sizer_for(tables)
-    a = np.fromiter(keys, np.uint64, n)
+    a = np.fromiter(keys if ndw <= 2 else (w & 0xFFFFFFFFFFFFFFFF for w in keys), np.uint64, n)  # (format, opcode)
     fid = sizer.fmt_id[((a & np.uint64(0xFFFFFFFF)) >> np.uint64(23)).astype(np.int64)].astype(np.int64)
     opc = np.zeros(n, np.int64)
     for j, fa in enumerate(sizer.formats):
@@ -319,17 +321,29 @@ class Buffer:
             data = self.data
             big = cache.big
             step = self.step
+            new: dict[bytes, list[int]] = {}  # new encodings longer than 2 dwords -> where
             for i in np.flatnonzero((ndw > 2) | (ndw == 0)).tolist():
                 p = starts[i]
                 if step[p] > 2:
-                    d = big.get(data[4 * p:4 * (p + step[p])])
+                    raw = data[4 * p:4 * (p + step[p])]
+                    d = big.get(raw)
                     if d is None:
-                        d = self._new(p)
-                        if d.size != 4 * step[p] and (bad is None or i < bad):
-                            bad = i
+                        new.setdefault(raw, []).append(i)
+                        continue
                 else:  # no instruction starts here: an unknown word
                     d = self._new(p)
                 out[i] = d
+            by_size: dict[int, list[bytes]] = {}
+            for raw in new:
+                by_size.setdefault(len(raw) // 4, []).append(raw)
+            for k, raws in by_size.items():
+                for raw, d in zip(raws, identify_words([int.from_bytes(r, "little") for r in raws], k, cache)):
+                    if d.size == len(raw):
+                        cache.store(big, raw, d)
+                    elif bad is None or new[raw][0] < bad:  # rejected: a 4-byte unknown word
+                        bad = new[raw][0]
+                    for i in new[raw]:
+                        out[i] = d
         return out.tolist(), bad
 
     def _new(self, p: int) -> Decoded:

@@ -118,3 +118,34 @@ def test_identifying_many_encodings_at_once_agrees_with_one_at_a_time(cpu):
         for w, d in zip(keys, got):
             e = identify_word(w, ndw, one)
             assert (d.raw, d.fmt, d.info, d.kind, d.text) == (e.raw, e.fmt, e.info, e.kind, e.text), hex(w)
+
+
+@pytest.mark.parametrize("cpu", ["gfx1010", "gfx1030"])
+def test_identifying_long_encodings_at_once_agrees_with_decoding_each(cpu):
+    """For encodings longer than 2 dwords (VOP3 and VOP3P with a literal,
+    NSA images), kpatch.isa.bulk.identify_words at the size the sizes give
+    is what kpatch.isa.decoder.decode_at decodes there."""
+    from kpatch.isa.bulk import identify_words
+    from kpatch.isa.decoder import DecodeCache, decode_at
+
+    tables = load(cpu)
+    rng = random.Random(13)
+    by_size: dict[int, set[bytes]] = {}
+    for fmtname, ops in tables.ops.items():
+        fmt = F.FORMATS[fmtname]
+        for op, info in ops.items():
+            for _ in range(6):
+                w = random_word(rng, fmt, op, info)
+                if fmt.size == 8 and rng.random() < 0.5:
+                    w = (w & ~(0x1FF << 32)) | (0xFF << 32)  # src0: a literal
+                raw = w.to_bytes(fmt.size, "little") + rng.getrandbits(128).to_bytes(16, "little")
+                m = measure(raw, 0, len(raw), tables)
+                if m is not None and m[0] > 8:
+                    by_size.setdefault(m[0] // 4, set()).add(raw[:m[0]])
+    assert sum(map(len, by_size.values())) > 200
+    for ndw, raws in sorted(by_size.items()):
+        raws = sorted(raws)
+        got = identify_words([int.from_bytes(r, "little") for r in raws], ndw, DecodeCache(cpu))
+        for raw, d in zip(raws, got):
+            e = decode_at(raw, 0, DecodeCache(cpu))
+            assert (d.raw, d.fmt, d.info, d.kind, d.text) == (e.raw, e.fmt, e.info, e.kind, e.text), raw.hex()
