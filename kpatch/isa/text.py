@@ -744,9 +744,13 @@ def _per_encoding(ds: list, make: Callable) -> list[str]:
 _LIST_FORMATS = frozenset({"SOP1", "SOP2", "SOPC", "VOP1", "VOP2", "VOPC"})
 _VOP3_MODIFIERS = (0x7 << 8) | (0xF << 11) | (1 << 15) | (0x1F << 59)
 _VOP3B_MODIFIERS = (1 << 15) | (0x1F << 59)
-#: id(opcode entry) -> how its plain text is made: (mnemonic, modifier bits that
-#: must be clear, ((operand, field lo, field mask, memo) ...), whether a DS
-#: suffix follows), or None
+#: VOP3P: unused, neg_hi, op_sel, op_sel_hi2, clamp, op_sel_hi, neg (op_sel_hi
+#: at its default, all sources' bits set, prints nothing)
+_VOP3P_MODIFIERS = (0x7 << 23) | (0x7 << 8) | (0x7 << 11) | (1 << 14) | (1 << 15) | (0x1F << 59)
+_VOP3P_OPSEL_HI = ((1 << 59), (1 << 60), (1 << 14))
+#: id(opcode entry) -> how its plain text is made: (mnemonic, modifier bits
+#: that must be ``want``, want, ((operand, field lo, field mask, memo) ...),
+#: whether a DS suffix follows), or None
 _PLANS: dict[int, tuple | None] = {}
 _NO_LITERAL = Ctx({}, None, None, None, None)
 
@@ -760,12 +764,20 @@ def _plan(info: OpInfo) -> tuple | None:
 
 def _new_plan(info: OpInfo) -> tuple | None:
     fmt = info.fmt
+    want = 0
     if fmt.name in _LIST_FORMATS:
         clear = 0
     elif fmt.name == "VOP3" and not info.high:
         clear = _VOP3B_MODIFIERS if info.vop3b else _VOP3_MODIFIERS
     elif fmt.name == "DS":
         clear = 0
+    elif fmt.name == "VOP3P" and not info.mix:
+        clear = _VOP3P_MODIFIERS
+        nsrc = sum(1 for op in info.form.operands if op.tag == "f" and op.kind == "src")
+        status = info.mods.get("op_sel_hi", "")
+        if any((status[i] if i < len(status) else "z") == "z" for i in range(min(nsrc, 2))):
+            return None  # (its default bits are invalid: the printer decides)
+        want = sum(_VOP3P_OPSEL_HI[i] for i in range(nsrc))
     else:
         return None
     ops = []
@@ -780,14 +792,14 @@ def _new_plan(info: OpInfo) -> tuple | None:
             ops.append((op, 0, 0, {}))
         else:
             return None
-    return info.form.mnemonic, clear, tuple(ops), fmt is F.DS
+    return info.form.mnemonic, clear, want, tuple(ops), fmt is F.DS
 
 
 def make_texts(ds) -> None:
     """Make the text of each :class:`~kpatch.isa.instruction.Decoded` of
     ``ds`` (distinct, valid or not) that has none yet.  The encodings whose
     printer only lists the operands (scalar ALU, VOP1/VOP2/VOPC, VOP3
-    without modifiers, DS and its offsets) are spelled here from the operand
+    without modifiers, VOP3P at its default op_sel_hi, DS and its offsets) are spelled here from the operand
     texts memoised per value (a literal's by the printer's own operand
     function), without a printer call; a value with no text (an invalid
     register) and every other encoding go through the printer
@@ -803,9 +815,9 @@ def make_texts(ds) -> None:
             if plan is _UNSEEN:
                 plan = _plan(info)
             if plan is not None:
-                mnemonic, clear, ops, ds_offsets = plan
+                mnemonic, clear, want, ops, ds_offsets = plan
                 w = from_bytes(d.raw[:8], "little")  # (every field read lies in the base encoding)
-                if not w & clear:
+                if w & clear == want:
                     parts = []
                     for op, lo, mask, memo in ops:
                         v = (w >> lo) & mask

@@ -72,7 +72,7 @@ def test_operand_texts_shared_per_value_keep_each_literal():
 
 def test_texts_made_in_bulk_are_the_printers():
     """kpatch.isa.text.make_texts spells the plain encodings (scalar ALU,
-    VOP1/VOP2/VOPC, VOP3 without modifiers, DS) without the printer: for random
+    VOP1/VOP2/VOPC, VOP3 without modifiers, VOP3P, DS) without the printer: for random
     encodings of every opcode of those formats (modifier bits, literals,
     VOP3b, invalid registers included) and a real object, its text is the
     printer's (kpatch.isa.text.render, or the unknown word's)."""
@@ -99,6 +99,10 @@ def test_texts_made_in_bulk_are_the_printers():
                     w = (w & ~fmt.match_mask) | fmt.match_value
                     if rng.random() < 0.6 and fmt.size == 8:
                         w &= ~((0x7 << 8) | (0xF << 11) | (1 << 15) | (0x1F << 59))  # no modifiers
+                        if fmtname == "VOP3P":
+                            w &= ~(0x7 << 23)
+                            if rng.random() < 0.8:  # op_sel_hi: the default, or some of it
+                                w |= sum(b for b in (1 << 59, 1 << 60, 1 << 14) if rng.random() < 0.85)
                     if rng.random() < 0.2:  # a literal source
                         w = (w & ~0x1FF) | 0xFF if fmt.size == 4 else (w & ~(0x1FF << 32)) | (0xFF << 32)
                     if fmt.size == 4 and rng.random() < 0.5:
