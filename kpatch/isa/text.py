@@ -12,6 +12,7 @@ decoder then turns the word into an unknown ``.long``.
 from __future__ import annotations
 
 import re
+import struct
 from operator import mod
 from typing import Callable
 
@@ -722,19 +723,43 @@ PRINTERS: dict[str, Callable[[Ctx], str | None]] = {
 
 # --- whole listings, formatted per distinct encoding ------------------------------------
 
+_DWORD_FORMATS = {n: "<%dI" % n for n in range(1, 6)}
+_DWORD_TEXTS = {n: " ".join(["%08X"] * n) for n in range(1, 6)}
+
+
 def encoding_text(raw: bytes) -> str:
     """The dwords of an encoding as llvm-objdump's comment shows them
     (``BF810000 00000000``)."""
+    n = len(raw) // 4
+    if n in _DWORD_TEXTS and len(raw) == 4 * n:
+        return _DWORD_TEXTS[n] % struct.unpack(_DWORD_FORMATS[n], raw)
     return " ".join(f"{int.from_bytes(raw[i:i + 4], 'little'):08X}" for i in range(0, len(raw), 4))
 
 
-def _per_encoding(ds: list, make: Callable) -> list[str]:
+#: listing kind -> {Decoded: its line template}, shared by the listings of
+#: one process (the same encodings recur across code objects); emptied
+#: when it reaches :data:`LINE_MEMO_LIMIT` entries
+_LINE_MEMO: dict[str, dict] = {"lines": {}, "objdump": {}}
+LINE_MEMO_LIMIT = 400_000
+
+
+def _per_encoding(ds: list, make: Callable, kind: str) -> list[str]:
     """``make(d)`` for each element of ``ds``, computed once per distinct
-    :class:`~kpatch.isa.instruction.Decoded` (real code repeats encodings),
-    their texts made in bulk first (:func:`make_texts`)."""
+    :class:`~kpatch.isa.instruction.Decoded` (real code repeats encodings)
+    and remembered for the next listing of ``kind``, their texts made in
+    bulk first (:func:`make_texts`)."""
+    memo = _LINE_MEMO[kind]
+    if len(memo) >= LINE_MEMO_LIMIT:
+        memo.clear()
     distinct = dict.fromkeys(ds)
-    make_texts(distinct)
-    done = {d: make(d) for d in distinct}
+    make_texts([d for d in distinct if d not in memo])
+    get = memo.get
+    done = {}
+    for d in distinct:
+        t = get(d)
+        if t is None:
+            t = memo[d] = make(d)
+        done[d] = t
     return list(map(done.__getitem__, ds))
 
 
@@ -847,7 +872,7 @@ def _percent(t: str) -> str:
 def address_lines(addrs, ds: list) -> list[str]:
     """``<hex address>\t<text>`` per instruction (``kpatch disasm --format
     lines``), from the columns of :func:`kpatch.isa.lines.disassemble_columns`."""
-    tmpl = _per_encoding(ds, lambda d: "%x\t" + _percent(d._text or d.text))
+    tmpl = _per_encoding(ds, lambda d: "%x\t" + _percent(d._text or d.text), "lines")
     return list(map(mod, tmpl, _ints(addrs)))
 
 
@@ -860,7 +885,7 @@ def objdump_lines(addrs, ds: list, names: dict[int, str]) -> list[str]:
         return "\t" + _percent(t.ljust(59) if len(t) < 59 else t + " ") + "// %012X: " + encoding_text(d.raw)
 
     addrs = _ints(addrs)
-    out = list(map(mod, _per_encoding(ds, make), addrs))
+    out = list(map(mod, _per_encoding(ds, make, "objdump"), addrs))
     if names:
         at = sorted(k for k in (_index(addrs, a) for a in names) if k is not None)
         for k in reversed(at):
