@@ -824,11 +824,12 @@ def make_texts(ds) -> None:
     """Make the text of each :class:`~kpatch.isa.instruction.Decoded` of
     ``ds`` (distinct, valid or not) that has none yet.  The encodings whose
     printer only lists the operands (scalar ALU, VOP1/VOP2/VOPC, VOP3
-    without modifiers, VOP3P at its default op_sel_hi, DS and its offsets) are spelled here from the operand
-    texts memoised per value (a literal's by the printer's own operand
-    function), without a printer call; a value with no text (an invalid
-    register) and every other encoding go through the printer
-    (``Decoded.text``).  The same texts either way (tests/isa/test_text_bulk.py)."""
+    without modifiers, VOP3P at its default op_sel_hi, DS and its offsets)
+    are spelled here from the operand texts memoised per value (a literal's
+    by the printer's own operand function), without a printer call; a value
+    with no text (an invalid register) and every other encoding go through
+    the printer (``Decoded.text``).  The same texts either way
+    (tests/isa/test_text_bulk.py)."""
     plans = _PLANS
     from_bytes = int.from_bytes
     for d in ds:
