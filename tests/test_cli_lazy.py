@@ -1,5 +1,5 @@
-"""`kpatch --help` and `kpatch explain` load no heavy module; the command
-list they print is the one the commands themselves give."""
+"""`kpatch --help`, `kpatch explain` and `kpatch rules` load no heavy module;
+the command list they print is the one the commands themselves give."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from kpatch.cli.main import COMMANDS, cli, command_docstring
 
-HEAVY = ("numpy", "kpatch.analysis.engine", "kpatch.rewrite.patcher", "kpatch.isa.decoder", "kpatch.apply", "kpatch.diff")
+HEAVY = ("numpy", "kpatch.analysis.engine", "kpatch.rewrite.patcher", "kpatch.rewrite.fixes", "kpatch.isa.bulk",
+         "kpatch.apply", "kpatch.diff")
 
 PROBE = """
 import sys
@@ -25,7 +26,7 @@ print(" ".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"]])
+@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"], ["rules"], ["rules", "KH001"]])
 def test_light_commands_import_no_heavy_module(args):
     p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
                        capture_output=True, text=True, check=True)

@@ -102,7 +102,7 @@ def test_verify_holds_no_decode_of_the_original(monkeypatch):
     """Memory: when the patched object is verified, the original's decoded
     instructions (the decode memo of the patch) are gone, so the two decodes
     are never alive at once (a whole Tensile library's are ~0.5 GiB each)."""
-    from kpatch.analysis import decodememo
+    from kpatch.isa import decodememo
     import kpatch.rewrite.patcher as patcher
     seen = []
     real = patcher.verify

@@ -45,6 +45,16 @@ TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linu
                        "library")
 
 
+def installed_env(pyc: str) -> dict:
+    """The environment of a measured kpatch process, run as an installed
+    package runs: with compiled bytecode (pip writes the .pyc files at
+    install), kept in ``pyc`` (a PYTHONPYCACHEPREFIX: the tree is not
+    written; fill it with one untimed run), PYTHONDONTWRITEBYTECODE dropped."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = pyc
+    return env
+
+
 def loadavg() -> str:
     """The 1/5/15-minute load averages, as ``uptime`` prints them."""
     return "load %.2f %.2f %.2f" % os.getloadavg()

@@ -40,7 +40,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_
 
 from kpatch.codeobject import CodeObject
-from kpatch.analysis.decodememo import decode_ranges
+from kpatch.isa.decodememo import decode_ranges
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
                                   UNMODELLED, UNMODELLED_MNEMONICS, kind)
 from kpatch.isa.instruction import Instruction

@@ -27,7 +27,7 @@ from kpatch.analysis.cfg import build_cfg
 from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
-from kpatch.analysis.decodememo import decode_memo, decode_ranges
+from kpatch.isa.decodememo import decode_memo, decode_ranges
 from kpatch.analysis.facts import facts_of
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of

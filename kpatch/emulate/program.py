@@ -451,7 +451,7 @@ def _smem(inst, ctx):
     off = _sext(f["offset"], 21)
     so = f["soffset"]
     soff = (lambda w: 0) if so == NULL else scalar_src(inst, so, 1)
-    sbase = f["sbase"] * 2
+    sbase = O.sgpr_number("sbase", f["sbase"])
     dst = f["sdata"]
     if buffer:
         def sbuf(w):
@@ -1421,7 +1421,7 @@ def _mubuf(inst, ctx):
     offen, idxen = f["offen"], f["idxen"]
     ioff = f["offset"]
     va, vdata = f["vaddr"], f["vdata"]
-    srsrc = f["srsrc"] * 4
+    srsrc = O.sgpr_number("srsrc", f["srsrc"])
     so = f["soffset"]
     soff = scalar_src(inst, so, 1)
 

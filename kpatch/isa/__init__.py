@@ -11,15 +11,40 @@ Public API::
 The ISA is data: :mod:`kpatch.isa.formats` describes the encodings,
 ``kpatch/isa/tables/<target>.json`` (generated from LLVM by
 tools/gen_isa_tables.py) the opcodes; the code here walks them.
+
+The names below are loaded on first use (PEP 562), so that importing one
+light module of the package (the tables, one-instruction decoding and
+building) does not import numpy and the bulk decoder with it.
 """
 
-from kpatch.isa import build
-from kpatch.isa.decoder import decode, decode_one, iter_decode
-from kpatch.isa.encoder import encode, encode_fields
-from kpatch.isa.instruction import Instruction
-from kpatch.isa.regs import Reg
-from kpatch.isa.tables import TARGETS, load
-from kpatch.isa.lines import disasm_lines, disassemble, format_lines, objdump_skips
+from __future__ import annotations
 
-__all__ = ["decode", "decode_one", "iter_decode", "encode", "encode_fields", "Instruction",
-           "Reg", "TARGETS", "load", "build", "disasm_lines", "disassemble", "format_lines", "objdump_skips"]
+import importlib
+
+#: public name -> the module that defines it (a submodule when the name is one)
+_WHERE = {
+    "decode": "kpatch.isa.bulk", "iter_decode": "kpatch.isa.bulk",
+    "decode_one": "kpatch.isa.decoder",
+    "encode": "kpatch.isa.encoder", "encode_fields": "kpatch.isa.encoder",
+    "Instruction": "kpatch.isa.instruction", "Reg": "kpatch.isa.regs",
+    "TARGETS": "kpatch.isa.tables", "load": "kpatch.isa.tables",
+    "build": "kpatch.isa.build",
+    "disasm_lines": "kpatch.isa.lines", "disassemble": "kpatch.isa.lines",
+    "format_lines": "kpatch.isa.lines", "objdump_skips": "kpatch.isa.lines",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'kpatch.isa' has no attribute {name!r}")
+    module = importlib.import_module(where)
+    value = module if where == f"{__name__}.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

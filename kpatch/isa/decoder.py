@@ -1,43 +1,28 @@
-"""Bytes + target -> instructions.
+"""Bytes + target -> one instruction, and the per-target cache of decoded encodings.
 
-Decoding a buffer takes three steps:
-
-1. sizes: :class:`~kpatch.isa.sizes.Sizer` computes, with numpy, the size
-   every dword position would have as an instruction start;
-2. boundaries: a short loop follows the sizes from the start (skipping zero
-   runs like llvm-objdump when asked) - the only per-instruction Python step;
-3. identity: every instruction's encoding (its dwords) is looked up in a
-   per-target cache of :class:`~kpatch.isa.instruction.Decoded`; real code
-   repeats encodings heavily, so only the distinct new ones are decoded -
-   format, opcode entry, form and validity (:mod:`kpatch.isa.validity`, or
-   the printer for the rarer forms).  Fields and text are worked out lazily.
+What one encoding is: its format, opcode entry, form and validity
+(:mod:`kpatch.isa.validity`, or the printer for the rarer forms), looked up
+in a per-target cache of :class:`~kpatch.isa.instruction.Decoded` keyed by
+its dwords (:class:`DecodeCache`).  Fields and text are worked out lazily.
+Whole buffers are decoded by :mod:`kpatch.isa.bulk` over this cache.
 
 An encoding LLVM would reject decodes to an unknown 4-byte word (LLVM prints
 ``.long 0x...``) and decoding resumes after it; the decoder never raises on
-bad bytes.
+bad bytes.  No numpy here: building and checking one instruction (the rule
+loader does) starts fast.
 """
 
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from itertools import compress
-from operator import not_
-from typing import Iterator
-
-import numpy as np
 
 from kpatch.isa import formats as F
 from kpatch.isa.instruction import Decoded, Instruction
-from kpatch.isa.sizes import OPCODE_KEY, TOP9, VOPE32, measure, op_facts, sizer_for, vop_kind
+from kpatch.isa.sizes import OPCODE_KEY, TOP9, VOPE32, measure, op_facts, vop_kind
 from kpatch.isa.tables import OpInfo, Tables, load
 from kpatch.isa.text import render
 from kpatch.isa.validity import checker
-
-#: re-walks of one segment after finding rejected encodings before falling
-#: back to the one-instruction-at-a-time walk (only hostile input gets there)
-MAX_RESYNC = 16
-
 
 class DecodeCache:
     """Decoded encodings of one target, keyed by their dwords (bounded).
@@ -63,11 +48,30 @@ class DecodeCache:
             m.clear()
         m[key] = d
 
+    def store_many(self, m: dict, items: dict) -> None:
+        """:meth:`store` of every item of ``items`` (the table emptied first
+        when they would take it past the limit)."""
+        if len(m) + len(items) > self.limit:
+            m.clear()
+        m.update(items)
+
 
 _CACHES: dict[str, DecodeCache] = {}
 
 
 def cache_for(target: str) -> DecodeCache:
+    """The process-wide cache of decoded encodings of ``target``: every
+    decode of the package goes through it.
+
+    Threads: the ISA's caches (this one, the vectorised sizers of
+    :mod:`kpatch.isa.bulk`, the operand texts of :mod:`kpatch.isa.text`,
+    the tables) are shared by all threads and safe to use from several at
+    once under the GIL: each entry is a pure function of its key, written
+    whole by one dict assignment, and a lazily computed part of a
+    :class:`Decoded` (fields, text, registers) is computed the same by any
+    thread; a cache cleared at its size limit by one thread only makes
+    another decode an encoding again.  What is per thread is the decode
+    memo of a code object being worked on (:mod:`kpatch.isa.decodememo`)."""
     c = _CACHES.get(target)
     if c is None:
         c = _CACHES[target] = DecodeCache(target)
@@ -192,243 +196,6 @@ def no_gc():
     finally:
         if was:
             gc.enable()
-
-
-def words_of(data: bytes) -> np.ndarray:
-    """The little-endian dwords of ``data`` (trailing partial dword dropped)."""
-    return np.frombuffer(data, "<u4", len(data) // 4)
-
-
-class Buffer:
-    """One code buffer prepared for decoding: its dwords and, per dword
-    position, the size an instruction starting there would have."""
-
-    def __init__(self, data: bytes, cache: DecodeCache):
-        self.data = data
-        self.cache = cache
-        self.words = words_of(data)
-        self.nwords = len(self.words)
-        #: sizes in dwords, 0 where no instruction can start ...
-        self.sz0 = sizer_for(cache.tables).sizes(self.words)
-        #: ... and with those counted as 1-dword unknown words
-        self.sz = np.maximum(self.sz0, 1)
-        self.step = self.sz.tolist()
-        self._jump = None
-
-    def jumps(self) -> list[int]:
-        """``step``, except -n where a run of n >= 2 zero dwords starts."""
-        if self._jump is None:
-            n = self.nwords
-            idx = np.arange(n)
-            nz = np.where(self.words != 0, idx, n)
-            zrun = np.minimum.accumulate(nz[::-1])[::-1] - idx
-            self._jump = np.where(zrun >= 2, -zrun, self.sz).tolist()
-        return self._jump
-
-    def reject(self, p: int) -> None:
-        """Record that the word at dword ``p`` starts no instruction."""
-        self.sz0[p] = 0
-        self.sz[p] = self.step[p] = 1
-        if self._jump is not None and self._jump[p] > 0:
-            self._jump[p] = 1
-
-    def starts(self, first: int, end: int, skip_zeros: bool) -> list[int]:
-        """Dword positions of the instructions from ``first`` up to ``end``
-        (the last may run past it); with ``skip_zeros`` runs of 8+ zero
-        bytes are passed over like llvm-objdump does."""
-        out = []
-        append = out.append
-        p = first
-        if skip_zeros:
-            jump = self.jumps()
-            step = self.step
-            while p < end:
-                j = jump[p]
-                if j > 0:
-                    append(p)
-                    p += j
-                elif end - p >= 2:
-                    p -= j
-                else:  # a lone zero dword just before the end: an instruction
-                    append(p)
-                    p += step[p]
-        else:
-            step = self.step
-            while p < end:
-                append(p)
-                p += step[p]
-        return out
-
-    def lookup(self, starts: list[int], s: np.ndarray | None = None
-               ) -> tuple[list[Decoded], int | None]:
-        """The Decoded of the instruction at each start, decoding new
-        encodings, and the index of the first start whose encoding LLVM
-        rejects although the sizes made it longer than a dword (or None).
-        ``s`` may give ``starts`` as an array already."""
-        cache = self.cache
-        n = len(starts)
-        if not n:
-            return [], None
-        if s is None:
-            s = np.fromiter(starts, np.int64, n)
-        ndw = self.sz0[s]
-        w = self.words
-        one = np.flatnonzero(ndw == 1)
-        two = np.flatnonzero(ndw == 2)
-        out = np.empty(n, object)
-        bad = None
-        s1 = s[one]
-        s2 = s[two]
-        groups = [(one, w[s1].tolist(), cache.c4)]
-        if len(two):
-            k2 = w[s2].astype(np.uint64) | (w[s2 + 1].astype(np.uint64) << np.uint64(32))
-            groups.append((two, k2.tolist(), cache.c8))
-        for idx, keys, tab in groups:
-            ds = list(map(tab.get, keys))
-            if not all(ds):  # (a Decoded is always true: this finds a missing one fastest)
-                k = 1 if tab is cache.c4 else 2
-                fresh = {}
-                rejected = False
-                for key in set(compress(keys, map(not_, ds))):
-                    d = fresh[key] = identify_word(key, k, cache)
-                    if d.size == 4 * k:
-                        cache.store(tab, key, d)
-                    else:  # a rejected 2-dword encoding: a 4-byte unknown word
-                        rejected = True
-                ds = list(map(fresh.get, keys, ds))
-                if rejected:
-                    for j, d in enumerate(ds):
-                        if d.size != 4 * k:
-                            i = int(idx[j])
-                            if bad is None or i < bad:
-                                bad = i
-                            break
-            out[idx] = np.fromiter(ds, object, len(ds))
-        if len(one) + len(two) < n:
-            data = self.data
-            big = cache.big
-            step = self.step
-            for i in np.flatnonzero((ndw > 2) | (ndw == 0)).tolist():
-                p = starts[i]
-                if step[p] > 2:
-                    d = big.get(data[4 * p:4 * (p + step[p])])
-                    if d is None:
-                        d = self._new(p)
-                        if d.size != 4 * step[p] and (bad is None or i < bad):
-                            bad = i
-                else:  # no instruction starts here: an unknown word
-                    d = self._new(p)
-                out[i] = d
-        return out.tolist(), bad
-
-    def _new(self, p: int) -> Decoded:
-        return decode_at(self.data, 4 * p, self.cache, len(self.data))
-
-    def decode(self, first: int, end: int, skip_zeros: bool, base_address: int,
-               out: list) -> None:
-        """Append the instructions from dword ``first`` to byte ``end``."""
-        end_dw = min(end, 4 * self.nwords) // 4
-        p = first
-        for _ in range(MAX_RESYNC):
-            starts = self.starts(p, end_dw, skip_zeros)
-            ds, bad = self.lookup(starts)
-            if bad is None:
-                _emit(out, base_address, starts, ds)
-                p = max(p, end_dw)  # the walk reached the last whole dword
-                break
-            # a rejected encoding is a 4-byte unknown word: walk on after it
-            q = starts[bad]
-            self.reject(q)
-            _emit(out, base_address, starts[:bad + 1], ds[:bad + 1])
-            p = q + self.step[q]
-        else:
-            return self.decode_slow(4 * p, end, skip_zeros, base_address, out)
-        if 4 * p < end:  # a tail shorter than a dword
-            self.decode_slow(4 * p, end, skip_zeros, base_address, out)
-
-    def decode_slow(self, pos: int, end: int, skip_zeros: bool, base_address: int,
-                    out: list) -> None:
-        """One instruction at a time from byte ``pos`` (any alignment)."""
-        data = self.data
-        n_all = len(data)
-        while pos < end:
-            if skip_zeros and not data[pos]:
-                z = pos
-                while z < end and data[z] == 0:
-                    z += 1
-                if z - pos >= 8:
-                    pos += (z - pos) & ~3
-                    continue
-            d = decode_at(data, pos, self.cache, n_all)
-            out.append(Instruction(base_address + pos, d))
-            pos += d.size
-
-
-def _emit(out: list, base_address: int, starts, ds: list[Decoded]) -> None:
-    """Append Instructions at dword positions ``starts`` (list or array)."""
-    if isinstance(starts, np.ndarray):
-        addrs = (starts * 4 + base_address).tolist()
-    else:
-        addrs = [base_address + 4 * p for p in starts]
-    out.extend(map(Instruction, addrs, ds))
-
-
-def walk_segments(data: bytes, bounds: list[tuple[int, int]], cache: DecodeCache,
-                  base_address: int, out: list, skip_zeros: bool = False) -> None:
-    """Decode each ``data[start:end]`` of ``bounds`` (in order) into ``out``:
-    all at once when every segment is dword-aligned and no encoding is
-    rejected (the common case), else segment by segment."""
-    addrs, ds = walk_columns(data, bounds, cache, base_address, skip_zeros)
-    out.extend(map(Instruction, addrs.tolist() if isinstance(addrs, np.ndarray) else addrs, ds))
-
-
-def walk_columns(data: bytes, bounds: list[tuple[int, int]], cache: DecodeCache,
-                 base_address: int, skip_zeros: bool = False) -> tuple[np.ndarray | list[int], list[Decoded]]:
-    """:func:`walk_segments` as two columns, no Python object per
-    instruction: the addresses (an int64 array, or a list of ints when they
-    do not fit one) and the :class:`Decoded` of each instruction (shared by
-    every occurrence of an encoding)."""
-    buf = Buffer(data, cache)
-    if not len(data) & 3 and all(not (a & 3 or b & 3) for a, b in bounds):
-        starts: list[int] = []
-        for a, b in bounds:
-            starts += buf.starts(a // 4, b // 4, skip_zeros)
-        s = np.fromiter(starts, np.int64, len(starts))
-        ds, bad = buf.lookup(starts, s)
-        if bad is None:
-            if 0 <= base_address and base_address + len(data) < 2**62:
-                return s * 4 + base_address, ds
-            return [base_address + 4 * p for p in starts], ds
-    out: list[Instruction] = []
-    for a, b in bounds:
-        walk(data, a, b, cache, base_address, out, skip_zeros, buf)
-    return [i.address for i in out], [i.d for i in out]
-
-
-def walk(data: bytes, start: int, end: int, cache: DecodeCache, base_address: int,
-         out: list, skip_zeros: bool = False, buf: Buffer | None = None) -> None:
-    """Decode ``data[start:end]`` into ``out``; the instruction at ``start``
-    may run past ``end``.  ``buf`` reuses a :class:`Buffer` of ``data``."""
-    if buf is None:
-        buf = Buffer(data, cache)
-    if start & 3 or end & 3 and end != len(data):
-        buf.decode_slow(start, end, skip_zeros, base_address, out)
-    else:
-        buf.decode(start // 4, end, skip_zeros, base_address, out)
-
-
-def iter_decode(data: bytes, target: str, base_address: int = 0) -> Iterator[Instruction]:
-    """Decode ``data`` (code starting at ``base_address``) instruction by instruction."""
-    yield from decode(data, target, base_address)
-
-
-def decode(data: bytes, target: str, base_address: int = 0) -> list[Instruction]:
-    """All instructions of ``data`` for ``target`` ('gfx1010' or 'gfx1030')."""
-    data = bytes(data)
-    out: list[Instruction] = []
-    with no_gc():
-        walk(data, 0, len(data), cache_for(target), base_address, out)
-    return out
 
 
 def decode_one(data: bytes, target: str, address: int = 0) -> Instruction:

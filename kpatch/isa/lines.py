@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from kpatch.isa.decoder import cache_for, no_gc, walk_columns
+from kpatch.isa.bulk import walk_columns
+from kpatch.isa.decoder import cache_for, no_gc
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.tables import check_target
 
@@ -44,7 +45,7 @@ def disassemble(data: bytes, target: str, base_address: int = 0,
 def disassemble_columns(data: bytes, target: str, base_address: int = 0,
                         symbols: Iterable[int] = ()) -> tuple:
     """:func:`disassemble` as columns (see
-    :func:`kpatch.isa.decoder.walk_columns`): the addresses (int64 array or
+    :func:`kpatch.isa.bulk.walk_columns`): the addresses (int64 array or
     list) and the :class:`~kpatch.isa.instruction.Decoded` of each
     instruction, without an object per instruction."""
     check_target(target)

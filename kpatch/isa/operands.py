@@ -1,5 +1,12 @@
 """Operand values of GFX10 instructions and their llvm-objdump spelling.
 
+What an operand field denotes, for the printer (:mod:`kpatch.isa.text`),
+the register lists (:mod:`kpatch.isa.regs`), the analysis, the rewriter and
+the emulator alike: the SGPR a scaled scalar field names
+(:func:`sgpr_number`), the VGPRs of a FLAT address (:func:`flat_addr_width`),
+the register widths of an image instruction (:func:`mimg_operands`), inline
+constants, signed offsets and clause lengths.
+
 A scalar operand field (SOP ``sdst``/``ssrc``, SMEM, MUBUF ``soffset``...) and
 a 9-bit VOP source field share one value space: 0-105 SGPRs, 106/107 VCC,
 108-123 trap temporaries, 124 M0, 125 null, 126/127 EXEC, 128-208 integer
@@ -16,6 +23,10 @@ opcode tables.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kpatch.isa.tables import OpInfo
 
 VGPR_BASE = 256
 LITERAL = 255
@@ -219,3 +230,75 @@ def src_text(value: int, count: int, optype: str, literal: int | None,
 def f32_bits(x: float) -> int:
     """IEEE single bits of ``x`` (helper for builders and tests)."""
     return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+#: SGPR number = field value * scale for these fields (SMEM ``sbase`` names
+#: an aligned pair, MUBUF/MIMG ``srsrc`` and ``ssamp`` an aligned quad)
+FIELD_SCALE = {"sbase": 2, "srsrc": 4, "ssamp": 4}
+
+
+def sgpr_number(field: str, value: int) -> int:
+    """The first SGPR the scalar register field ``field`` of value ``value`` names."""
+    return value * FIELD_SCALE.get(field, 1)
+
+
+def flat_addr_width(f: dict) -> int:
+    """VGPRs of a FLAT/GLOBAL/SCRATCH address (0: no VGPR address, 'off')."""
+    seg = f["seg"]
+    if seg == 0:
+        return 2
+    if seg == 2:
+        return 2 if f["saddr"] == 0x7D else 1
+    return 1 if f["saddr"] == 0x7D else 0
+
+
+def _template_width(info: OpInfo, name: str) -> int:
+    return next((o.width for o in info.form.operands if o.tag == "f" and o.field == name), 1)
+
+
+def mimg_operands(f: dict, info: OpInfo, raw: bytes):
+    """(data width, address) of an image instruction as llvm-objdump prints
+    them - address either ``(first VGPR, count)`` or a list of VGPRs (NSA) -
+    or None when LLVM rejects the encoding.
+
+    LLVM decodes with the opcode's default widths (the template's), then
+    switches to the variant for the real data size (dmask bits, or 4 for
+    gather4; halved by d16; +1 with tfe) and address count (per dim and
+    a16), keeping the defaults when no such variant exists or a widened
+    register would pass v255."""
+    img = info.img
+    ddef = _template_width(info, "vdata")
+    adef = img.addr_default or _template_width(info, "vaddr")
+    vdata, vaddr = f["vdata"], f["vaddr"]
+    nsa, a16 = f["nsa"], f["a16"]
+    lst = None
+    if nsa:
+        n = img.nsa.get((nsa, a16))
+        if not n:
+            return None
+        lst = [vaddr] + list(raw[8:8 + 4 * nsa])[:n - 1]
+    elif img.bvh:
+        adef = img.addr[8 * a16]
+        if adef is None:
+            return None
+    if vdata + ddef > 256 or (lst is None and vaddr + adef > 256):
+        return None
+    dw, aw = ddef, adef
+    a = None if img.bvh else img.addr[f["dim"] + 8 * a16]
+    if a is not None:
+        d = 4 if img.gather else max(bin(f["dmask"]).count("1"), 1)
+        if f["d16"]:
+            d = (d + 1) // 2
+        d += f["tfe"]
+        fits = d == ddef or vdata + d <= 256
+        if lst is not None:
+            n = len(lst)
+            if (a <= n and (d != ddef or a != n) and d in img.data_widths
+                    and (a == n or a in img.nsa_counts) and fits):
+                dw, lst = d, lst[:a]
+        else:
+            a = 16 if a > 12 else a
+            if ((d != ddef or a != adef) and d in img.data_widths and a in img.addr_widths
+                    and fits and (a == adef or vaddr + a <= 256)):
+                dw, aw = d, a
+    return dw, (lst if lst is not None else (vaddr, aw))

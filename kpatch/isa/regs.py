@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from kpatch.isa.operands import flat_addr_width, mimg_operands, sgpr_number
+
 
 class Reg(NamedTuple):
     file: str
@@ -160,7 +162,6 @@ def _image_widths(d) -> tuple[dict[str, int], list[int]]:
     widths: dict[str, int] = {}
     nsa_addrs: list[int] = []
     if d.fmt.name == "MIMG" and d.info.img is not None:
-        from kpatch.isa.text import mimg_operands
         m = mimg_operands(d.fields, d.info, d.raw)
         if m is not None:
             widths["vdata"] = m[0]
@@ -177,7 +178,6 @@ def _field_register(d, op, widths: dict[str, int]) -> Reg | None:
     interpolation parameter or attribute, or FLAT's saddr, handled apart)."""
     name, v, fmtname = op.field, d.fields[op.field], d.fmt.name
     if fmtname == "FLAT" and name == "addr":
-        from kpatch.isa.text import flat_addr_width
         n = flat_addr_width(d.fields)
         return Reg("v", v, n) if n else None
     if (fmtname == "FLAT" and name == "saddr") or op.kind in ("param", "attr"):
@@ -185,8 +185,7 @@ def _field_register(d, op, widths: dict[str, int]) -> Reg | None:
     if op.kind == "v":
         return Reg("v", v, widths.get(name, op.width))
     if op.kind == "s":
-        from kpatch.isa.text import FIELD_SCALE
-        return scalar_reg(v * FIELD_SCALE.get(name, 1), op.width)
+        return scalar_reg(sgpr_number(name, v), op.width)
     return scalar_reg(v, op.width)
 
 

@@ -4,19 +4,18 @@ An encoding's size follows from its first dword or two: the format (top
 bits), the opcode's table entry, a 9-bit source of value 255 (a trailing
 literal), a VOP1/VOP2/VOPC ``src0`` announcing an SDWA/DPP dword, and the
 MIMG NSA dword count.  :func:`measure` works that out for one position;
-:class:`Sizer` does the same for *every* dword of a buffer at once with
-numpy (per-format opcode property arrays built from the tables), which is
-how the decoder finds instruction boundaries without a Python step per
-dword.  Both read the same table facts (:func:`op_facts`);
-tests/isa/test_sizes.py checks that they agree.
+:class:`kpatch.isa.bulk.Sizer` does the same for *every* dword of a buffer
+at once with numpy (per-format opcode property arrays built from the
+tables), which is how the decoder finds instruction boundaries without a
+Python step per dword.  Both read the same table facts (:func:`op_facts`);
+tests/isa/test_validity.py checks that they agree.  (No numpy here: building
+and checking one instruction, as the rule loader does, starts fast.)
 
 Sizes here assume the encoding is valid; the decoder still checks each
 distinct encoding and turns rejected ones into 4-byte unknown words.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from kpatch.isa import formats as F
 from kpatch.isa.tables import OpInfo, Tables
@@ -137,120 +136,3 @@ def measure(data: bytes, pos: int, end: int, tables: Tables):
     if pos + size > end:
         return None
     return size, fmt, info, kind
-
-
-class _FormatArrays:
-    """Per-opcode facts of one format as numpy arrays indexed by opcode key."""
-
-    def __init__(self, fmt: F.Format, ops: dict[int, OpInfo]):
-        n = fmt.opcode_count << (2 if fmt is F.FLAT else 0)
-        self.fmt = fmt
-        self.ok = np.zeros(n, bool)
-        self.mand = np.zeros(n, bool)
-        self.src0 = np.zeros(n, bool)
-        self.kinds = np.zeros(n, np.uint8)
-        lit_at: dict[F.Field, np.ndarray] = {}
-        self.vope32 = fmt.name in VOPE32
-        for op, info in ops.items():
-            facts = op_facts(info)
-            self.ok[op] = True
-            self.mand[op] = facts.mandatory_lit
-            self.src0[op] = facts.src0_is_src
-            self.kinds[op] = facts.kinds
-            for fld in (facts.lit_other if self.vope32 and facts.src0_is_src else facts.lit_fields):
-                lit_at.setdefault(fld, np.zeros(n, bool))[op] = True
-        self.lit_at = sorted(lit_at.items(), key=lambda kv: kv[0].lo)
-
-    def opcodes(self, w: np.ndarray) -> np.ndarray:
-        op = np.zeros(len(w), np.int64)
-        shift = 0
-        for lo, width in self.fmt.opcode_bits:
-            op |= ((w >> np.uint64(lo)) & np.uint64((1 << width) - 1)).astype(np.int64) << shift
-            shift += width
-        if self.fmt is F.FLAT:
-            op |= ((w >> np.uint64(14)) & np.uint64(3)).astype(np.int64) << 7
-        return op
-
-    def sizes(self, w: np.ndarray) -> np.ndarray:
-        """Sizes in dwords (0: no opcode / not a valid form) of encodings ``w``
-        (uint64: first dword | second dword << 32)."""
-        op = self.opcodes(w)
-        ok = self.ok[op]
-        size = np.full(len(w), self.fmt.size // 4, np.int64)
-        lit = self.mand[op]
-        w0 = w & np.uint64(0xFFFFFFFF)
-        if self.vope32:
-            src0 = self.src0[op]
-            s0 = (w0 & np.uint64(0x1FF)).astype(np.int64)
-            kbit = np.zeros(len(w), np.uint8)
-            kbit[s0 == F.SRC_SDWA] = 1
-            kbit[s0 == F.SRC_DPP16] = 2
-            kbit[(s0 == F.SRC_DPP8) | (s0 == F.SRC_DPP8_FI)] = 4
-            avail = (self.kinds[op] & kbit) != 0
-            x0 = ((w >> np.uint64(32)) & np.uint64(0xFF)) == 0
-            has_x = (kbit != 0) & (src0 | (avail & x0))  # see vop_kind
-            ok &= ~has_x | avail
-            size += has_x
-            lit |= src0 & (s0 == F.SRC_LITERAL)
-            for fld, arr in self.lit_at:  # other literal fields, without an extra dword
-                lit |= arr[op] & ~has_x & (
-                    ((w >> np.uint64(fld.lo)) & np.uint64(fld.mask)) == F.SRC_LITERAL)
-        else:
-            for fld, arr in self.lit_at:
-                lit |= arr[op] & (((w >> np.uint64(fld.lo)) & np.uint64(fld.mask)) == F.SRC_LITERAL)
-            if self.fmt is F.MIMG:
-                size += ((w0 >> np.uint64(1)) & np.uint64(3)).astype(np.int64)
-        size += lit
-        size[~ok] = 0
-        return size
-
-
-class Sizer:
-    """Vectorised :func:`measure` over every dword position of a buffer."""
-
-    def __init__(self, tables: Tables):
-        self.tables = tables
-        fmt_id = np.full(512, -1, np.int8)
-        self.formats: list[_FormatArrays] = []
-        for fmt in F.FORMAT_ORDER:
-            ops = tables.ops.get(fmt.name)
-            if not ops:
-                continue
-            k = len(self.formats)
-            self.formats.append(_FormatArrays(fmt, ops))
-            for t in range(512):
-                if TOP9[t] is fmt:
-                    fmt_id[t] = k
-        self.fmt_id = fmt_id
-
-    def sizes(self, words: np.ndarray) -> np.ndarray:
-        """For each dword position i: the size in dwords of the instruction
-        that would start there (0: unknown word, or it runs past the end)."""
-        n = len(words)
-        out = np.zeros(n, np.int64)
-        if not n:
-            return out
-        w = words.astype(np.uint64)
-        w[:-1] |= w[1:] << np.uint64(32)
-        fid = self.fmt_id[(words >> 23).astype(np.int64)]
-        order = np.argsort(fid, kind="stable")
-        bounds = np.searchsorted(fid[order], np.arange(-1, len(self.formats) + 1))
-        for k, fa in enumerate(self.formats):
-            idx = order[bounds[k + 1]:bounds[k + 2]]
-            if len(idx):
-                out[idx] = fa.sizes(w[idx])
-        out[np.arange(n) + out > n] = 0
-        # the last word has no next one (the arrays above assumed zeros)
-        m = measure(words[-1:].tobytes(), 0, 4, self.tables)
-        out[n - 1] = 0 if m is None else m[0] // 4
-        return out
-
-
-_SIZERS: dict[str, Sizer] = {}
-
-
-def sizer_for(tables: Tables) -> Sizer:
-    s = _SIZERS.get(tables.target)
-    if s is None:
-        s = _SIZERS[tables.target] = Sizer(tables)
-    return s

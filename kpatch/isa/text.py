@@ -12,15 +12,14 @@ decoder then turns the word into an unknown ``.long``.
 from __future__ import annotations
 
 import re
+import struct
 from operator import mod
 from typing import Callable
 
+from kpatch.isa import formats as F
 from kpatch.isa import operands as O
 from kpatch.isa import special as SP
 from kpatch.isa.tables import Form, OpInfo, Tables, load
-
-#: SGPR number = field value * scale for these fields
-FIELD_SCALE = {"sbase": 2, "srsrc": 4, "ssamp": 4}
 
 SDWA_SEL = ("BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD")
 SDWA_UNUSED = ("UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE")
@@ -55,6 +54,37 @@ def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
     if tag == "imm":
         return SP.imm_text(ctx.info.imm or "hex", ctx.f["simm16"], ctx.tables.names)
     v = ctx.f[op.field] if value is None else value
+    memo = _by_value(op)
+    if memo is not None and (v != O.LITERAL or op.kind == "v" or op.kind == "s" or op.type == "vreg"):
+        t = memo.get(v, _UNSEEN)
+        if t is _UNSEEN:
+            t = memo[v] = _field_text(op, ctx, v)
+        return t
+    return _field_text(op, ctx, v)
+
+
+#: operand kinds whose text is a function of the template operand and the
+#: field value alone (a literal source aside): memoised per (operand, value),
+#: the operands being the table's shared ones (:func:`kpatch.isa.tables._template`),
+#: so the memo holds at most (distinct operands) x (field values) texts
+_BY_VALUE = frozenset({"v", "s", "src", "ss"})
+#: id(operand) -> {field value: text}, and the operand kept (its id is never reused)
+_BY_VALUE_TEXT: dict[int, tuple[object, dict[int, str | None]]] = {}
+_UNSEEN = object()
+
+
+def _by_value(op) -> dict[int, str | None] | None:
+    """The memo of a field operand's texts by value, or None (not memoised)."""
+    e = _BY_VALUE_TEXT.get(id(op))
+    if e is None:
+        if op.tag != "f" or op.kind not in _BY_VALUE:
+            return None
+        e = _BY_VALUE_TEXT[id(op)] = (op, {})
+    return e[1]
+
+
+def _field_text(op, ctx: Ctx, v: int) -> str | None:
+    """Text of a field operand ``op`` of value ``v`` (None: invalid)."""
     if op.overrides is not None and v in op.overrides:
         return op.overrides[v]
     k = op.kind
@@ -67,7 +97,7 @@ def operand_text(op, ctx: Ctx, value: int | None = None) -> str | None:
             return None
         return f"attr{v & 0x3F}.{'xyzw'[v >> 6 & 3]}"
     if k == "s":
-        t = O.sgpr_text(v * FIELD_SCALE.get(op.field, 1), op.width)
+        t = O.sgpr_text(O.sgpr_number(op.field, v), op.width)
         return t + op.suffix if op.suffix and t is not None else t
     # src / ss
     t = O.src_text(v, op.width, op.type, ctx.literal, lds_comment=False)
@@ -91,10 +121,27 @@ def param_text(v: int) -> str:
     return ("p10", "p20", "p0")[v] if v < 3 else f"invalid_param_{v}"
 
 
-def _plain(ctx: Ctx, form: Form, mods: Callable | None = None) -> str | None:
-    parts = []
+#: what a printer's ``own(op)`` returns for an operand the table spells
+#: (:func:`operand_text`) and for one that is not printed
+TABLE = object()
+SKIP = object()
+
+
+def _plain(ctx: Ctx, form: Form, mods: Callable | None = None, own: Callable | None = None,
+           first: tuple[str, ...] = ()) -> str | None:
+    """``mnemonic op, op, ...``: the one place operands are listed (None: an
+    operand is invalid).  Each operand's text is ``own(op)`` when the
+    printer decides it (a text, None for invalid, :data:`SKIP`), else the
+    table's (:func:`operand_text`, also when ``own`` gives :data:`TABLE`),
+    then ``mods(i, op, text)`` (source modifiers; None: invalid); ``first``
+    texts come before them."""
+    parts = list(first)
     for i, op in enumerate(form.operands):
-        t = operand_text(op, ctx)
+        t = TABLE if own is None else own(op)
+        if t is SKIP:
+            continue
+        if t is TABLE:
+            t = operand_text(op, ctx)
         if t is None:
             return None
         if mods is not None:
@@ -130,30 +177,22 @@ def _smem_offset(off: int) -> str:
 def print_smem(ctx: Ctx) -> str | None:
     info = ctx.info
     f = ctx.f
-    parts = []
-    has_base = False
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "f" and op.field == "soffset":
             so, off = f["soffset"], f["offset"]
             t = operand_text(op, ctx)
-            if t is None:
-                return None
-            if so == 0x7D and off:
-                parts.append(_smem_offset(off))
-            else:
-                parts.append(t if not off else f"{t} offset:{_smem_offset(off)}")
-            continue
+            if t is None or not off:
+                return t
+            return _smem_offset(off) if so == 0x7D else f"{t} offset:{_smem_offset(off)}"
         if op.tag == "t" and op.text.isdigit():
-            parts.append(SP.imm_text("imm", f["sdata"]))
-            continue
-        if op.tag == "f" and op.field == "sbase":
-            has_base = True
-        t = operand_text(op, ctx)
-        if t is None:
-            return None
-        parts.append(t)
-    s = info.mnemonic + (" " + ", ".join(parts) if parts else "")
-    if has_base:
+            return SP.imm_text("imm", f["sdata"])
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own)
+    if s is None:
+        return None
+    if any(op.tag == "f" and op.field == "sbase" for op in info.form.operands):
         if f["glc"] and "glc" not in info.ignored:
             s += " glc"
         if f["dlc"] and "dlc" not in info.ignored:
@@ -324,17 +363,15 @@ def print_sdwa(ctx: Ctx) -> str | None:
                 return None
     ign = {n for n in ("src0_sext", "src0_neg", "src0_abs", "src1_sext", "src1_neg", "src1_abs",
                        "clamp", "omod") if n in x and x[n] and _xmod_status(form, x, n) == "i"}
-    parts = []
-    nsrc = 0
-    for op in form.operands:
+    nsrc = sum(1 for op in form.operands if op.tag == "f" and op.field in ("src0", "vsrc1"))
+
+    def own(op):
         if op.tag == "t":
-            parts.append(op.text)
-            continue
+            return op.text
         if op.tag != "f":
             return None
         if op.field == "src0" or op.field == "vsrc1":
             k = 0 if op.field == "src0" else 1
-            nsrc += 1
             if k == 0:
                 t = _sdwa_src(ctx, x["src0"], x["s0"], op.width)
             else:
@@ -350,21 +387,14 @@ def print_sdwa(ctx: Ctx) -> str | None:
                 v = (x["src0"] if k == 0 else f["vsrc1"]) if scalar else 256
                 plain = t.startswith(("|", "sext("))
                 t = _neg(t, plain, v)
-            parts.append(t)
-        elif op.field == "sdst":
-            if x["sd"]:
-                t = O.sgpr_text(x["sdst"], 1)
-            else:
-                t = "vcc_lo"
-            if t is None:
-                return None
-            parts.append(t)
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    s = form.mnemonic + (" " + ", ".join(parts) if parts else "")
+            return t
+        if op.field == "sdst":
+            return O.sgpr_text(x["sdst"], 1) if x["sd"] else "vcc_lo"
+        return TABLE
+
+    s = _plain(ctx, form, own=own)
+    if s is None:
+        return None
     if fmtname != "VOPC":
         if x["clamp"] and "clamp" not in ign:
             s += " clamp"
@@ -416,30 +446,26 @@ def print_dpp(ctx: Ctx, dpp8: bool) -> str | None:
                     return None
                 if st == "i":
                     ign.add(name)
-    parts = []
-    for op in form.operands:
+    def own(op):
         if op.tag == "t":
-            parts.append(op.text)
-            continue
+            return op.text
         if op.tag != "f":
             return None
-        if op.field in ("src0", "vsrc1"):
-            k = 0 if op.field == "src0" else 1
-            t = O.vgpr_text(x["src0"] if k == 0 else f["vsrc1"], op.width)
-            if t is None:
-                return None
-            if not dpp8:
-                if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
-                    t = f"|{t}|"
-                if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
-                    t = f"sext({t})" if _xmod_status(form, x, f"src{k}_neg") == "s" else "-" + t
-            parts.append(t)
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    s = form.mnemonic + (" " + ", ".join(parts) if parts else "")
+        if op.field not in ("src0", "vsrc1"):
+            return TABLE
+        k = 0 if op.field == "src0" else 1
+        t = O.vgpr_text(x["src0"] if k == 0 else f["vsrc1"], op.width)
+        if t is None or dpp8:
+            return t
+        if x[f"src{k}_abs"] and f"src{k}_abs" not in ign:
+            t = f"|{t}|"
+        if x[f"src{k}_neg"] and f"src{k}_neg" not in ign:
+            t = f"sext({t})" if _xmod_status(form, x, f"src{k}_neg") == "s" else "-" + t
+        return t
+
+    s = _plain(ctx, form, own=own)
+    if s is None:
+        return None
     if dpp8:
         sel = x["sel"]
         s += " dpp8:[" + ",".join(str(sel >> (3 * i) & 7) for i in range(8)) + "]"
@@ -460,18 +486,15 @@ def print_vintrp(ctx: Ctx) -> str | None:
     f = ctx.f
     chan = "xyzw"[f["attrchan"]]
     attr = f"attr{f['attr']}.{chan}"
-    parts = []
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "t" and op.text.startswith("attr"):
-            parts.append(attr)
-        elif op.tag == "t" and op.text in ("p10", "p20", "p0"):
-            parts.append(param_text(f["vsrc"]))
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    return info.mnemonic + " " + ", ".join(parts)
+            return attr
+        if op.tag == "t" and op.text in ("p10", "p20", "p0"):
+            return param_text(f["vsrc"])
+        return TABLE
+
+    return _plain(ctx, info.form, own=own)
 
 
 # ---------------------------------------------------------------- memory
@@ -508,43 +531,35 @@ def print_ds(ctx: Ctx) -> str | None:
     s = _plain(ctx, info.form)
     if s is None:
         return None
-    if info.mnemonic == "ds_swizzle_b32":
-        off = f["offset0"] | (f["offset1"] << 8)
+    return s + ds_suffix(info.mnemonic, f["offset0"], f["offset1"], f["gds"])
+
+
+def ds_suffix(mnemonic: str, offset0: int, offset1: int, gds: int) -> str:
+    """What follows a DS instruction's operands: its offset(s), ``gds``."""
+    s = ""
+    if mnemonic == "ds_swizzle_b32":
+        off = offset0 | (offset1 << 8)
         if off:
             s += " offset:" + swizzle_text(off)
-    elif _DS2.match(info.mnemonic):
-        if f["offset0"]:
-            s += f" offset0:{f['offset0']}"
-        if f["offset1"]:
-            s += f" offset1:{f['offset1']}"
+    elif _DS2.match(mnemonic):
+        if offset0:
+            s += f" offset0:{offset0}"
+        if offset1:
+            s += f" offset1:{offset1}"
     else:
-        off = f["offset0"] | (f["offset1"] << 8)
+        off = offset0 | (offset1 << 8)
         if off:
             s += f" offset:{off}"
-    if f["gds"]:
-        s += " gds"
-    return s
+    return s + " gds" if gds else s
+
+
+def _flags(f: dict, names: tuple[str, ...]) -> str:
+    """`` name`` for each of the one-bit fields ``names`` that is set, in that order."""
+    return "".join(" " + n for n in names if f[n])
 
 
 def _cpol(f: dict) -> str:
-    s = ""
-    if f["glc"]:
-        s += " glc"
-    if f["slc"]:
-        s += " slc"
-    if f["dlc"]:
-        s += " dlc"
-    return s
-
-
-def flat_addr_width(f: dict) -> int:
-    """VGPRs of a FLAT/GLOBAL/SCRATCH address (0: no VGPR address, 'off')."""
-    seg = f["seg"]
-    if seg == 0:
-        return 2
-    if seg == 2:
-        return 2 if f["saddr"] == 0x7D else 1
-    return 1 if f["saddr"] == 0x7D else 0
+    return _flags(f, ("glc", "slc", "dlc"))
 
 
 def print_flat(ctx: Ctx) -> str | None:
@@ -554,7 +569,7 @@ def print_flat(ctx: Ctx) -> str | None:
     saddr = f["saddr"]
     if seg == 2 and saddr == 0x7F:
         return None  # global: 0x7f (exec_hi) is neither an SGPR pair nor "off"
-    parts = []
+    first: tuple[str, ...] = ()
     mn = info.mnemonic
     if ("_atomic_" in mn and f["glc"] and not f["lds"]
             and not any(o.field == "vdst" for o in info.form.operands)):
@@ -564,33 +579,26 @@ def print_flat(ctx: Ctx) -> str | None:
             t = O.vgpr_text(f["vdst"], w)
             if t is None:
                 return None
-            parts.append(t)
-    for op in info.form.operands:
+            first = (t,)
+
+    def own(op):
         if op.tag == "f" and op.field == "vdst" and f["lds"]:
-            continue
+            return SKIP
         if op.tag == "f" and op.field == "addr":
-            n = flat_addr_width(f)
-            t = O.vgpr_text(f["addr"], n) if n else "off"
-            if t is None:
-                return None
-            parts.append(t)
-        elif (op.tag == "t" and op.text == "off" or op.field == "saddr") and seg != 0:
+            n = O.flat_addr_width(f)
+            return O.vgpr_text(f["addr"], n) if n else "off"
+        if (op.tag == "t" and op.text == "off" or op.field == "saddr") and seg != 0:
             if saddr == 0x7F and seg == 1 and ctx.tables.target == "gfx1010":
                 # no scratch "ST" mode on gfx1010: LLVM reads 0x7F as exec_hi
-                parts.append("exec_hi/*Invalid register, operand has 'SReg_32_XEXEC_HI' register class*/")
-            elif saddr in (0x7D, 0x7F):
-                parts.append("off")
-            else:
-                t = O.sgpr_text(saddr, 2 if seg == 2 else 1)
-                if t is None:
-                    return None
-                parts.append(t)
-        else:
-            t = operand_text(op, ctx)
-            if t is None:
-                return None
-            parts.append(t)
-    s = info.mnemonic + " " + ", ".join(parts)
+                return "exec_hi/*Invalid register, operand has 'SReg_32_XEXEC_HI' register class*/"
+            if saddr in (0x7D, 0x7F):
+                return "off"
+            return O.sgpr_text(saddr, 2 if seg == 2 else 1)
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own, first=first)
+    if s is None:
+        return None
     off = f["offset"]
     if off:
         if seg == 0:
@@ -608,27 +616,24 @@ def print_mubuf(ctx: Ctx) -> str | None:
     f = ctx.f
     if not info.form.operands:
         return info.mnemonic
-    parts = []
     atomic = "_atomic_" in info.mnemonic
     mtbuf = info.fmt.name == "MTBUF"
     tfe = f["tfe"] and not atomic and not mtbuf
     lds = not mtbuf and f["lds"]
     if lds and f["tfe"]:
         return None  # LLVM has no LDS-return variant with tfe
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "t" and op.text == "off":
             n = f["offen"] + f["idxen"]
-            t = "off" if n == 0 else O.vgpr_text(f["vaddr"], n)
-        elif op.tag == "f" and op.field == "vdata":
-            if lds:
-                continue
-            t = O.vgpr_text(f["vdata"], op.width + tfe)
-        else:
-            t = operand_text(op, ctx)
-        if t is None:
-            return None
-        parts.append(t)
-    s = info.mnemonic + " " + ", ".join(parts)
+            return "off" if n == 0 else O.vgpr_text(f["vaddr"], n)
+        if op.tag == "f" and op.field == "vdata":
+            return SKIP if lds else O.vgpr_text(f["vdata"], op.width + tfe)
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own)
+    if s is None:
+        return None
     if info.fmt.name == "MTBUF":
         fmt = f["format"]
         if fmt != 1:
@@ -651,83 +656,27 @@ def print_mubuf(ctx: Ctx) -> str | None:
 MIMG_DIM = ("1D", "2D", "3D", "CUBE", "1D_ARRAY", "2D_ARRAY", "2D_MSAA", "2D_MSAA_ARRAY")
 
 
-def _template_width(info: OpInfo, name: str) -> int:
-    return next((o.width for o in info.form.operands if o.tag == "f" and o.field == name), 1)
-
-
-def mimg_operands(f: dict, info: OpInfo, raw: bytes):
-    """(data width, address) of an image instruction as llvm-objdump prints
-    them - address either ``(first VGPR, count)`` or a list of VGPRs (NSA) -
-    or None when LLVM rejects the encoding.
-
-    LLVM decodes with the opcode's default widths (the template's), then
-    switches to the variant for the real data size (dmask bits, or 4 for
-    gather4; halved by d16; +1 with tfe) and address count (per dim and
-    a16), keeping the defaults when no such variant exists or a widened
-    register would pass v255."""
-    img = info.img
-    ddef = _template_width(info, "vdata")
-    adef = img.addr_default or _template_width(info, "vaddr")
-    vdata, vaddr = f["vdata"], f["vaddr"]
-    nsa, a16 = f["nsa"], f["a16"]
-    lst = None
-    if nsa:
-        n = img.nsa.get((nsa, a16))
-        if not n:
-            return None
-        lst = [vaddr] + list(raw[8:8 + 4 * nsa])[:n - 1]
-    elif img.bvh:
-        adef = img.addr[8 * a16]
-        if adef is None:
-            return None
-    if vdata + ddef > 256 or (lst is None and vaddr + adef > 256):
-        return None
-    dw, aw = ddef, adef
-    a = None if img.bvh else img.addr[f["dim"] + 8 * a16]
-    if a is not None:
-        d = 4 if img.gather else max(bin(f["dmask"]).count("1"), 1)
-        if f["d16"]:
-            d = (d + 1) // 2
-        d += f["tfe"]
-        fits = d == ddef or vdata + d <= 256
-        if lst is not None:
-            n = len(lst)
-            if (a <= n and (d != ddef or a != n) and d in img.data_widths
-                    and (a == n or a in img.nsa_counts) and fits):
-                dw, lst = d, lst[:a]
-        else:
-            a = 16 if a > 12 else a
-            if ((d != ddef or a != adef) and d in img.data_widths and a in img.addr_widths
-                    and fits and (a == adef or vaddr + a <= 256)):
-                dw, aw = d, a
-    return dw, (lst if lst is not None else (vaddr, aw))
-
-
 def print_mimg(ctx: Ctx) -> str | None:
     """Image instructions: register widths from :func:`mimg_operands`."""
     info = ctx.info
     f = ctx.f
     if info.img is None:
         return None
-    m = mimg_operands(f, info, ctx.raw)
+    m = O.mimg_operands(f, info, ctx.raw)
     if m is None:
         return None
     dw, addr = m
-    parts = []
-    for op in info.form.operands:
+
+    def own(op):
         if op.tag == "f" and op.field == "vdata":
-            t = O.vgpr_text(f["vdata"], dw)
-        elif op.tag == "f" and op.field == "vaddr":
-            if isinstance(addr, list):
-                t = "[" + ", ".join(f"v{r}" for r in addr) + "]"
-            else:
-                t = O.vgpr_text(*addr)
-        else:
-            t = operand_text(op, ctx)
-        if t is None:
-            return None
-        parts.append(t)
-    s = info.mnemonic + " " + ", ".join(parts)
+            return O.vgpr_text(f["vdata"], dw)
+        if op.tag == "f" and op.field == "vaddr":
+            return "[" + ", ".join(f"v{r}" for r in addr) + "]" if isinstance(addr, list) else O.vgpr_text(*addr)
+        return TABLE
+
+    s = _plain(ctx, info.form, own=own)
+    if s is None:
+        return None
     if info.img.bvh:
         return s + " a16" if f["a16"] else s
     if f["dmask"]:
@@ -735,11 +684,7 @@ def print_mimg(ctx: Ctx) -> str | None:
     s += f" dim:SQ_RSRC_IMG_{MIMG_DIM[f['dim']]}"
     if f["unorm"]:
         s += " unorm"
-    s += _cpol(f)
-    for name in ("r128", "a16", "tfe", "lwe", "d16"):
-        if f[name]:
-            s += " " + name
-    return s
+    return s + _cpol(f) + _flags(f, ("r128", "a16", "tfe", "lwe", "d16"))
 
 
 def print_exp(ctx: Ctx) -> str | None:
@@ -751,14 +696,7 @@ def print_exp(ctx: Ctx) -> str | None:
     regs = ([f["vsrc0"], f["vsrc0"], f["vsrc1"], f["vsrc1"]] if f["compr"]
             else [f[f"vsrc{i}"] for i in range(4)])
     srcs = ", ".join(f"v{r}" if f["en"] >> i & 1 else "off" for i, r in enumerate(regs))
-    s = f"exp {tgt} {srcs}"
-    if f["done"]:
-        s += " done"
-    if f["compr"]:
-        s += " compr"
-    if f["vm"]:
-        s += " vm"
-    return s
+    return f"exp {tgt} {srcs}" + _flags(f, ("done", "compr", "vm"))
 
 
 def render(d) -> str | None:
@@ -785,17 +723,147 @@ PRINTERS: dict[str, Callable[[Ctx], str | None]] = {
 
 # --- whole listings, formatted per distinct encoding ------------------------------------
 
+_DWORD_FORMATS = {n: "<%dI" % n for n in range(1, 6)}
+_DWORD_TEXTS = {n: " ".join(["%08X"] * n) for n in range(1, 6)}
+
+
 def encoding_text(raw: bytes) -> str:
     """The dwords of an encoding as llvm-objdump's comment shows them
     (``BF810000 00000000``)."""
+    n = len(raw) // 4
+    if n in _DWORD_TEXTS and len(raw) == 4 * n:
+        return _DWORD_TEXTS[n] % struct.unpack(_DWORD_FORMATS[n], raw)
     return " ".join(f"{int.from_bytes(raw[i:i + 4], 'little'):08X}" for i in range(0, len(raw), 4))
 
 
-def _per_encoding(ds: list, make: Callable) -> list[str]:
+#: listing kind -> {Decoded: its line template}, shared by the listings of
+#: one process (the same encodings recur across code objects); emptied
+#: when it reaches :data:`LINE_MEMO_LIMIT` entries
+_LINE_MEMO: dict[str, dict] = {"lines": {}, "objdump": {}}
+LINE_MEMO_LIMIT = 400_000
+
+
+def _per_encoding(ds: list, make: Callable, kind: str) -> list[str]:
     """``make(d)`` for each element of ``ds``, computed once per distinct
-    :class:`~kpatch.isa.instruction.Decoded` (real code repeats encodings)."""
-    done = {d: make(d) for d in dict.fromkeys(ds)}
+    :class:`~kpatch.isa.instruction.Decoded` (real code repeats encodings)
+    and remembered for the next listing of ``kind``, their texts made in
+    bulk first (:func:`make_texts`)."""
+    memo = _LINE_MEMO[kind]
+    if len(memo) >= LINE_MEMO_LIMIT:
+        memo.clear()
+    distinct = dict.fromkeys(ds)
+    make_texts([d for d in distinct if d not in memo])
+    get = memo.get
+    done = {}
+    for d in distinct:
+        t = get(d)
+        if t is None:
+            t = memo[d] = make(d)
+        done[d] = t
     return list(map(done.__getitem__, ds))
+
+
+#: formats whose base form prints as its plain operand list (print_sop,
+#: print_vop_e32); VOP3 does when no modifier bit is set (and for
+#: VOP3b, whose sdst overlays abs and op_sel, none of clamp, omod, neg)
+_LIST_FORMATS = frozenset({"SOP1", "SOP2", "SOPC", "VOP1", "VOP2", "VOPC"})
+_VOP3_MODIFIERS = (0x7 << 8) | (0xF << 11) | (1 << 15) | (0x1F << 59)
+_VOP3B_MODIFIERS = (1 << 15) | (0x1F << 59)
+#: VOP3P: unused, neg_hi, op_sel, op_sel_hi2, clamp, op_sel_hi, neg (op_sel_hi
+#: at its default, all sources' bits set, prints nothing)
+_VOP3P_MODIFIERS = (0x7 << 23) | (0x7 << 8) | (0x7 << 11) | (1 << 14) | (1 << 15) | (0x1F << 59)
+_VOP3P_OPSEL_HI = ((1 << 59), (1 << 60), (1 << 14))
+#: id(opcode entry) -> how its plain text is made: (mnemonic, modifier bits
+#: that must be ``want``, want, ((operand, field lo, field mask, memo) ...),
+#: whether a DS suffix follows), or None
+_PLANS: dict[int, tuple | None] = {}
+_NO_LITERAL = Ctx({}, None, None, None, None)
+
+
+def _plan(info: OpInfo) -> tuple | None:
+    p = _PLANS.get(id(info), _UNSEEN)
+    if p is _UNSEEN:
+        p = _PLANS[id(info)] = _new_plan(info)
+    return p
+
+
+def _new_plan(info: OpInfo) -> tuple | None:
+    fmt = info.fmt
+    want = 0
+    if fmt.name in _LIST_FORMATS:
+        clear = 0
+    elif fmt.name == "VOP3" and not info.high:
+        clear = _VOP3B_MODIFIERS if info.vop3b else _VOP3_MODIFIERS
+    elif fmt.name == "DS":
+        clear = 0
+    elif fmt.name == "VOP3P" and not info.mix:
+        clear = _VOP3P_MODIFIERS
+        nsrc = sum(1 for op in info.form.operands if op.tag == "f" and op.kind == "src")
+        status = info.mods.get("op_sel_hi", "")
+        if any((status[i] if i < len(status) else "z") == "z" for i in range(min(nsrc, 2))):
+            return None  # (its default bits are invalid: the printer decides)
+        want = sum(_VOP3P_OPSEL_HI[i] for i in range(nsrc))
+    else:
+        return None
+    ops = []
+    for op in info.form.operands:
+        memo = _by_value(op)
+        if op.tag == "t":
+            ops.append((op, 0, 0, {0: op.text}))
+        elif memo is not None:
+            fld = fmt.field(op.field)
+            ops.append((op, fld.lo, fld.mask, memo))
+        elif op.tag == "lit":
+            ops.append((op, 0, 0, {}))
+        else:
+            return None
+    return info.form.mnemonic, clear, want, tuple(ops), fmt is F.DS
+
+
+def make_texts(ds) -> None:
+    """Make the text of each :class:`~kpatch.isa.instruction.Decoded` of
+    ``ds`` (distinct, valid or not) that has none yet.  The encodings whose
+    printer only lists the operands (scalar ALU, VOP1/VOP2/VOPC, VOP3
+    without modifiers, VOP3P at its default op_sel_hi, DS and its offsets)
+    are spelled here from the operand texts memoised per value (a literal's
+    by the printer's own operand function), without a printer call; a value
+    with no text (an invalid register) and every other encoding go through
+    the printer (``Decoded.text``).  The same texts either way
+    (tests/isa/test_text_bulk.py)."""
+    plans = _PLANS
+    from_bytes = int.from_bytes
+    for d in ds:
+        if d._text is not None:
+            continue
+        info = d.info
+        if d.kind is None and info is not None:
+            plan = plans.get(id(info), _UNSEEN)
+            if plan is _UNSEEN:
+                plan = _plan(info)
+            if plan is not None:
+                mnemonic, clear, want, ops, ds_offsets = plan
+                w = from_bytes(d.raw[:8], "little")  # (every field read lies in the base encoding)
+                if w & clear == want:
+                    parts = []
+                    for op, lo, mask, memo in ops:
+                        v = (w >> lo) & mask
+                        t = memo.get(v, _UNSEEN)
+                        if t is _UNSEEN:
+                            if op.tag == "lit" or (v == O.LITERAL and op.kind in ("src", "ss")
+                                                   and op.type != "vreg"):
+                                t = operand_text(op, Ctx({op.field: v}, d.literal, None, None, None))
+                            else:
+                                t = memo[v] = _field_text(op, _NO_LITERAL, v)
+                        if t is None:
+                            break
+                        parts.append(t)
+                    else:
+                        t = mnemonic + " " + ", ".join(parts) if parts else mnemonic
+                        if ds_offsets:
+                            t += ds_suffix(mnemonic, w & 0xFF, w >> 8 & 0xFF, w >> 17 & 1)
+                        d._text = t
+                        continue
+        d.text
 
 
 def _percent(t: str) -> str:
@@ -805,7 +873,7 @@ def _percent(t: str) -> str:
 def address_lines(addrs, ds: list) -> list[str]:
     """``<hex address>\t<text>`` per instruction (``kpatch disasm --format
     lines``), from the columns of :func:`kpatch.isa.lines.disassemble_columns`."""
-    tmpl = _per_encoding(ds, lambda d: "%x\t" + _percent(d._text or d.text))
+    tmpl = _per_encoding(ds, lambda d: "%x\t" + _percent(d._text or d.text), "lines")
     return list(map(mod, tmpl, _ints(addrs)))
 
 
@@ -818,7 +886,7 @@ def objdump_lines(addrs, ds: list, names: dict[int, str]) -> list[str]:
         return "\t" + _percent(t.ljust(59) if len(t) < 59 else t + " ") + "// %012X: " + encoding_text(d.raw)
 
     addrs = _ints(addrs)
-    out = list(map(mod, _per_encoding(ds, make), addrs))
+    out = list(map(mod, _per_encoding(ds, make, "objdump"), addrs))
     if names:
         at = sorted(k for k in (_index(addrs, a) for a in names) if k is not None)
         for k in reversed(at):

@@ -40,10 +40,11 @@ Exact fixes (rule sets gfx1010-isa, gfx1010-hazards):
   same mnemonic; the only reused opcodes of gfx1030 (the fused legacy
   multiply-adds) have none, so it refuses them and names the approximation.
 
-Every ``fix = "..."`` of a rule file names an entry of :data:`FIXES`, the one
-registry; those in :data:`NEEDS_FINDING` work from what the analysis found
-beyond the instruction (``finding.addresses``), so only ``match.finding``
-rules take them.  A ``match.mnemonic`` rule's fix gets an
+Every ``fix = "..."`` of a rule file names an entry of :data:`FIXES`, the
+functions of the names listed, as data, in :mod:`kpatch.rewrite.fixnames`
+(which the rule loader checks against); those in its ``NEEDS_FINDING`` work
+from what the analysis found beyond the instruction (``finding.addresses``),
+so only ``match.finding`` rules take them.  A ``match.mnemonic`` rule's fix gets an
 :class:`InstructionMatch` in place of a finding.
 
 Approximations (rule sets marked ``approximation = true``, used only with
@@ -66,7 +67,7 @@ from kpatch.codeobject import CodeObject
 from kpatch.isa import build, decode, encode
 from kpatch.isa import formats as F
 from kpatch.isa.dots import INT_DOTS, int_dot
-from kpatch.isa.operands import inline_code, signed12
+from kpatch.isa.operands import inline_code, mimg_operands, signed12
 from kpatch.rewrite.edits import CannotFix, Edit
 from kpatch.rewrite.spareregs import KernelCode, VgprBudget
 
@@ -175,7 +176,6 @@ def scratch_offset_fold(ctx: FixContext, finding, rule: str) -> list[Edit]:
 def nsa_to_contiguous(ctx: FixContext, finding, rule: str) -> list[Edit]:
     from kpatch.isa.decoder import decode_one
     from kpatch.isa.encoder import encode_fields
-    from kpatch.isa.text import mimg_operands
 
     i = ctx.inst(finding)
     d = i.d
@@ -318,8 +318,6 @@ FIXES = {
     "dot2-fma-mix": dot2_fma_mix,
     "int-dot-expand": int_dot_expand,
 }
-#: fixes that need the analysis' finding (its ``addresses``), not just the instruction
-NEEDS_FINDING = frozenset({"drop-clause", "vsharp-llc-noalloc"})
 #: the approximation rule (by name) that handles a mnemonic kpatch cannot rewrite exactly
 APPROX_FOR = {
     "v_fmac_legacy_f32_e32": "legacy-fma-as-mad",

@@ -31,7 +31,6 @@ from kpatch.codeobject.descriptor import KD_SIZE
 from kpatch.elf.reader import EHDR, NHDR, SHT_NOTE, ElfFile, Note
 from kpatch.codeobject.metadata import encode_metadata, spread_metadata
 from kpatch.errors import UsageError
-from kpatch.rewrite.relocate import rewrite
 
 
 def _pad(n: int, align: int) -> int:
@@ -77,6 +76,10 @@ def replace_section(data: bytes, index: int, body: bytes) -> bytes:
     s = ElfFile(data).sections[index]
     if len(body) == s.size:
         return bytes(data[:s.offset]) + bytes(body) + bytes(data[s.offset + s.size:])
+    # the re-layout (with the code scan, the ISA and numpy) only when a size changes:
+    # the rule loader reads HEADER_ACTIONS from here and must start fast
+    from kpatch.rewrite.relocate import rewrite
+
     return rewrite(data, None, [], section_contents={index: bytes(body)}).data
 
 

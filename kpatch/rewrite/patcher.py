@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from kpatch.analysis import analyse
-from kpatch.analysis.decodememo import decode_memo, forget as forget_decodes
+from kpatch.isa.decodememo import decode_memo, forget as forget_decodes
 from kpatch.isa.decoder import no_gc
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, UsageError

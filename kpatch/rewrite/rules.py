@@ -35,7 +35,7 @@ A rule file holds one rule set::
     insert_before = [{ op = "s_waitcnt_depctr", simm16 = 0xffe3 }]
     insert_after = [{ op = "s_nop", simm16 = 0 }]
     fix = "opcode-reuse"                             # a named built-in transformation
-                                                     #   (kpatch.rewrite.fixes.FIXES), alone
+                                                     #   (kpatch.rewrite.fixnames), alone
     header = { wgp_mode = false }                    # kernel header actions (match.finding: the
                                                      #   kernels with that finding)
     header = { mach = "gfx1010", xnack = "-" }       # object header actions (match.header = true)
@@ -75,6 +75,7 @@ from importlib.resources import files
 
 from kpatch.data import read_toml
 from kpatch.errors import FormatError
+from kpatch.rewrite.fixnames import FIX_NAMES, NEEDS_FINDING
 
 MATCH_KINDS = ("finding", "mnemonic", "header")
 SEQ_ACTIONS = ("replace", "insert_before", "insert_after")
@@ -310,7 +311,6 @@ def _actions(path: str, where: str, kind: str, on_object: bool, raw: dict) -> di
 
 def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: dict) -> None:
     """Reject every action the engine does not perform for this match (see the module docstring)."""
-    from kpatch.rewrite.fixes import FIXES, NEEDS_FINDING
     from kpatch.rewrite.headers import HEADER_ACTIONS, header_problem
 
     inst = [a for a in INSTRUCTION_ACTIONS if a in raw]
@@ -326,8 +326,8 @@ def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: d
             raise _err(path, f"{where}.{inst[0]}", "a fix is the whole transformation of the instruction: "
                        "it takes no set, replace, insert_before or insert_after")
         fix = raw["fix"]
-        if fix not in FIXES:
-            raise _err(path, f"{where}.fix", f"unknown fix {fix!r} (known: {', '.join(FIXES)})")
+        if fix not in FIX_NAMES:
+            raise _err(path, f"{where}.fix", f"unknown fix {fix!r} (known: {', '.join(FIX_NAMES)})")
         if kind == "mnemonic" and fix in NEEDS_FINDING:
             raise _err(path, f"{where}.fix", f"{fix} works from what the analysis found (a finding), "
                        f"so it needs match.finding, not match.mnemonic")

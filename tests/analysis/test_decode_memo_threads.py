@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from kpatch.analysis.decodememo import decode_memo, decode_ranges
+from kpatch.isa.decodememo import decode_memo, decode_ranges
 
 # s_nop 0; s_endpgm (GFX10 encodings, llvm-mc-16 -mcpu=gfx1030 -show-encoding)
 CODE = bytes.fromhex("000080bf" "000081bf")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-import kpatch.analysis.decodememo as dm
+import kpatch.isa.decodememo as dm
 from conftest import FIXTURES
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject

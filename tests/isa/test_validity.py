@@ -3,7 +3,7 @@ sizes with the one-position ones.
 
 kpatch decides whether LLVM accepts a common encoding without printing it
 (kpatch.isa.validity) and finds instruction boundaries for a whole buffer
-with numpy (kpatch.isa.sizes.Sizer); both are shortcuts for slower
+with numpy (kpatch.isa.bulk.Sizer); both are shortcuts for slower
 reference paths (printing, kpatch.isa.sizes.measure) that the LLVM
 agreement tests check.  Here the shortcuts must give exactly the reference
 answers on seeded random encodings of every opcode of both targets.
@@ -18,7 +18,8 @@ import pytest
 
 from kpatch.isa import formats as F
 from kpatch.isa.decoder import identify_by_printing
-from kpatch.isa.sizes import Sizer, measure
+from kpatch.isa.bulk import Sizer
+from kpatch.isa.sizes import measure
 from kpatch.isa.tables import load
 from kpatch.isa.validity import COMPILED, checker
 
@@ -88,3 +89,63 @@ def test_vectorised_sizes_match_measure(cpu):
     for i in range(len(words)):
         m = measure(data, 4 * i, len(data), tables)
         assert got[i] == (0 if m is None else m[0] // 4), (i, data[4 * i:4 * i + 8].hex())
+
+
+@pytest.mark.parametrize("cpu", ["gfx1010", "gfx1030"])
+def test_identifying_many_encodings_at_once_agrees_with_one_at_a_time(cpu):
+    """kpatch.isa.bulk.identify_words (grouped by opcode, compiled checks)
+    gives, for every encoding, what kpatch.isa.decoder.identify_word gives
+    alone: random 1- and 2-dword encodings of every opcode of every format."""
+    from kpatch.isa.bulk import identify_words
+    from kpatch.isa.decoder import DecodeCache, identify_word
+
+    tables = load(cpu)
+    rng = random.Random(11)
+    for ndw in (1, 2):
+        keys = set()
+        for fmtname, ops in tables.ops.items():
+            fmt = F.FORMATS[fmtname]
+            for op, info in ops.items():
+                for _ in range(4):
+                    w = random_word(rng, fmt, op, info)
+                    if ndw == 2 and fmt.size == 4:
+                        w |= rng.getrandbits(32) << 32
+                    keys.add(w & ((1 << 32 * ndw) - 1) if fmt.size <= 4 * ndw else w & 0xFFFFFFFF)
+        keys |= {rng.getrandbits(32 * ndw) for _ in range(2000)}
+        keys = sorted(keys)
+        got = identify_words(keys, ndw, DecodeCache(cpu))
+        one = DecodeCache(cpu)
+        for w, d in zip(keys, got):
+            e = identify_word(w, ndw, one)
+            assert (d.raw, d.fmt, d.info, d.kind, d.text) == (e.raw, e.fmt, e.info, e.kind, e.text), hex(w)
+
+
+@pytest.mark.parametrize("cpu", ["gfx1010", "gfx1030"])
+def test_identifying_long_encodings_at_once_agrees_with_decoding_each(cpu):
+    """For encodings longer than 2 dwords (VOP3 and VOP3P with a literal,
+    NSA images), kpatch.isa.bulk.identify_words at the size the sizes give
+    is what kpatch.isa.decoder.decode_at decodes there."""
+    from kpatch.isa.bulk import identify_words
+    from kpatch.isa.decoder import DecodeCache, decode_at
+
+    tables = load(cpu)
+    rng = random.Random(13)
+    by_size: dict[int, set[bytes]] = {}
+    for fmtname, ops in tables.ops.items():
+        fmt = F.FORMATS[fmtname]
+        for op, info in ops.items():
+            for _ in range(6):
+                w = random_word(rng, fmt, op, info)
+                if fmt.size == 8 and rng.random() < 0.5:
+                    w = (w & ~(0x1FF << 32)) | (0xFF << 32)  # src0: a literal
+                raw = w.to_bytes(fmt.size, "little") + rng.getrandbits(128).to_bytes(16, "little")
+                m = measure(raw, 0, len(raw), tables)
+                if m is not None and m[0] > 8:
+                    by_size.setdefault(m[0] // 4, set()).add(raw[:m[0]])
+    assert sum(map(len, by_size.values())) > 200
+    for ndw, raws in sorted(by_size.items()):
+        raws = sorted(raws)
+        got = identify_words([int.from_bytes(r, "little") for r in raws], ndw, DecodeCache(cpu))
+        for raw, d in zip(raws, got):
+            e = decode_at(raw, 0, DecodeCache(cpu))
+            assert (d.raw, d.fmt, d.info, d.kind, d.text) == (e.raw, e.fmt, e.info, e.kind, e.text), raw.hex()

@@ -251,6 +251,16 @@ def test_every_fix_name_is_in_the_one_registry(tmp_path):
         assert rs.rules[0].fix == name
 
 
+def test_fix_name_registry_is_fixes_names():
+    """The light registry the loader checks against (kpatch.rewrite.fixnames)
+    names exactly the functions of kpatch.rewrite.fixes.FIXES, in order."""
+    from kpatch.rewrite.fixes import FIXES
+    from kpatch.rewrite.fixnames import FIX_NAMES, NEEDS_FINDING
+
+    assert tuple(FIXES) == FIX_NAMES
+    assert NEEDS_FINDING <= set(FIX_NAMES)
+
+
 def test_cli_rules_file_loads_and_rejects(tmp_path):
     """`kpatch rules --rules FILE` shows a rule the engine performs and names a bad one."""
     from conftest import kpatch_in_process

@@ -23,7 +23,7 @@ from __future__ import annotations
 from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import M_BUFFER, mask_of
 from kpatch.analysis.findings import Finding
-from kpatch.isa.operands import inline_u32
+from kpatch.isa.operands import inline_u32, sgpr_number
 
 LLC_NOALLOC_SHIFT = 26
 LLC_NOALLOC_MASK = 3 << LLC_NOALLOC_SHIFT
@@ -123,7 +123,7 @@ def detect(ctx: Context) -> list[Finding]:
     for k in ctx.marked(M_BUFFER):
         f = facts[k]
         inst = insts[k]
-        word3 = inst.fields["srsrc"] * 4 + 3
+        word3 = sgpr_number("srsrc", inst.fields["srsrc"]) + 3
         if not f.sreads >> word3 & 1:
             continue  # no descriptor operand (buffer_gl0_inv and the like)
         writers, _ = reaching_writers(ctx, k, word3, memo)

@@ -19,8 +19,9 @@ from typing import Iterator
 
 import numpy as np
 
-from kpatch.isa import decode as _decode
-from kpatch.isa.decoder import Buffer, cache_for, no_gc
+from kpatch.isa.bulk import decode as _decode
+from kpatch.isa.bulk import Buffer
+from kpatch.isa.decoder import cache_for, no_gc
 from kpatch.isa.instruction import Instruction
 
 #: ``memo``: this thread's active memo (None outside :func:`decode_memo`).
