@@ -24,8 +24,10 @@ SHARED_APERTURE_HI = 0x00010000
 PRIVATE_APERTURE_HI = 0x00020000
 #: Base address of the sentinel buffer resource the dispatch gives kernels as
 #: their private segment buffer: MUBUF accesses through it go to the lane's
-#: private memory.
-SCRATCH_RSRC_BASE = PRIVATE_APERTURE_HI << 32
+#: private memory.  It fits the resource's 48-bit BASE_ADDRESS field with the
+#: STRIDE bits above it zero (the flat private aperture, bit 49 up, does not),
+#: and no buffer or code segment is mapped there.
+SCRATCH_RSRC_BASE = 0xFFFF_0000_0000
 
 
 class LazyBytes:

@@ -136,3 +136,78 @@ def test_a_kernel_addressing_tensors_past_a_mebibyte_is_verified(tmp_path):
     code = open(assemble(tmp_path, "far", FAR), "rb").read()
     v = verify_kernel(code, code, "far", runs=2)
     assert v.status == EQUAL, v.detail
+
+
+SCRATCH = """
+.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
+.text
+.globl pscr
+.p2align 8
+.type pscr,@function
+pscr:
+    s_load_dwordx2 s[8:9], s[4:5], 0
+    s_add_u32 s0, s0, s7
+    s_addc_u32 s1, s1, 0
+    v_lshlrev_b32 v2, 2, v0
+    v_mov_b32 v3, 8
+    s_waitcnt lgkmcnt(0)
+    global_load_dword v1, v2, s[8:9]
+    s_waitcnt vmcnt(0)
+    buffer_store_dword v1, v3, s[0:3], 0 offen offset:4
+    v_add_nc_u32 v4, v1, 1
+    buffer_store_dword v4, off, s[0:3], 0 offset:16
+    buffer_load_dword v5, off, s[0:3], 0 offset:12
+    buffer_load_dword v6, v3, s[0:3], 0 offen offset:8
+    s_waitcnt vmcnt(0)
+    v_mul_lo_u32 v5, v5, v6
+    global_store_dword v2, v5, s[8:9] offset:128
+    s_endpgm
+.Lpscr_end:
+    .size pscr, .Lpscr_end - pscr
+
+.rodata
+.p2align 6
+.amdhsa_kernel pscr
+    .amdhsa_user_sgpr_private_segment_buffer 1
+    .amdhsa_user_sgpr_kernarg_segment_ptr 1
+    .amdhsa_system_sgpr_private_segment_wavefront_offset 1
+    .amdhsa_private_segment_fixed_size 32
+    .amdhsa_next_free_vgpr 8
+    .amdhsa_next_free_sgpr 16
+    .amdhsa_wavefront_size32 1
+.end_amdhsa_kernel
+
+.amdgpu_metadata
+---
+amdhsa.version: [ 1, 1 ]
+amdhsa.kernels:
+  - .name: pscr
+    .symbol: pscr.kd
+    .kernarg_segment_size: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 32
+    .kernarg_segment_align: 8
+    .wavefront_size: 32
+    .sgpr_count: 16
+    .vgpr_count: 8
+    .max_flat_workgroup_size: 32
+    .args:
+      - { .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
+...
+.end_amdgpu_metadata
+"""
+
+
+def test_scratch_through_the_private_segment_buffer(tmp_path):
+    """MUBUF through the private segment buffer the dispatch puts in s[0:3]
+    (after the kernel adds its wave offset, as LLVM's prologue does) reaches
+    each lane's private memory: two dwords stored at private bytes 12 and 16
+    (offen and off), read back swapped, multiplied."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "pscr", SCRATCH), "rb").read()
+    buf = np.zeros(64, np.uint32)
+    buf[:32] = np.random.default_rng(3).integers(0, 1 << 32, 32, dtype=np.uint32)
+    out = run(code, "pscr", [buf], (32,), (32,)).array(0)
+    x = buf[:32].astype(np.uint64)
+    assert out[32:].tolist() == ((x * (x + 1)) & 0xFFFFFFFF).tolist()
