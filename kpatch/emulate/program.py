@@ -1435,6 +1435,14 @@ def _mubuf(inst, ctx):
         voff = w.v[va + idxen][ex].astype(np.int64) if offen else np.zeros(int(ex.sum()), np.int64)
         if base == SCRATCH_RSRC_BASE:
             return ("private", voff + ioff + soff(w), None)
+        if w3 == 0:
+            # A resource whose word 3 is all zero (FORMAT 0 = BUF_FMT_INVALID, RESOURCE_LEVEL 0,
+            # OOB_SELECT 0) is switched off: nothing is read (0) or written.  Inferred, not from
+            # AMD's ISA text: MIOpen's Winograd v30 kernels switch their bias buffer off this way,
+            # word 3 zeroed and the base never loaded, and read through it on every dispatch.
+            # Only the all-zero word is taken so; any other resource is checked as the fields say.
+            n = int(ex.sum())
+            return ("global", np.zeros(n, np.uint64), np.zeros(n, bool))
         if (w3 >> 23) & 1 or (w3 >> 19) & 3:
             raise CannotEmulate(m, inst.address, "swizzled / add-tid buffer resource")
         oob = (w3 >> 28) & 3

@@ -211,3 +211,30 @@ def test_scratch_through_the_private_segment_buffer(tmp_path):
     out = run(code, "pscr", [buf], (32,), (32,)).array(0)
     x = buf[:32].astype(np.uint64)
     assert out[32:].tolist() == ((x * (x + 1)) & 0xFFFFFFFF).tolist()
+
+
+OFF = OOB3.replace("oob3", "woff").replace("""    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""", """    s_mov_b32 s11, 0
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    v_mov_b32 v3, 7
+    buffer_store_dword v3, v0, s[8:11], 0 idxen
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""")
+
+
+def test_a_resource_with_word3_zero_is_switched_off(tmp_path):
+    """A buffer resource whose word 3 is zero (invalid format, the way
+    MIOpen's Winograd v30 kernels switch their bias buffer off) reads 0 and
+    writes nothing, though its base, stride and NUM_RECORDS cover a real
+    buffer."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "woff", OFF), "rb").read()
+    src = np.arange(1000, 1000 + 128, dtype=np.uint32)
+    r = run(code, "woff", [src, np.full(32, 5, np.uint32), 200], (32,), (32,))
+    assert r.array(1).tolist() == [0] * 32
+    assert r.array(0).tolist() == list(range(1000, 1128))
