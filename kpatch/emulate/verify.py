@@ -36,7 +36,7 @@ from kpatch.emulate.memory import LazyBytes
 
 #: Bytes of each synthesised buffer (random, made where touched) and of each
 #: buffer a recipe fills (zeros after the recipe's bytes).
-BUFFER_BYTES = 256 << 20
+BUFFER_BYTES = 1 << 30
 RECIPE_BYTES = 1 << 20
 GUARD_BYTES = 4096
 #: Values integer by-value arguments take, run by run.
@@ -190,23 +190,34 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
 
 
 def comparable(a: list, b: list) -> tuple[list, list]:
-    """Two memory images as (name, bytes) lists of the same shapes: a
-    :class:`LazyBytes` buffer becomes its bytes up to the end of the last
-    page either side touched (pages one side did not touch are its seed's,
-    the same on both)."""
+    """Two memory images as lists of ``(name, start, bytes, size)`` of the
+    same shapes: ``bytes`` are the buffer's from byte ``start`` of its
+    ``size``.  A plain buffer is one entry from 0; a :class:`LazyBytes`
+    buffer is one entry per run of consecutive pages either side touched
+    (pages neither side touched are its seed's, the same on both, and are
+    not made)."""
     outa, outb = [], []
     for (na, da), (nb, db) in zip(a, b):
         if isinstance(da, LazyBytes) and isinstance(db, LazyBytes):
-            last = max(set(da.pages) | set(db.pages), default=-1)
-            da = b"".join(da.page(p).tobytes() for p in range(last + 1))
-            db = b"".join(db.page(p).tobytes() for p in range(last + 1))
-        outa.append((na, da))
-        outb.append((nb, db))
+            pages = sorted(set(da.pages) | set(db.pages))
+            runs: list[list[int]] = []
+            for p in pages:
+                if runs and runs[-1][-1] == p - 1:
+                    runs[-1].append(p)
+                else:
+                    runs.append([p])
+            for run in runs:
+                start = run[0] * LazyBytes.PAGE
+                outa.append((na, start, b"".join(da.page(p).tobytes() for p in run), da.size))
+                outb.append((nb, start, b"".join(db.page(p).tobytes() for p in run), db.size))
+            continue
+        outa.append((na, 0, bytes(da), len(da)))
+        outb.append((nb, 0, bytes(db), len(db)))
     return outa, outb
 
 
 def _first_difference(a: list, b: list) -> str:
-    for (na, da), (nb, db) in zip(a, b):
+    for (na, start, da, size), (nb, _, db, _) in zip(a, b):
         if da != db:
             x = np.frombuffer(da, np.uint8)
             y = np.frombuffer(db, np.uint8)
@@ -215,9 +226,9 @@ def _first_difference(a: list, b: list) -> str:
             if len(idx) == 0:
                 return f"{na}: sizes differ"
             i = int(idx[0])
-            where = f"byte {i - GUARD_BYTES:#x}" if na.startswith("arg") else f"byte {i:#x}"
-            data_end = GUARD_BYTES + (RECIPE_BYTES if len(x) == RECIPE_BYTES + 2 * GUARD_BYTES else BUFFER_BYTES)
-            if na.startswith("arg") and not GUARD_BYTES <= i < data_end:
+            at = start + i
+            where = f"byte {at - GUARD_BYTES:#x}" if na.startswith("arg") else f"byte {at:#x}"
+            if na.startswith("arg") and not GUARD_BYTES <= at < size - GUARD_BYTES:
                 where += " (guard zone)"
             return (f"{na}: {len(idx)} bytes differ, first at {where}: original {x[i]:#04x}, "
                     f"patched {y[i]:#04x}")
@@ -226,10 +237,10 @@ def _first_difference(a: list, b: list) -> str:
 
 def ulp_distance(a: list, b: list) -> tuple[float, int]:
     """(largest distance in f32 ulps, number of differing aligned 4-byte words)
-    over two memory images; inf when a differing word is NaN on one side only
+    over two memory images (as :func:`comparable` gives them); inf when a differing word is NaN on one side only
     or a buffer's size differs."""
     worst, count = 0.0, 0
-    for (_, da), (_, db) in zip(a, b):
+    for (_, _, da, _), (_, _, db, _) in zip(a, b):
         if da == db:
             continue
         if len(da) != len(db) or len(da) % 4:
