@@ -160,13 +160,15 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
 
     \b
     Per kernel:
-      equal         every run of both finished and wrote the same bytes
+      equal         every run of both finished and wrote the same bytes, and
+                    some run wrote into an argument's buffer
       within ulp    only f32 words differ, by at most the bound: the sum of the
                     max_ulp of the approximation rule sets (`kpatch rules NAME`)
                     the patched object's provenance names, or --max-ulp N
       DIFFERENT     some run wrote other bytes, or only one side faulted
       not verified  something was not emulated (named), arguments could not
-                    be synthesised, or both sides stopped: nothing proven
+                    be synthesised, both sides stopped, or no run of either
+                    side wrote a byte (wrote nothing): nothing proven
 
     \b
     Exit status: 0 when every kernel is equal (or within ulp); 1 when some kernel is
@@ -215,7 +217,8 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
             label = {"equal": "equal", "within ulp": "within ulp", "different": "DIFFERENT",
                      "not verified": "not verified"}[v.status]
             recipe = f"; inputs by recipe {v.recipe}" if v.recipe else ""
-            extra = f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions{recipe})" \
+            extra = (f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions, "
+                     f"{v.written[0]:,}/{v.written[1]:,} bytes written{recipe})") \
                 if v.status == "equal" else f": {v.detail}"
             out_console.print(f"{label:<13} {v.name}{extra}", markup=False, highlight=False, crop=False)
         rate = sum(total) / secs if secs else 0.0

@@ -16,11 +16,13 @@ the same addresses and the same values in the registers the hardware
 leaves undefined; run ``r`` uses seed ``seed + r`` and a grid of ``1 + r %
 3`` workgroups.
 
-A kernel is **equal** when every run of both finished and all buffers
-(guard zones included) hold the same bytes; **different** when some run
-wrote different bytes or only one side faulted or stopped; **not
-verified** otherwise (something not emulated, arguments not synthesised,
-both sides faulting).  Only "equal" passes.
+A kernel is **equal** when every run of both finished, all buffers
+(guard zones included) hold the same bytes, and some run wrote into an
+argument's buffer; **different** when some run wrote different bytes or
+only one side faulted or stopped; **not verified** otherwise (something
+not emulated, arguments not synthesised, both sides faulting, no run of
+either side writing a byte: masked-off stores prove nothing).  Only
+"equal" passes.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from kpatch.emulate.memory import LazyBytes
 BUFFER_BYTES = 1 << 30
 RECIPE_BYTES = 1 << 20
 GUARD_BYTES = 4096
-#: Values integer by-value arguments take, run by run.
+#: Values integer by-value arguments take: in run 0 all the first (sizes that
+#: agree, so shape arithmetic such as H - 2 by W - 2 leaves work to do); in
+#: run r argument i the (r + i)-th, cyclically.
 INT_GRID = (8, 1, 5, 3, 16, 2)
 #: Wave-instructions one run of one kernel may take (each side) before it is stopped.
 RUN_LIMIT = 1_000_000
@@ -66,10 +70,12 @@ class KernelVerdict:
     seconds: float = 0.0
     max_ulp: float | None = None  # largest f32 distance among differing words (None: none differed)
     recipe: str = ""  # the argument recipe (kpatch.emulate.recipes) the inputs were built by
+    written: tuple[int, int] = (0, 0)  # bytes stores wrote into argument buffers, all runs, each side
 
     def to_json(self) -> dict:
         return {"kernel": self.name, "status": self.status, "detail": self.detail, "runs": self.runs,
                 "wave_instructions": {"original": self.instructions[0], "patched": self.instructions[1]},
+                "bytes_written": {"original": self.written[0], "patched": self.written[1]},
                 "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp, "recipe": self.recipe or None}
 
 
@@ -131,7 +137,7 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
             plan.values.append(("buf", len(plan.buffers)))
             plan.buffers.append((f"arg{i}", data))
         elif kind == "by_value" and size in (1, 2, 4, 8):
-            plan.values.append(INT_GRID[(run + i) % len(INT_GRID)])
+            plan.values.append(INT_GRID[0] if run == 0 else INT_GRID[(run + i) % len(INT_GRID)])
         elif kind == "by_value":
             plan.values.append(bytes(size))  # aggregates: all zero
         else:
@@ -162,8 +168,22 @@ def _recipe_value(plan: Plan, i: int, v, rng):
     return v
 
 
+def writable_arguments(md: dict) -> list[str]:
+    """Names (or indices) of the explicit arguments a kernel may write
+    through: global buffers not marked const or read-only, and by-value
+    aggregates (they may hold pointers, as recipes' structs do)."""
+    out = []
+    for i, a in enumerate(md.get(".args", [])):
+        kind = a.get(".value_kind", "")
+        ro = a.get(".is_const") or "read_only" in (a.get(".access"), a.get(".actual_access"))
+        if (kind == "global_buffer" and not ro) or (kind == "by_value" and a.get(".size", 0) > 8):
+            out.append(str(a.get(".name") or i))
+    return out
+
+
 def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, limit: int = RUN_LIMIT):
-    """(memory image, wave-instructions, seconds) of one run, or the error that stopped it."""
+    """(memory image, wave-instructions, seconds, bytes written into the
+    argument buffers) of one run, or the error that stopped it."""
     m = Machine(data, seed=seed, target=target)
     k = m.kernel(name)
     md = k.metadata or {}
@@ -185,8 +205,9 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
     try:
         r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit, dynamic_lds=dyn)
     except EmulationError as e:
-        return e, 0, 0.0
-    return m.memory.image(), r.instructions, r.seconds
+        return e, 0, 0.0, 0
+    written = sum(b.written for b in m.memory.buffers if b.name.startswith("arg"))
+    return m.memory.image(), r.instructions, r.seconds, written
 
 
 def comparable(a: list, b: list) -> tuple[list, list]:
@@ -294,6 +315,7 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
         v.seconds += a[2] + b[2]
         v.runs = r + 1
         v.instructions = tuple(ins)
+        v.written = (v.written[0] + a[3], v.written[1] + b[3])
         ea, eb = isinstance(a[0], Exception), isinstance(b[0], Exception)
         if isinstance(b[0], CannotEmulate):
             v.detail = f"patched: {b[0].reason}"
@@ -320,6 +342,12 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
             v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(ia, ib)}"
                         f" (largest f32 difference {ulps:g} ulp)")
             return v
+    if v.written == (0, 0):
+        writable = writable_arguments(md)
+        v.detail = (f"wrote nothing: no run of either side wrote a byte into an argument's buffer "
+                    f"(writable: {', '.join(writable)})" if writable else
+                    "the kernel has no writable argument: nothing it computes can be compared")
+        return v
     v.status = EQUAL if v.max_ulp is None else WITHIN
     if v.status == WITHIN:
         v.detail = f"f32 results differ by at most {v.max_ulp:g} ulp (allowed {max_ulp})"
