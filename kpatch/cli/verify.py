@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import click
 
@@ -96,25 +97,24 @@ class EmulateChecked:
                 first = v if v.status == DIFFERENT else different[0]
                 why = (f"{VERDICT_PREFIX}{DIFFERENT}: {first.detail}" if first is v else
                        f"not written: kernel {first.name} of this object is {DIFFERENT} ({first.detail}); {text}")
-                return KernelOutcome(k.name, "refused", why, k.rules)
-            return KernelOutcome(k.name, k.status, text if not k.reason else f"{k.reason}; {text}", k.rules)
+                return KernelOutcome(k.name, "refused", why, k.rules, v.status)
+            return KernelOutcome(k.name, k.status, text if not k.reason else f"{k.reason}; {text}", k.rules,
+                                 v.status)
         kernels = tuple(mark(k) for k in res.kernels)
-        return PatchResult(None if different else res.data, kernels)
+        if different:
+            first = different[0]
+            return replace(res, data=None, kernels=kernels,
+                           withheld=f"{VERDICT_PREFIX}kernel {first.name} is {DIFFERENT} ({first.detail})")
+        return replace(res, kernels=kernels)
 
 
 def emulation_counts(kernels) -> dict[str, int]:
     """Per verdict, how many of ``kernels`` (KernelOutcomes marked by
-    :class:`EmulateChecked`) had it."""
+    :class:`EmulateChecked`: their ``verified`` field) had it."""
     counts = {"equal": 0, "within ulp": 0, "different": 0, "not verified": 0}
     for k in kernels:
-        i = k.reason.find(VERDICT_PREFIX) if k.reason else -1
-        if i < 0:
-            continue
-        rest = k.reason[i + len(VERDICT_PREFIX):]
-        for status in counts:
-            if rest.startswith(status):
-                counts[status] += 1
-                break
+        if k.verified is not None:
+            counts[k.verified] += 1
     return counts
 
 
