@@ -119,7 +119,9 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
             raise CannotSynthesise(str(e)) from None
         if found is not None:
             plan.recipe = found[0].name
-            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng)
+            names = tuple(str(a.get(".name") or "") for a in md.get(".args", [])
+                          if not a.get(".value_kind", "").startswith("hidden_"))
+            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, names)
             chosen = found[0].build(ctx, found[1], name)
     explicit = -1
     for i, a in enumerate(md.get(".args", [])):
