@@ -255,3 +255,46 @@ def test_a_kernel_reading_320_mib_into_a_buffer_is_verified(tmp_path):
     code = open(assemble(tmp_path, "far320", text), "rb").read()
     v = verify_kernel(code, code, "far320", runs=1)
     assert v.status == EQUAL, v.detail
+
+
+PART = OOB3.replace("oob3", "part").replace("""    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""", """    s_mov_b32 s11, 0x31000000
+    s_and_b32 s9, s9, 0xffff
+    v_lshlrev_b32 v3, 4, v0
+    buffer_load_dwordx4 v[4:7], v3, s[8:11], 0 offen
+    v_mov_b32 v8, -1
+    v_mov_b32 v9, -2
+    v_mov_b32 v10, -3
+    v_mov_b32 v11, -4
+    buffer_store_dwordx4 v[8:11], v3, s[8:11], 0 offen offset:512
+    s_waitcnt vmcnt(0)
+    v_lshlrev_b32 v2, 4, v0
+    global_store_dwordx4 v2, v[4:7], s[6:7]
+""").replace(".vgpr_count: 4", ".vgpr_count: 12").replace("amdhsa_next_free_vgpr 4", "amdhsa_next_free_vgpr 12")
+
+
+def test_a_dwordx4_partly_out_of_range_keeps_the_dwords_inside(tmp_path):
+    """OOB_SELECT 3 (raw buffer, stride 0): each dword of a dwordx4 is
+    range-checked on its own (RDNA ISA, range checking: "Load/store-Dword-
+    x{2,3,4} range-check per component"), all its bytes inside NUM_RECORDS.
+    Lane k loads 16 bytes at byte 16k and stores 16 at 512 + 16k; with
+    NUM_RECORDS 530 / 40 / 38 the dwords ending at or before it load and
+    store, the rest read 0 and are not written."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "part", PART), "rb").read()
+    src = np.arange(1000, 1000 + 256, dtype=np.uint32)
+    for nrec in (530, 40, 38):
+        buf = src.copy()
+        r = run(code, "part", [buf, np.zeros(128, np.uint32), nrec], (32,), (32,))
+        dword_end = (np.arange(128) + 1) * 4  # byte after dword d of the loads (lane d // 4)
+        want = np.where(dword_end <= nrec, src[:128], 0)
+        assert r.array(1).tolist() == want.tolist(), nrec
+        stored = np.arange(128, 256)  # dwords the stores address
+        kept = (stored + 1) * 4 > nrec
+        after = r.array(0)
+        assert after[:128].tolist() == src[:128].tolist()
+        assert after[128:].tolist() == np.where(kept, src[128:], [(-1 - k % 4) & 0xFFFFFFFF for k in range(128)]).tolist(), nrec
