@@ -91,6 +91,7 @@ class Plan:
     values: list = field(default_factory=list)  # per explicit arg: ("buf", index), int, bytes or
     #   ("struct", bytes, ((offset, buffer index), ...)): an aggregate holding buffers' addresses
     recipe: str = ""  # the argument recipe used, if any
+    links: list = field(default_factory=list)  # (buffer, byte offset, buffer whose address is written there)
     grid: tuple = (1, 1, 1)
     block: tuple = (1, 1, 1)
 
@@ -148,7 +149,8 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
 
 
 def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
-    """A buffer of RECIPE_BYTES holding a recipe's bytes, in random guard zones."""
+    """A buffer of RECIPE_BYTES holding a recipe's bytes, in random guard zones
+    (the buffers its pointers name made too, linked in ``plan.links``)."""
     if len(fill.head) > RECIPE_BYTES:
         raise CannotSynthesise(f"{name}: the recipe's {len(fill.head)} bytes exceed the {RECIPE_BYTES}-byte buffer")
     data = np.zeros(RECIPE_BYTES + 2 * GUARD_BYTES, np.uint8)
@@ -156,7 +158,10 @@ def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
     data[GUARD_BYTES + RECIPE_BYTES:] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
     data[GUARD_BYTES:GUARD_BYTES + len(fill.head)] = np.frombuffer(fill.head, np.uint8)
     plan.buffers.append((name, data))
-    return ("buf", len(plan.buffers) - 1)
+    index = len(plan.buffers) - 1
+    for off, f in fill.pointers:
+        plan.links.append((index, off, _recipe_buffer(plan, f"{name}@{off}", f, rng)[1]))
+    return ("buf", index)
 
 
 def _recipe_value(plan: Plan, i: int, v, rng):
@@ -189,8 +194,12 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
     m = Machine(data, seed=seed, target=target)
     k = m.kernel(name)
     md = k.metadata or {}
-    bases = [(m.memory.allocate_lazy(n, LazyBytes(d.size, d.seed, d.head)) if isinstance(d, LazyBytes)
-              else m.memory.allocate(n, d)).base + GUARD_BYTES for n, d in plan.buffers]
+    allocs = [m.memory.allocate_lazy(n, LazyBytes(d.size, d.seed, d.head)) if isinstance(d, LazyBytes)
+              else m.memory.allocate(n, d) for n, d in plan.buffers]
+    bases = [b.base + GUARD_BYTES for b in allocs]
+    for bi, off, target in plan.links:
+        allocs[bi].data[GUARD_BYTES + off:GUARD_BYTES + off + 8] = np.frombuffer(
+            bases[target].to_bytes(8, "little"), np.uint8)
     values = []
     for v in plan.values:
         if isinstance(v, tuple) and v[0] == "buf":

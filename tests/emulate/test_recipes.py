@@ -100,11 +100,13 @@ ROCBLAS = os.path.join(HERE, "..", "..", "kdb_cache", "sid-root", "usr", "lib", 
                        "4.4.1", "library", "TensileLibrary_Type_SS_Contraction_l_Alik_Bjlk_Cijk_Dijk_gfx1030.co")
 
 
-def test_tensile_recipe_computes_the_gemm_numpy_computes():
+@pytest.mark.parametrize("batched", [False, True])
+def test_tensile_recipe_computes_the_gemm_numpy_computes(batched):
     """rocBLAS's Tensile kernels take pointers, sizes and strides as plain
     by-value arguments named in the metadata; the tensile-gemm recipe makes
     them agree (kdb_cache: tools/fetch_sid.sh).  A real SGEMM kernel
-    (Alik_Bjlk: A[l + i*L], B[j + l*J], C and D[i + j*I]) run on them writes
+    (Alik_Bjlk: A[l + i*L], B[j + l*J], C and D[i + j*I]; batched: the
+    addresses are arrays holding the batch's pointer) run on them writes
     D = 1.5 * A.B + 0.5 * C as numpy computes it (float64, relative 1e-5),
     for three sizes (partial tiles included), and the recipe's inputs hold no
     NaN."""
@@ -118,20 +120,29 @@ def test_tensile_recipe_computes_the_gemm_numpy_computes():
     with open(ROCBLAS, "rb") as f:
         data = f.read()
     co = CodeObject.from_bytes(data)
-    name = next(k.name for k in co.kernels if k.name.startswith("Cijk_Alik_Bjlk_SB_MT128x128x8_") and "_GSU1_" in k.name)
+    prefix = "Cijk_Alik_Bjlk_SB_GB_MT128x128x8_" if batched else "Cijk_Alik_Bjlk_SB_MT128x128x8_"
+    name = next(k.name for k in co.kernels if k.name.startswith(prefix) and "_GSU1_" in k.name)
     md = co.kernel(name).metadata
     for run in range(3):
         plan = synthesise(md, run, 0, name)
         assert plan.recipe == "tensile-gemm"
         image = dict(_execute(data, name, plan, run, None, 1_000_000)[0])
-        i, j, k = struct.unpack("<III", plan.values[12])
-        n_l = plan.values[13]
+        names = [str(a.get(".name")) for a in md[".args"]]
+        i, j, k = struct.unpack("<III", plan.values[names.index("SizesFree")])
+        n_l = plan.values[names.index("SizesSum")]
+
+        def buffer(arg):  # the tensor's buffer index (through the pointer array when batched)
+            index = plan.values[names.index(arg)][1]
+            return next(t for b, off, t in plan.links if b == index) if batched else index
 
         def given(arg, count):
-            return np.frombuffer(plan.buffers[plan.values[arg][1]][1][GUARD_BYTES:GUARD_BYTES + 4 * count].tobytes(),
-                                 np.float32).astype(np.float64)
-        a, b, c = given(4, n_l * i).reshape(i, n_l), given(5, n_l * j).reshape(n_l, j), given(3, i * j).reshape(j, i)
+            raw = plan.buffers[buffer(arg)][1][GUARD_BYTES:GUARD_BYTES + 4 * count].tobytes()
+            return np.frombuffer(raw, np.float32).astype(np.float64)
+        a = given("AddressA", n_l * i).reshape(i, n_l)
+        b = given("AddressB", n_l * j).reshape(n_l, j)
+        c = given("AddressC", i * j).reshape(j, i)
         assert np.isfinite(a).all() and np.isfinite(b).all() and k == 1
-        d = np.frombuffer(image["arg2"][GUARD_BYTES:GUARD_BYTES + 4 * i * j], np.float32).reshape(j, i)  # AddressD
+        out = image[plan.buffers[buffer("AddressD")][0]]
+        d = np.frombuffer(out[GUARD_BYTES:GUARD_BYTES + 4 * i * j], np.float32).reshape(j, i)
         want = (1.5 * a @ b).T + 0.5 * c
         assert np.allclose(d, want, rtol=1e-5, atol=1e-5), (run, i, j, n_l)
