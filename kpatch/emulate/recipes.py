@@ -82,6 +82,9 @@ class Recipe:
     build: Callable[[Context, tuple, str], dict]  # (context, matched signature, kernel name) -> {index: value}
     source: str
     notes: str = field(default="")
+    #: when set, the recipe is for the kernels whose metadata it accepts (others of the name
+    #: pattern are synthesised as usual): Tensile's source kernels share the assembly ones' names
+    applies: Callable[[dict], bool] | None = None
 
 
 class RecipeDoesNotHold(Exception):
@@ -99,7 +102,7 @@ def find(name: str, md: dict) -> tuple[Recipe, tuple] | None:
     no recipe names it; RecipeDoesNotHold when one names it but its
     arguments are not what the recipe expects."""
     for r in RECIPES:
-        if r.pattern.search(name):
+        if r.pattern.search(name) and (r.applies is None or r.applies(md)):
             sig = signature(md)
             if sig not in r.signatures:
                 raise RecipeDoesNotHold(f"recipe {r.name} does not hold: the kernel's arguments are "
@@ -421,5 +424,7 @@ RECIPES: tuple[Recipe, ...] = (
            "Tensile (rocBLAS 4.4.1's library): KernelWriterAssembly.py (argument names and order), "
            "ContractionSolution.cpp (NumWorkGroups, NumFullBlocks, WgmRemainder1, smallMagicNumber), "
            "the kernel name (index order of A and B, data types, macro tile MT0xMT1xDepthU, GSU1, WGM)",
-           "one global split (GSU1) only; batched (GB) kernels get arrays of one pointer"),
+           "one global split (GSU1) only; batched (GB) kernels get arrays of one pointer; the assembly "
+           "kernels (named arguments), not the source kernels of the same names",
+           lambda md: [a.get(".name") for a in md.get(".args", [])[:1]] == ["Tensor2dSizeA"]),
 )
