@@ -1123,6 +1123,19 @@ def _ds(inst, ctx):
                 v = np.stack([w.v[d0 + k][ex] for k in range(nd)], 1)
                 w.lds.write(ad, to_bytes(v, size))
         return ds1
+    if mo and not mo.group(2) and mo.group(3) in ("u8", "i8", "u16", "i16", "b8", "b16"):
+        # d16: a byte or short into (or from) one half of the VGPR, the other half kept
+        rd = mo.group(1) in ("read", "load")
+        size, signed, hi = (1 if "8" in mo.group(3) else 2), mo.group(3)[0] == "i", bool(mo.group(5))
+
+        def ds1d16(w):
+            ex = w.exec
+            ad = w.v[a][ex].astype(np.int64) + off
+            if rd:
+                _vmem_loaded(w, ex, vd, w.lds.read(ad, size), size, signed, True, hi)
+            else:
+                w.lds.write(ad, _vmem_store_data(w, ex, d0, size, hi))
+        return ds1d16
     if m in ("ds_swizzle_b32",):
         return _ds_swizzle(inst, ctx)
     if m in ("ds_bpermute_b32", "ds_permute_b32"):
