@@ -39,6 +39,8 @@ class BlobResult:
     note: str = ""
     #: (bundle entry id or None, original code object, patched code object) for each change
     pairs: list[tuple[str | None, bytes, bytes]] = field(default_factory=list)
+    #: why a patched object is not written (PatchResult.withheld): the blob is refused, not unchanged
+    withheld: str = ""
 
     @property
     def changed(self) -> bool:
@@ -154,11 +156,14 @@ def _patch_bundle(bundle: bytes, **kw) -> BlobResult:
     new_ids: dict[str, str] = {}
     kernels: list[KernelOutcome] = []
     pairs: list[tuple[str | None, bytes, bytes]] = []
+    withheld: list[str] = []
     for e in sources:
         original = bytes(e.data(bundle))
         r = patch_code_object_checked(original, **kw)
         kernels.extend(r.kernels)
         if r.data is None:
+            if r.withheld:
+                withheld.append(f"{e.id}: {r.withheld}")
             continue
         pairs.append((e.id, original, r.data))
         new_target = CodeObject.from_bytes(r.data).target_id
@@ -172,7 +177,7 @@ def _patch_bundle(bundle: bytes, **kw) -> BlobResult:
             new_ids[e.id] = _renamed(e.id, e.target_id, new_target)
     note = "bundle entries " + ", ".join(e.id for e in sources)
     if not new_data:
-        return BlobResult(None, kernels, note)
+        return BlobResult(None, kernels, note, withheld="; ".join(withheld))
     align, pad_tail = infer_bundle_layout(bundle)
     items = [(new_ids.get(e.id, e.id), new_data.get(e.id, bytes(e.data(bundle)))) for e in entries]
     ids = [i for i, _ in items]
@@ -209,7 +214,7 @@ def _patch_blob(data: bytes, **kw) -> BlobResult:
     if kind == "code-object":
         r = patch_code_object_checked(bytes(data), **kw)
         pairs = [(None, bytes(data), r.data)] if r.data is not None else []
-        return BlobResult(r.data, list(r.kernels), "code object", pairs)
+        return BlobResult(r.data, list(r.kernels), "code object", pairs, r.withheld)
     if kind == "bundle":
         return _patch_bundle(bytes(data), **kw)
     if kind == "ccob":

@@ -95,7 +95,7 @@ class EntryReport:
     kernel_name: str
     kernel_args: str
     output_args: str | None
-    status: str  # changed | unchanged | skipped | error
+    status: str  # changed | unchanged | refused (patched, not written: PatchResult.withheld) | skipped | error
     reason: str = ""
     kernels: list[KernelOutcome] = field(default_factory=list)
     note: str = ""
@@ -121,9 +121,9 @@ class DbApplyResult:
     conflicts: list[EntryReport] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in ENTRY_STATUSES}
+        out = {s: 0 for s in ENTRY_STATUSES}  # "refused" only when some entry is
         for e in self.entries:
-            out[e.status] += 1
+            out[e.status] = out.get(e.status, 0) + 1
         for e in self.entries:
             for k in e.kernels:
                 out[f"kernels_{k.status}"] = out.get(f"kernels_{k.status}", 0) + 1
@@ -424,8 +424,8 @@ def _entry_report(entry, outcome: Outcome, base: Uri, existing: KernelDB | None,
         return report
     report.kernels, report.note = list(r.kernels), r.note
     if r.data is None:
-        report.status = "unchanged"
-        report.reason = r.note if not r.kernels else ""
+        report.status = "refused" if r.withheld else "unchanged"
+        report.reason = r.withheld or (r.note if not r.kernels else "")
         return report
     key = (entry.kernel_name, out_args)
     held, held_code = _existing(existing, *key)

@@ -111,6 +111,8 @@ def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch
         return result
     part.kernels, part.note = r.kernels, r.note
     if r.data is None:
+        if r.withheld:
+            part.status, part.reason = "refused", r.withheld
         return result
     part.status = "changed"
     _report_pairs(on_change, where, r.pairs)
@@ -176,6 +178,8 @@ def _apply_host(path: str, out: str, result: FileApplyResult, dry_run: bool, kw:
                 continue
             part.kernels, part.note = r.kernels, r.note
             if r.data is None:
+                if r.withheld:
+                    part.status, part.reason = "refused", r.withheld
                 continue
             # keep the NUL byte HIP puts after each bundle
             room = max(b.size, limits[b.offset] - b.offset - 1)

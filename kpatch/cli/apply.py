@@ -78,7 +78,7 @@ def kernel_line(uri: str, k: KernelOutcome) -> str:
     line = f"{k.status:<9} {uri} {k.name}"
     if k.rules:
         line += f" [{', '.join(k.rules)}]"
-    if k.reason and (k.status != "patched" or "verify --emulate: " in k.reason):
+    if k.reason and (k.status != "patched" or k.verified is not None):
         line += f": {k.reason}"
     return line
 

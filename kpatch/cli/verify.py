@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import click
 
@@ -96,25 +97,24 @@ class EmulateChecked:
                 first = v if v.status == DIFFERENT else different[0]
                 why = (f"{VERDICT_PREFIX}{DIFFERENT}: {first.detail}" if first is v else
                        f"not written: kernel {first.name} of this object is {DIFFERENT} ({first.detail}); {text}")
-                return KernelOutcome(k.name, "refused", why, k.rules)
-            return KernelOutcome(k.name, k.status, text if not k.reason else f"{k.reason}; {text}", k.rules)
+                return KernelOutcome(k.name, "refused", why, k.rules, v.status)
+            return KernelOutcome(k.name, k.status, text if not k.reason else f"{k.reason}; {text}", k.rules,
+                                 v.status)
         kernels = tuple(mark(k) for k in res.kernels)
-        return PatchResult(None if different else res.data, kernels)
+        if different:
+            first = different[0]
+            return replace(res, data=None, kernels=kernels,
+                           withheld=f"{VERDICT_PREFIX}kernel {first.name} is {DIFFERENT} ({first.detail})")
+        return replace(res, kernels=kernels)
 
 
 def emulation_counts(kernels) -> dict[str, int]:
     """Per verdict, how many of ``kernels`` (KernelOutcomes marked by
-    :class:`EmulateChecked`) had it."""
+    :class:`EmulateChecked`: their ``verified`` field) had it."""
     counts = {"equal": 0, "within ulp": 0, "different": 0, "not verified": 0}
     for k in kernels:
-        i = k.reason.find(VERDICT_PREFIX) if k.reason else -1
-        if i < 0:
-            continue
-        rest = k.reason[i + len(VERDICT_PREFIX):]
-        for status in counts:
-            if rest.startswith(status):
-                counts[status] += 1
-                break
+        if k.verified is not None:
+            counts[k.verified] += 1
     return counts
 
 
@@ -155,18 +155,21 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     same synthesised inputs (random buffers with guard zones, integer
     arguments from a small grid, 1-3 workgroups; for the kernel families
     kpatch.emulate.recipes names - rocPRIM's look-back scan, sort, merge and
-    reduce-by-key kernels, rocRAND's discrete distributions - consistent
-    inputs that recipe builds), and every byte they write is compared.
+    reduce-by-key kernels, rocRAND's discrete distributions, rocBLAS's
+    Tensile GEMM kernels - consistent inputs that recipe builds), and every
+    byte they write is compared.
 
     \b
     Per kernel:
-      equal         every run of both finished and wrote the same bytes
+      equal         every run of both finished and wrote the same bytes, and
+                    some run wrote into an argument's buffer
       within ulp    only f32 words differ, by at most the bound: the sum of the
                     max_ulp of the approximation rule sets (`kpatch rules NAME`)
                     the patched object's provenance names, or --max-ulp N
       DIFFERENT     some run wrote other bytes, or only one side faulted
       not verified  something was not emulated (named), arguments could not
-                    be synthesised, or both sides stopped: nothing proven
+                    be synthesised, both sides stopped, or no run of either
+                    side wrote a byte (wrote nothing): nothing proven
 
     \b
     Exit status: 0 when every kernel is equal (or within ulp); 1 when some kernel is
@@ -215,7 +218,8 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
             label = {"equal": "equal", "within ulp": "within ulp", "different": "DIFFERENT",
                      "not verified": "not verified"}[v.status]
             recipe = f"; inputs by recipe {v.recipe}" if v.recipe else ""
-            extra = f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions{recipe})" \
+            extra = (f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions, "
+                     f"{v.written[0]:,}/{v.written[1]:,} bytes written{recipe})") \
                 if v.status == "equal" else f": {v.detail}"
             out_console.print(f"{label:<13} {v.name}{extra}", markup=False, highlight=False, crop=False)
         rate = sum(total) / secs if secs else 0.0

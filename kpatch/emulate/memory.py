@@ -24,8 +24,10 @@ SHARED_APERTURE_HI = 0x00010000
 PRIVATE_APERTURE_HI = 0x00020000
 #: Base address of the sentinel buffer resource the dispatch gives kernels as
 #: their private segment buffer: MUBUF accesses through it go to the lane's
-#: private memory.
-SCRATCH_RSRC_BASE = PRIVATE_APERTURE_HI << 32
+#: private memory.  It fits the resource's 48-bit BASE_ADDRESS field with the
+#: STRIDE bits above it zero (the flat private aperture, bit 49 up, does not),
+#: and no buffer or code segment is mapped there.
+SCRATCH_RSRC_BASE = 0xFFFF_0000_0000
 
 
 class LazyBytes:
@@ -79,15 +81,18 @@ class LazyBytes:
 
 class Buffer:
     """One global allocation: ``size`` bytes at ``base`` (``data`` is a numpy
-    uint8 array, or :class:`LazyBytes`)."""
+    uint8 array, or :class:`LazyBytes`); ``written`` counts the bytes stores
+    and atomics wrote into it (the same byte twice counts twice, a store of
+    the value already there counts)."""
 
-    __slots__ = ("name", "base", "data", "readonly")
+    __slots__ = ("name", "base", "data", "readonly", "written")
 
     def __init__(self, name: str, base: int, data: np.ndarray, readonly: bool = False):
         self.name = name
         self.base = base
         self.data = data
         self.readonly = readonly
+        self.written = 0
 
     @property
     def size(self) -> int:
@@ -173,6 +178,7 @@ class Memory:
                 raise MemoryFault(f"write to read-only {self.buffers[b].name} at {int(addr[sel][0]):#x}")
             data = self.buffers[b].data
             data[off[sel][:, None] + np.arange(nbytes)] = values[sel]
+            self.buffers[b].written += int(sel.sum()) * nbytes
 
     def image(self) -> list[tuple[str, object]]:
         """Every buffer's name and current bytes (what a comparison looks at;

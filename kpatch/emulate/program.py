@@ -1123,6 +1123,19 @@ def _ds(inst, ctx):
                 v = np.stack([w.v[d0 + k][ex] for k in range(nd)], 1)
                 w.lds.write(ad, to_bytes(v, size))
         return ds1
+    if mo and not mo.group(2) and mo.group(3) in ("u8", "i8", "u16", "i16", "b8", "b16"):
+        # d16: a byte or short into (or from) one half of the VGPR, the other half kept
+        rd = mo.group(1) in ("read", "load")
+        size, signed, hi = (1 if "8" in mo.group(3) else 2), mo.group(3)[0] == "i", bool(mo.group(5))
+
+        def ds1d16(w):
+            ex = w.exec
+            ad = w.v[a][ex].astype(np.int64) + off
+            if rd:
+                _vmem_loaded(w, ex, vd, w.lds.read(ad, size), size, signed, True, hi)
+            else:
+                w.lds.write(ad, _vmem_store_data(w, ex, d0, size, hi))
+        return ds1d16
     if m in ("ds_swizzle_b32",):
         return _ds_swizzle(inst, ctx)
     if m in ("ds_bpermute_b32", "ds_permute_b32"):
@@ -1433,34 +1446,50 @@ def _mubuf(inst, ctx):
         w3 = r >> 96
         vidx = w.v[va][ex].astype(np.int64) if idxen else np.zeros(int(ex.sum()), np.int64)
         voff = w.v[va + idxen][ex].astype(np.int64) if offen else np.zeros(int(ex.sum()), np.int64)
-        if base >> 32 == PRIVATE_APERTURE_HI and base == SCRATCH_RSRC_BASE:
+        if base == SCRATCH_RSRC_BASE:
             return ("private", voff + ioff + soff(w), None)
+        if w3 == 0:
+            # A resource whose word 3 is all zero (FORMAT 0 = BUF_FMT_INVALID, RESOURCE_LEVEL 0,
+            # OOB_SELECT 0) is switched off: nothing is read (0) or written.  Inferred, not from
+            # AMD's ISA text: MIOpen's Winograd v30 kernels switch their bias buffer off this way,
+            # word 3 zeroed and the base never loaded, and read through it on every dispatch.
+            # Only the all-zero word is taken so; any other resource is checked as the fields say.
+            n = int(ex.sum())
+            return ("global", np.zeros(n, np.uint64), np.zeros((n, 1), bool))
         if (w3 >> 23) & 1 or (w3 >> 19) & 3:
             raise CannotEmulate(m, inst.address, "swizzled / add-tid buffer resource")
         oob = (w3 >> 28) & 3
         offset = voff + ioff
+        # OOB_SELECT 3 (raw) checks each dword of a dwordx2/x3/x4 on its own, all of its bytes
+        # inside NUM_RECORDS: the RDNA ISA's range checking ("Load/store-Dword-x{2,3,4}
+        # range-check per component"; format instructions and atomics all or nothing), so a
+        # partly out-of-range access keeps the components inside.  Mesa's wording "out of
+        # bounds if offset >= num_records" names the start of a component; a component that
+        # starts inside and ends past NUM_RECORDS (an unaligned dword) is out of range here,
+        # as LLVM's AMDGPUUsage describes buffer bounds checking (amdgpu.buffer.oob.mode).
+        comps = (np.arange(size // 4) * 4)[None, :] if size > 4 else np.zeros((1, 1), np.int64)
+        part = min(size, 4)
         if stride == 0 and not idxen:
             if oob != 3 and oob != 2 and oob != 1 and oob != 0:
                 raise CannotEmulate(m, inst.address, f"OOB_SELECT {oob}")
             a = np.uint64(base) + (offset + soff(w)).astype(np.uint64)
             if oob == 3:
-                inr = offset + size <= nrec
+                inr = offset[:, None] + comps + part <= nrec
             elif oob == 2:
-                inr = np.full(len(offset), nrec != 0)
+                inr = np.full((len(offset), 1), nrec != 0)
             else:
-                inr = offset + soff(w) + size <= nrec
+                inr = (offset + soff(w) + size <= nrec)[:, None]
             return ("global", a, inr)
         if oob == 2:
             raise CannotEmulate(m, inst.address, f"structured buffer with OOB_SELECT {oob}")
         a = np.uint64(base) + (vidx * stride + offset + soff(w)).astype(np.uint64)
         if oob == 3:
             # raw range check on the linear buffer offset (not swizzled: index * stride +
-            # offset), the same rule as the raw (stride 0) case above: GFX10's OOB_SELECT 3
-            # is "offset >= NUM_RECORDS" without swizzling (Mesa, radv's buffer descriptors)
-            inr = vidx * stride + offset + size <= nrec
+            # offset), the same rule as the raw (stride 0) case above
+            inr = (vidx * stride + offset)[:, None] + comps + part <= nrec
         else:
-            inr = (vidx < nrec) & ((offset < stride) if oob == 0 else True)
-        return ("global", a, np.broadcast_to(inr, len(vidx)).copy())
+            inr = ((vidx < nrec) & ((offset < stride) if oob == 0 else True))[:, None]
+        return ("global", a, np.broadcast_to(inr, (len(vidx), inr.shape[1])).copy())
 
     if load:
         def bld(w):
@@ -1472,8 +1501,8 @@ def _mubuf(inst, ctx):
                 b = w.private.read(np.nonzero(ex)[0], a, size)
             else:
                 b = np.zeros((len(a), size), np.uint8)
-                if inr.any():
-                    b[inr] = w.memory.read(a[inr], size)
+                _buffer_parts(inr, size, lambda sel, lo, n: b.__setitem__(
+                    (sel, slice(lo, lo + n)), w.memory.read(a[sel] + np.uint64(lo), n)))
             _vmem_loaded(w, ex, vdata, b, size, signed, d16, d16_hi)
         return bld
 
@@ -1485,9 +1514,22 @@ def _mubuf(inst, ctx):
         data = _vmem_store_data(w, ex, vdata, size, d16_hi)
         if space == "private":
             w.private.write(np.nonzero(ex)[0], a, data)
-        elif inr.any():
-            w.memory.write(a[inr], data[inr])
+        else:
+            _buffer_parts(inr, size, lambda sel, lo, n: w.memory.write(a[sel] + np.uint64(lo), data[sel, lo:lo + n]))
     return bst
+
+
+def _buffer_parts(inr, size: int, fn) -> None:
+    """Call ``fn(lanes, first byte, bytes)`` for the part of a buffer access
+    the range check ``inr`` (lanes x components) lets through: the whole
+    access when there is one component, else each dword."""
+    if inr.shape[1] == 1:
+        if inr[:, 0].any():
+            fn(inr[:, 0], 0, size)
+        return
+    for k in range(inr.shape[1]):
+        if inr[:, k].any():
+            fn(inr[:, k], 4 * k, 4)
 
 
 _HANDLERS = {

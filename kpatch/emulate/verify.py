@@ -16,11 +16,13 @@ the same addresses and the same values in the registers the hardware
 leaves undefined; run ``r`` uses seed ``seed + r`` and a grid of ``1 + r %
 3`` workgroups.
 
-A kernel is **equal** when every run of both finished and all buffers
-(guard zones included) hold the same bytes; **different** when some run
-wrote different bytes or only one side faulted or stopped; **not
-verified** otherwise (something not emulated, arguments not synthesised,
-both sides faulting).  Only "equal" passes.
+A kernel is **equal** when every run of both finished, all buffers
+(guard zones included) hold the same bytes, and some run wrote into an
+argument's buffer; **different** when some run wrote different bytes or
+only one side faulted or stopped; **not verified** otherwise (something
+not emulated, arguments not synthesised, both sides faulting, no run of
+either side writing a byte: masked-off stores prove nothing).  Only
+"equal" passes.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from kpatch.emulate.memory import LazyBytes
 
 #: Bytes of each synthesised buffer (random, made where touched) and of each
 #: buffer a recipe fills (zeros after the recipe's bytes).
-BUFFER_BYTES = 256 << 20
+BUFFER_BYTES = 1 << 30
 RECIPE_BYTES = 1 << 20
 GUARD_BYTES = 4096
-#: Values integer by-value arguments take, run by run.
+#: Values integer by-value arguments take: in run 0 all the first (sizes that
+#: agree, so shape arithmetic such as H - 2 by W - 2 leaves work to do); in
+#: run r argument i the (r + i)-th, cyclically.
 INT_GRID = (8, 1, 5, 3, 16, 2)
 #: Wave-instructions one run of one kernel may take (each side) before it is stopped.
 RUN_LIMIT = 1_000_000
@@ -66,10 +70,12 @@ class KernelVerdict:
     seconds: float = 0.0
     max_ulp: float | None = None  # largest f32 distance among differing words (None: none differed)
     recipe: str = ""  # the argument recipe (kpatch.emulate.recipes) the inputs were built by
+    written: tuple[int, int] = (0, 0)  # bytes stores wrote into argument buffers, all runs, each side
 
     def to_json(self) -> dict:
         return {"kernel": self.name, "status": self.status, "detail": self.detail, "runs": self.runs,
                 "wave_instructions": {"original": self.instructions[0], "patched": self.instructions[1]},
+                "bytes_written": {"original": self.written[0], "patched": self.written[1]},
                 "seconds": round(self.seconds, 3), "max_ulp": self.max_ulp, "recipe": self.recipe or None}
 
 
@@ -85,6 +91,7 @@ class Plan:
     values: list = field(default_factory=list)  # per explicit arg: ("buf", index), int, bytes or
     #   ("struct", bytes, ((offset, buffer index), ...)): an aggregate holding buffers' addresses
     recipe: str = ""  # the argument recipe used, if any
+    links: list = field(default_factory=list)  # (buffer, byte offset, buffer whose address is written there)
     grid: tuple = (1, 1, 1)
     block: tuple = (1, 1, 1)
 
@@ -113,7 +120,9 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
             raise CannotSynthesise(str(e)) from None
         if found is not None:
             plan.recipe = found[0].name
-            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng)
+            names = tuple(str(a.get(".name") or "") for a in md.get(".args", [])
+                          if not a.get(".value_kind", "").startswith("hidden_"))
+            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, names)
             chosen = found[0].build(ctx, found[1], name)
     explicit = -1
     for i, a in enumerate(md.get(".args", [])):
@@ -131,7 +140,7 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
             plan.values.append(("buf", len(plan.buffers)))
             plan.buffers.append((f"arg{i}", data))
         elif kind == "by_value" and size in (1, 2, 4, 8):
-            plan.values.append(INT_GRID[(run + i) % len(INT_GRID)])
+            plan.values.append(INT_GRID[0] if run == 0 else INT_GRID[(run + i) % len(INT_GRID)])
         elif kind == "by_value":
             plan.values.append(bytes(size))  # aggregates: all zero
         else:
@@ -140,7 +149,8 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
 
 
 def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
-    """A buffer of RECIPE_BYTES holding a recipe's bytes, in random guard zones."""
+    """A buffer of RECIPE_BYTES holding a recipe's bytes, in random guard zones
+    (the buffers its pointers name made too, linked in ``plan.links``)."""
     if len(fill.head) > RECIPE_BYTES:
         raise CannotSynthesise(f"{name}: the recipe's {len(fill.head)} bytes exceed the {RECIPE_BYTES}-byte buffer")
     data = np.zeros(RECIPE_BYTES + 2 * GUARD_BYTES, np.uint8)
@@ -148,7 +158,10 @@ def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
     data[GUARD_BYTES + RECIPE_BYTES:] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
     data[GUARD_BYTES:GUARD_BYTES + len(fill.head)] = np.frombuffer(fill.head, np.uint8)
     plan.buffers.append((name, data))
-    return ("buf", len(plan.buffers) - 1)
+    index = len(plan.buffers) - 1
+    for off, f in fill.pointers:
+        plan.links.append((index, off, _recipe_buffer(plan, f"{name}@{off}", f, rng)[1]))
+    return ("buf", index)
 
 
 def _recipe_value(plan: Plan, i: int, v, rng):
@@ -162,13 +175,31 @@ def _recipe_value(plan: Plan, i: int, v, rng):
     return v
 
 
+def writable_arguments(md: dict) -> list[str]:
+    """Names (or indices) of the explicit arguments a kernel may write
+    through: global buffers not marked const or read-only, and by-value
+    aggregates (they may hold pointers, as recipes' structs do)."""
+    out = []
+    for i, a in enumerate(md.get(".args", [])):
+        kind = a.get(".value_kind", "")
+        ro = a.get(".is_const") or "read_only" in (a.get(".access"), a.get(".actual_access"))
+        if (kind == "global_buffer" and not ro) or (kind == "by_value" and a.get(".size", 0) > 8):
+            out.append(str(a.get(".name") or i))
+    return out
+
+
 def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, limit: int = RUN_LIMIT):
-    """(memory image, wave-instructions, seconds) of one run, or the error that stopped it."""
+    """(memory image, wave-instructions, seconds, bytes written into the
+    argument buffers) of one run, or the error that stopped it."""
     m = Machine(data, seed=seed, target=target)
     k = m.kernel(name)
     md = k.metadata or {}
-    bases = [(m.memory.allocate_lazy(n, LazyBytes(d.size, d.seed, d.head)) if isinstance(d, LazyBytes)
-              else m.memory.allocate(n, d)).base + GUARD_BYTES for n, d in plan.buffers]
+    allocs = [m.memory.allocate_lazy(n, LazyBytes(d.size, d.seed, d.head)) if isinstance(d, LazyBytes)
+              else m.memory.allocate(n, d) for n, d in plan.buffers]
+    bases = [b.base + GUARD_BYTES for b in allocs]
+    for bi, off, target in plan.links:
+        allocs[bi].data[GUARD_BYTES + off:GUARD_BYTES + off + 8] = np.frombuffer(
+            bases[target].to_bytes(8, "little"), np.uint8)
     values = []
     for v in plan.values:
         if isinstance(v, tuple) and v[0] == "buf":
@@ -185,28 +216,40 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
     try:
         r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit, dynamic_lds=dyn)
     except EmulationError as e:
-        return e, 0, 0.0
-    return m.memory.image(), r.instructions, r.seconds
+        return e, 0, 0.0, 0
+    written = sum(b.written for b in m.memory.buffers if b.name.startswith("arg"))
+    return m.memory.image(), r.instructions, r.seconds, written
 
 
 def comparable(a: list, b: list) -> tuple[list, list]:
-    """Two memory images as (name, bytes) lists of the same shapes: a
-    :class:`LazyBytes` buffer becomes its bytes up to the end of the last
-    page either side touched (pages one side did not touch are its seed's,
-    the same on both)."""
+    """Two memory images as lists of ``(name, start, bytes, size)`` of the
+    same shapes: ``bytes`` are the buffer's from byte ``start`` of its
+    ``size``.  A plain buffer is one entry from 0; a :class:`LazyBytes`
+    buffer is one entry per run of consecutive pages either side touched
+    (pages neither side touched are its seed's, the same on both, and are
+    not made)."""
     outa, outb = [], []
     for (na, da), (nb, db) in zip(a, b):
         if isinstance(da, LazyBytes) and isinstance(db, LazyBytes):
-            last = max(set(da.pages) | set(db.pages), default=-1)
-            da = b"".join(da.page(p).tobytes() for p in range(last + 1))
-            db = b"".join(db.page(p).tobytes() for p in range(last + 1))
-        outa.append((na, da))
-        outb.append((nb, db))
+            pages = sorted(set(da.pages) | set(db.pages))
+            runs: list[list[int]] = []
+            for p in pages:
+                if runs and runs[-1][-1] == p - 1:
+                    runs[-1].append(p)
+                else:
+                    runs.append([p])
+            for run in runs:
+                start = run[0] * LazyBytes.PAGE
+                outa.append((na, start, b"".join(da.page(p).tobytes() for p in run), da.size))
+                outb.append((nb, start, b"".join(db.page(p).tobytes() for p in run), db.size))
+            continue
+        outa.append((na, 0, bytes(da), len(da)))
+        outb.append((nb, 0, bytes(db), len(db)))
     return outa, outb
 
 
 def _first_difference(a: list, b: list) -> str:
-    for (na, da), (nb, db) in zip(a, b):
+    for (na, start, da, size), (nb, _, db, _) in zip(a, b):
         if da != db:
             x = np.frombuffer(da, np.uint8)
             y = np.frombuffer(db, np.uint8)
@@ -215,9 +258,9 @@ def _first_difference(a: list, b: list) -> str:
             if len(idx) == 0:
                 return f"{na}: sizes differ"
             i = int(idx[0])
-            where = f"byte {i - GUARD_BYTES:#x}" if na.startswith("arg") else f"byte {i:#x}"
-            data_end = GUARD_BYTES + (RECIPE_BYTES if len(x) == RECIPE_BYTES + 2 * GUARD_BYTES else BUFFER_BYTES)
-            if na.startswith("arg") and not GUARD_BYTES <= i < data_end:
+            at = start + i
+            where = f"byte {at - GUARD_BYTES:#x}" if na.startswith("arg") else f"byte {at:#x}"
+            if na.startswith("arg") and not GUARD_BYTES <= at < size - GUARD_BYTES:
                 where += " (guard zone)"
             return (f"{na}: {len(idx)} bytes differ, first at {where}: original {x[i]:#04x}, "
                     f"patched {y[i]:#04x}")
@@ -226,10 +269,10 @@ def _first_difference(a: list, b: list) -> str:
 
 def ulp_distance(a: list, b: list) -> tuple[float, int]:
     """(largest distance in f32 ulps, number of differing aligned 4-byte words)
-    over two memory images; inf when a differing word is NaN on one side only
+    over two memory images (as :func:`comparable` gives them); inf when a differing word is NaN on one side only
     or a buffer's size differs."""
     worst, count = 0.0, 0
-    for (_, da), (_, db) in zip(a, b):
+    for (_, _, da, _), (_, _, db, _) in zip(a, b):
         if da == db:
             continue
         if len(da) != len(db) or len(da) % 4:
@@ -283,6 +326,7 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
         v.seconds += a[2] + b[2]
         v.runs = r + 1
         v.instructions = tuple(ins)
+        v.written = (v.written[0] + a[3], v.written[1] + b[3])
         ea, eb = isinstance(a[0], Exception), isinstance(b[0], Exception)
         if isinstance(b[0], CannotEmulate):
             v.detail = f"patched: {b[0].reason}"
@@ -309,6 +353,12 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
             v.detail = (f"run {r + 1} (grid {plan.grid[0]}x{plan.block[0]}): {_first_difference(ia, ib)}"
                         f" (largest f32 difference {ulps:g} ulp)")
             return v
+    if v.written == (0, 0):
+        writable = writable_arguments(md)
+        v.detail = (f"wrote nothing: no run of either side wrote a byte into an argument's buffer "
+                    f"(writable: {', '.join(writable)})" if writable else
+                    "the kernel has no writable argument: nothing it computes can be compared")
+        return v
     v.status = EQUAL if v.max_ulp is None else WITHIN
     if v.status == WITHIN:
         v.detail = f"f32 results differ by at most {v.max_ulp:g} ulp (allowed {max_ulp})"

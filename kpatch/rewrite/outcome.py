@@ -24,12 +24,16 @@ class KernelOutcome:
     status: str  # patched | refused | untouched
     reason: str = ""
     rules: tuple[str, ...] = ()  # ids of the rules used
+    #: the emulation verdict (apply --verify-emulate): equal | within ulp | different |
+    #: not verified; None when the kernel was not emulated
+    verified: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
 
     def to_json(self) -> dict:
-        return {"name": self.name, "status": self.status, "reason": self.reason, "rules": list(self.rules)}
+        return {"name": self.name, "status": self.status, "reason": self.reason, "rules": list(self.rules),
+                "verified": self.verified}
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class PatchResult:
     provenance: dict | None = None
     note: str = ""
     functions: tuple[KernelOutcome, ...] = ()  # device functions
+    #: why an object that was patched is not written (apply --verify-emulate found a
+    #: kernel different): apply reports the object refused, not unchanged
+    withheld: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kernels", tuple(self.kernels))

@@ -58,6 +58,7 @@ def test_each_patched_kernel_gets_its_verdict(tmp_path):
     kernels = {k["name"]: k for part in doc["parts"] for k in part["kernels"]}
     assert set(kernels) == {"vec_add", "block_reduce"}
     assert all(k["status"] == "patched" and "verify --emulate: equal" in k["reason"] for k in kernels.values())
+    assert all(k["verified"] == "equal" for k in kernels.values())
     assert os.path.exists(out)
     p = kpatch("apply", "--mode", "override", "--verify-emulate", VECOPS, "-o", str(tmp_path / "again.hsaco"))
     assert "patched   " in p.stdout and "vec_add [KH004]: verify --emulate: equal" in p.stdout, p.stdout
@@ -73,6 +74,12 @@ def test_a_wrong_patch_is_not_written(tmp_path, wrong_offset):
     kernels = {k["name"]: k for part in doc["parts"] for k in part["kernels"]}
     assert kernels["vec_add"]["status"] == "refused" and "verify --emulate: different" in kernels["vec_add"]["reason"]
     assert kernels["block_reduce"]["status"] == "refused" and "vec_add" in kernels["block_reduce"]["reason"]
+    assert (kernels["vec_add"]["verified"], kernels["block_reduce"]["verified"]) == ("different", "equal")
+    # the object emulation refused is counted refused, not unchanged
+    assert [p["status"] for p in doc["parts"]] == ["refused"] and "vec_add is different" in doc["parts"][0]["reason"]
+    assert (doc["summary"]["refused"], doc["summary"]["unchanged"], doc["summary"]["changed"]) == (1, 0, 0)
+    text = _apply("--mode", "override", "--verify-emulate", VECOPS, "-o", out).stdout
+    assert "1 files: 0 changed, 0 unchanged, 1 refused, 0 errors" in text, text
     assert not os.path.exists(out)
     # without the check the same wrong patch is written: the check is what refused it
     r = _apply("--mode", "override", VECOPS, "-o", out)
@@ -87,7 +94,21 @@ def test_a_wrong_patch_writes_no_row_into_the_user_db(tmp_path, wrong_offset):
     doc = json.loads(r.stdout)
     assert doc["verify_emulate"]["different"] == 1
     refused = [e for e in doc["entries"] if any(k["name"] == "vec_add" for k in e["kernels"])]
-    assert refused and all(e["status"] != "changed" for e in refused)
+    assert refused and all(e["status"] == "refused" for e in refused), [e["status"] for e in refused]
+    assert doc["summary"]["refused"] == len(refused)
     with sqlite3.connect(os.path.join(tmp_path, "gfx1030_18.ukdb")) as db:
         names = {n for (n,) in db.execute("SELECT kernel_name FROM kern_db")}
     assert "vecops.cpp.o" not in names and names
+
+
+def test_emulation_counts_read_the_verdict_field_not_the_reason():
+    """The counts come from KernelOutcome.verified; a reason that merely
+    reads like a verdict is not one."""
+    from kpatch.cli.verify import emulation_counts
+    from kpatch.rewrite.outcome import KernelOutcome
+    ks = [KernelOutcome("a", "patched", "verify --emulate: equal", verified="equal"),
+          KernelOutcome("b", "patched", "something; verify --emulate: equal"),
+          KernelOutcome("c", "refused", "x", verified="different"),
+          KernelOutcome("d", "patched", "", verified="not verified")]
+    assert emulation_counts(ks) == {"equal": 1, "within ulp": 0, "different": 1, "not verified": 1}
+    assert KernelOutcome("a", "patched", verified="within ulp").to_json()["verified"] == "within ulp"

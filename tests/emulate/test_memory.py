@@ -106,7 +106,9 @@ def test_lazy_bytes_are_made_where_touched_and_compared_over_both_sides():
     assert comparable([("arg0", a)], [("arg0", b)])[0] == comparable([("arg0", a)], [("arg0", b)])[1]
     b[np.array([[(12 << 20) + 8]])] = np.array([[a[np.array([(12 << 20) + 8])][0] ^ 1]], np.uint8)
     ia, ib = comparable([("arg0", a)], [("arg0", b)])
-    assert ia != ib and len(ia[0][1]) == len(ib[0][1]) == (12 * 16 + 1) * LazyBytes.PAGE
+    # one entry per page either side touched (none adjacent): pages 0, 80, 144 and 192
+    assert [e[1] for e in ia] == [e[1] for e in ib] == [p * LazyBytes.PAGE for p in (0, 80, 144, 192)]
+    assert ia[:3] == ib[:3] and ia[3] != ib[3] and len(ia[3][2]) == LazyBytes.PAGE
 
 
 FAR = OOB3.replace("oob3", "far").replace("""    s_load_dword s12, s[0:1], 16
@@ -136,3 +138,216 @@ def test_a_kernel_addressing_tensors_past_a_mebibyte_is_verified(tmp_path):
     code = open(assemble(tmp_path, "far", FAR), "rb").read()
     v = verify_kernel(code, code, "far", runs=2)
     assert v.status == EQUAL, v.detail
+
+
+SCRATCH = """
+.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
+.text
+.globl pscr
+.p2align 8
+.type pscr,@function
+pscr:
+    s_load_dwordx2 s[8:9], s[4:5], 0
+    s_add_u32 s0, s0, s7
+    s_addc_u32 s1, s1, 0
+    v_lshlrev_b32 v2, 2, v0
+    v_mov_b32 v3, 8
+    s_waitcnt lgkmcnt(0)
+    global_load_dword v1, v2, s[8:9]
+    s_waitcnt vmcnt(0)
+    buffer_store_dword v1, v3, s[0:3], 0 offen offset:4
+    v_add_nc_u32 v4, v1, 1
+    buffer_store_dword v4, off, s[0:3], 0 offset:16
+    buffer_load_dword v5, off, s[0:3], 0 offset:12
+    buffer_load_dword v6, v3, s[0:3], 0 offen offset:8
+    s_waitcnt vmcnt(0)
+    v_mul_lo_u32 v5, v5, v6
+    global_store_dword v2, v5, s[8:9] offset:128
+    s_endpgm
+.Lpscr_end:
+    .size pscr, .Lpscr_end - pscr
+
+.rodata
+.p2align 6
+.amdhsa_kernel pscr
+    .amdhsa_user_sgpr_private_segment_buffer 1
+    .amdhsa_user_sgpr_kernarg_segment_ptr 1
+    .amdhsa_system_sgpr_private_segment_wavefront_offset 1
+    .amdhsa_private_segment_fixed_size 32
+    .amdhsa_next_free_vgpr 8
+    .amdhsa_next_free_sgpr 16
+    .amdhsa_wavefront_size32 1
+.end_amdhsa_kernel
+
+.amdgpu_metadata
+---
+amdhsa.version: [ 1, 1 ]
+amdhsa.kernels:
+  - .name: pscr
+    .symbol: pscr.kd
+    .kernarg_segment_size: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 32
+    .kernarg_segment_align: 8
+    .wavefront_size: 32
+    .sgpr_count: 16
+    .vgpr_count: 8
+    .max_flat_workgroup_size: 32
+    .args:
+      - { .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
+...
+.end_amdgpu_metadata
+"""
+
+
+def test_scratch_through_the_private_segment_buffer(tmp_path):
+    """MUBUF through the private segment buffer the dispatch puts in s[0:3]
+    (after the kernel adds its wave offset, as LLVM's prologue does) reaches
+    each lane's private memory: two dwords stored at private bytes 12 and 16
+    (offen and off), read back swapped, multiplied."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "pscr", SCRATCH), "rb").read()
+    buf = np.zeros(64, np.uint32)
+    buf[:32] = np.random.default_rng(3).integers(0, 1 << 32, 32, dtype=np.uint32)
+    out = run(code, "pscr", [buf], (32,), (32,)).array(0)
+    x = buf[:32].astype(np.uint64)
+    assert out[32:].tolist() == ((x * (x + 1)) & 0xFFFFFFFF).tolist()
+
+
+OFF = OOB3.replace("oob3", "woff").replace("""    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""", """    s_mov_b32 s11, 0
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    v_mov_b32 v3, 7
+    buffer_store_dword v3, v0, s[8:11], 0 idxen
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""")
+
+
+def test_a_resource_with_word3_zero_is_switched_off(tmp_path):
+    """A buffer resource whose word 3 is zero (invalid format, the way
+    MIOpen's Winograd v30 kernels switch their bias buffer off) reads 0 and
+    writes nothing, though its base, stride and NUM_RECORDS cover a real
+    buffer."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "woff", OFF), "rb").read()
+    src = np.arange(1000, 1000 + 128, dtype=np.uint32)
+    r = run(code, "woff", [src, np.full(32, 5, np.uint32), 200], (32,), (32,))
+    assert r.array(1).tolist() == [0] * 32
+    assert r.array(0).tolist() == list(range(1000, 1128))
+
+
+def test_a_kernel_reading_320_mib_into_a_buffer_is_verified(tmp_path):
+    """MIOpenCvBwdWrW_rdc sums MLO_N_BATCH_BLKS partial weight tensors: 256 x
+    192 x 64 x 25 floats, 314.6 MB, past 256 MiB.  A kernel copying from 320
+    MiB into its second buffer to 32 MiB into its first is proven equal to itself;
+    only the pages it touched are made and compared."""
+    from kpatch.emulate.verify import EQUAL, verify_kernel
+    from tests.emulate.test_verify import assemble
+    text = FAR.replace("far", "far320").replace("""    global_load_dword v1, v3, s[4:5]""",
+                                                """    v_add_nc_u32 v4, 0x14000000, v2
+    global_load_dword v1, v4, s[6:7]""").replace("global_store_dword v3, v1, s[6:7]", "global_store_dword v3, v1, s[4:5]")
+    code = open(assemble(tmp_path, "far320", text), "rb").read()
+    v = verify_kernel(code, code, "far320", runs=1)
+    assert v.status == EQUAL, v.detail
+
+
+PART = OOB3.replace("oob3", "part").replace("""    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""", """    s_mov_b32 s11, 0x31000000
+    s_and_b32 s9, s9, 0xffff
+    v_lshlrev_b32 v3, 4, v0
+    buffer_load_dwordx4 v[4:7], v3, s[8:11], 0 offen
+    v_mov_b32 v8, -1
+    v_mov_b32 v9, -2
+    v_mov_b32 v10, -3
+    v_mov_b32 v11, -4
+    buffer_store_dwordx4 v[8:11], v3, s[8:11], 0 offen offset:512
+    s_waitcnt vmcnt(0)
+    v_lshlrev_b32 v2, 4, v0
+    global_store_dwordx4 v2, v[4:7], s[6:7]
+""").replace(".vgpr_count: 4", ".vgpr_count: 12").replace("amdhsa_next_free_vgpr 4", "amdhsa_next_free_vgpr 12")
+
+
+def test_a_dwordx4_partly_out_of_range_keeps_the_dwords_inside(tmp_path):
+    """OOB_SELECT 3 (raw buffer, stride 0): each dword of a dwordx4 is
+    range-checked on its own (RDNA ISA, range checking: "Load/store-Dword-
+    x{2,3,4} range-check per component"), all its bytes inside NUM_RECORDS.
+    Lane k loads 16 bytes at byte 16k and stores 16 at 512 + 16k; with
+    NUM_RECORDS 530 / 40 / 38 the dwords ending at or before it load and
+    store, the rest read 0 and are not written."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "part", PART), "rb").read()
+    src = np.arange(1000, 1000 + 256, dtype=np.uint32)
+    for nrec in (530, 40, 38):
+        buf = src.copy()
+        r = run(code, "part", [buf, np.zeros(128, np.uint32), nrec], (32,), (32,))
+        dword_end = (np.arange(128) + 1) * 4  # byte after dword d of the loads (lane d // 4)
+        want = np.where(dword_end <= nrec, src[:128], 0)
+        assert r.array(1).tolist() == want.tolist(), nrec
+        stored = np.arange(128, 256)  # dwords the stores address
+        kept = (stored + 1) * 4 > nrec
+        after = r.array(0)
+        assert after[:128].tolist() == src[:128].tolist()
+        assert after[128:].tolist() == np.where(kept, src[128:], [(-1 - k % 4) & 0xFFFFFFFF for k in range(128)]).tolist(), nrec
+
+
+D16 = OOB3.replace("oob3", "dsd16").replace("""    s_load_dword s12, s[0:1], 16
+    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    s_mov_b32 s8, s4
+    s_and_b32 s9, s5, 0xffff
+    s_or_b32 s9, s9, 0xc0000
+    s_mov_b32 s10, s12
+    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""", """    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    global_load_dword v1, v2, s[4:5]
+    v_lshlrev_b32 v3, 1, v0
+    s_waitcnt vmcnt(0)
+    ds_write_b16_d16_hi v3, v1
+    ds_write_b8_d16_hi v0, v1 offset:128
+    s_waitcnt lgkmcnt(0)
+    v_mov_b32 v4, v1
+    v_mov_b32 v5, v1
+    v_mov_b32 v6, v1
+    ds_read_u16_d16 v4, v3
+    ds_read_u16_d16_hi v5, v3
+    ds_read_i8_d16 v6, v0 offset:128
+    s_waitcnt lgkmcnt(0)
+    global_store_dword v2, v4, s[6:7]
+    global_store_dword v2, v5, s[6:7] offset:128
+    global_store_dword v2, v6, s[6:7] offset:256
+""").replace("    .amdhsa_user_sgpr_kernarg_segment_ptr 1\n",
+             "    .amdhsa_user_sgpr_kernarg_segment_ptr 1\n    .amdhsa_group_segment_fixed_size 256\n"
+             ).replace(".group_segment_fixed_size: 0", ".group_segment_fixed_size: 256"
+             ).replace(".vgpr_count: 4", ".vgpr_count: 8").replace("amdhsa_next_free_vgpr 4", "amdhsa_next_free_vgpr 8")
+
+
+def test_lds_d16_reads_and_writes_keep_the_other_half(tmp_path):
+    """ds_write_b16_d16_hi / ds_write_b8_d16_hi store the high half's short /
+    low byte (bits 23:16); ds_read_u16_d16 / _hi load a short into the low /
+    high half, ds_read_i8_d16 a byte sign-extended to 16 bits into the low
+    half; the other half of the VGPR is kept."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "dsd16", D16), "rb").read()
+    x = np.random.default_rng(5).integers(0, 1 << 32, 32, dtype=np.uint64).astype(np.uint32)
+    out = run(code, "dsd16", [x, np.zeros(96, np.uint32), 0], (32,), (32,)).array(1)
+    hi16 = x >> 16
+    byte = (x >> 16) & 0xFF
+    sext = np.where(byte >= 128, byte + 0xFF00, byte)
+    assert out[:32].tolist() == ((x & 0xFFFF0000) | hi16).tolist()
+    assert out[32:64].tolist() == ((hi16 << 16) | (x & 0xFFFF)).tolist()
+    assert out[64:].tolist() == ((x & 0xFFFF0000) | sext).tolist()

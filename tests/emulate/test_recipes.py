@@ -94,3 +94,68 @@ def test_a_recipe_does_not_make_a_wrong_patch_pass(rocprim_pair):
                  lambda i: with_field(i, F.FLAT, "data", i.field("data") + 1))
     v = verify_kernel(a, bad, name, runs=2, patched_target="gfx1010", limit=150000)
     assert v.status == DIFFERENT and v.recipe == "rocprim-lookback-scan", v.detail
+
+
+ROCBLAS = os.path.join(HERE, "..", "..", "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas",
+                       "4.4.1", "library", "TensileLibrary_Type_SS_Contraction_l_Alik_Bjlk_Cijk_Dijk_gfx1030.co")
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_tensile_recipe_computes_the_gemm_numpy_computes(batched):
+    """rocBLAS's Tensile kernels take pointers, sizes and strides as plain
+    by-value arguments named in the metadata; the tensile-gemm recipe makes
+    them agree (kdb_cache: tools/fetch_sid.sh).  A real SGEMM kernel
+    (Alik_Bjlk: A[l + i*L], B[j + l*J], C and D[i + j*I]; batched: the
+    addresses are arrays holding the batch's pointer) run on them writes
+    D = 1.5 * A.B + 0.5 * C as numpy computes it (float64, relative 1e-5),
+    for three sizes (partial tiles included), and the recipe's inputs hold no
+    NaN."""
+    import struct
+
+    import numpy as np
+
+    from kpatch.emulate.verify import GUARD_BYTES, _execute
+    if not os.path.exists(ROCBLAS):
+        pytest.skip("rocBLAS 4.4.1's library not fetched (tools/fetch_sid.sh)")
+    with open(ROCBLAS, "rb") as f:
+        data = f.read()
+    co = CodeObject.from_bytes(data)
+    prefix = "Cijk_Alik_Bjlk_SB_GB_MT128x128x8_" if batched else "Cijk_Alik_Bjlk_SB_MT128x128x8_"
+    name = next(k.name for k in co.kernels if k.name.startswith(prefix) and "_GSU1_" in k.name)
+    md = co.kernel(name).metadata
+    for run in range(3):
+        plan = synthesise(md, run, 0, name)
+        assert plan.recipe == "tensile-gemm"
+        image = dict(_execute(data, name, plan, run, None, 1_000_000)[0])
+        names = [str(a.get(".name")) for a in md[".args"]]
+        i, j, k = struct.unpack("<III", plan.values[names.index("SizesFree")])
+        n_l = plan.values[names.index("SizesSum")]
+
+        def buffer(arg):  # the tensor's buffer index (through the pointer array when batched)
+            index = plan.values[names.index(arg)][1]
+            return next(t for b, off, t in plan.links if b == index) if batched else index
+
+        def given(arg, count):
+            raw = plan.buffers[buffer(arg)][1][GUARD_BYTES:GUARD_BYTES + 4 * count].tobytes()
+            return np.frombuffer(raw, np.float32).astype(np.float64)
+        a = given("AddressA", n_l * i).reshape(i, n_l)
+        b = given("AddressB", n_l * j).reshape(n_l, j)
+        c = given("AddressC", i * j).reshape(j, i)
+        assert np.isfinite(a).all() and np.isfinite(b).all() and k == 1
+        out = image[plan.buffers[buffer("AddressD")][0]]
+        d = np.frombuffer(out[GUARD_BYTES:GUARD_BYTES + 4 * i * j], np.float32).reshape(j, i)
+        want = (1.5 * a @ b).T + 0.5 * c
+        assert np.allclose(d, want, rtol=1e-5, atol=1e-5), (run, i, j, n_l)
+
+
+def test_tensile_recipe_leaves_the_source_kernels_of_the_same_name_alone():
+    """Tensile's source (HIP) fallback kernels carry the assembly kernels'
+    names but take unnamed global buffers: they are synthesised as usual,
+    not refused by tensile-gemm's signature."""
+    fallback = ROCBLAS.replace("_gfx1030.co", "_fallback_gfx1030.hsaco")
+    if not os.path.exists(fallback):
+        pytest.skip("rocBLAS 4.4.1's library not fetched (tools/fetch_sid.sh)")
+    with open(fallback, "rb") as f:
+        co = CodeObject.from_bytes(f.read())
+    k = next(k for k in co.kernels if k.name.startswith("Cijk_Alik_Bjlk_SB_MT"))
+    assert recipes._TENSILE_NAME.match(k.name) and synthesise(k.metadata, 0, 0, k.name).recipe == ""

@@ -279,3 +279,75 @@ def test_an_approximation_is_measured_in_ulps(tmp_path):
     assert strict.status == DIFFERENT and "ulp" in strict.detail
     loose = verify_kernel(read(src), read(out), "half2_dot", runs=3, patched_target="gfx1010", max_ulp=1 << 20)
     assert loose.status == WITHIN and 0 < loose.max_ulp <= 1 << 20
+
+
+MASKED = """
+.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
+.text
+.globl masked
+.p2align 8
+.type masked,@function
+masked:
+    s_load_dwordx2 s[4:5], s[0:1], 0
+    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    global_load_dword v1, v2, s[4:5]
+    s_waitcnt vmcnt(0)
+    v_add_nc_u32 v1, 1, v1
+    v_cmp_gt_u32 vcc_lo, LIMIT, v0
+    s_and_saveexec_b32 s6, vcc_lo
+    global_store_dword v2, v1, s[4:5] offset:128
+    s_endpgm
+.Lmasked_end:
+    .size masked, .Lmasked_end - masked
+
+.rodata
+.p2align 6
+.amdhsa_kernel masked
+    .amdhsa_user_sgpr_kernarg_segment_ptr 1
+    .amdhsa_next_free_vgpr 4
+    .amdhsa_next_free_sgpr 16
+    .amdhsa_wavefront_size32 1
+.end_amdhsa_kernel
+
+.amdgpu_metadata
+---
+amdhsa.version: [ 1, 1 ]
+amdhsa.kernels:
+  - .name: masked
+    .symbol: masked.kd
+    .kernarg_segment_size: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .kernarg_segment_align: 8
+    .wavefront_size: 32
+    .sgpr_count: 16
+    .vgpr_count: 4
+    .max_flat_workgroup_size: 32
+    .args:
+      - { .name: data, .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global CONST }
+...
+.end_amdgpu_metadata
+"""
+
+
+def test_a_kernel_that_writes_nothing_is_not_verified(tmp_path):
+    """Both sides running to the end with every store masked off (EXEC 0:
+    no lane has v0 < 0) prove nothing: "not verified (wrote nothing)", not
+    equal.  The same kernel with its stores on (v0 < 32) is equal and
+    reports the bytes it wrote (32 lanes x 4 bytes in each of the 1 + 2 + 3
+    workgroups of runs 1-3); one whose only
+    buffer is const says that nothing it computes can be compared."""
+    def code(limit, const=""):
+        text = MASKED.replace("LIMIT", str(limit)).replace(" CONST", const)
+        return open(assemble(tmp_path, f"masked{limit}{bool(const)}", text), "rb").read()
+    off = code(0)
+    v = verify_kernel(off, off, "masked", runs=3)
+    assert v.status == NOT_VERIFIED and v.detail.startswith("wrote nothing") and "data" in v.detail, v.detail
+    assert v.written == (0, 0) and v.runs == 3
+    on = code(32)
+    v = verify_kernel(on, on, "masked", runs=3)
+    assert v.status == EQUAL and v.written == (32 * 4 * 6, 32 * 4 * 6), v
+    ro = code(0, ", .is_const: true")
+    v = verify_kernel(ro, ro, "masked", runs=1)
+    assert v.status == NOT_VERIFIED and "no writable argument" in v.detail, v.detail
