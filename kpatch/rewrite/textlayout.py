@@ -224,6 +224,9 @@ def _ends(scan: TextScan) -> list[int]:
 
 def _address_array(scan: TextScan) -> np.ndarray:
     """:func:`_addresses` as an array (worked out once per scan)."""
+    at = getattr(scan.index_at, "addresses", None)  # (the scan's own column: codescan.AddressIndex)
+    if at is not None and len(at) == len(scan.insts):
+        return at
     return _cached(scan, "_kp_address_array", lambda: np.fromiter(
         map(_ADDRESS, scan.insts), dtype=np.int64, count=len(scan.insts)))
 
@@ -232,6 +235,14 @@ def _end_array(scan: TextScan) -> np.ndarray:
     """:func:`_ends` as an array (worked out once per scan)."""
     return _cached(scan, "_kp_end_array", lambda: _address_array(scan) + np.fromiter(
         map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts)))
+
+
+def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
+    """The instruction index of each of ``addresses`` (each starts an instruction)."""
+    ix = scan.index_at
+    if hasattr(ix, "indices"):
+        return ix.indices(addresses)
+    return np.fromiter(map(ix.__getitem__, addresses.tolist()), dtype=np.int64, count=len(addresses))
 
 
 _ADDRESS = attrgetter("address")
@@ -365,8 +376,7 @@ def _branch_table(scan: TextScan) -> tuple[np.ndarray, ...]:
         first = words[(_address_array(scan)[at] - scan.start) >> 2].astype(np.int64)
         t = scan.__dict__["_kp_branch_table"] = (
             at,
-            np.fromiter(map(scan.index_at.__getitem__, scan.branches.values()), dtype=np.int64,
-                        count=len(scan.branches)),
+            _indices(scan, np.fromiter(scan.branches.values(), dtype=np.int64, count=len(scan.branches))),
             first & 0xFFFF,
             (first & SOPP.match_mask) == SOPP.match_value)
     return t
