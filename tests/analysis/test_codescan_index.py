@@ -50,3 +50,17 @@ def test_addresses_that_do_not_strictly_increase_or_fit_int64_keep_a_dict():
     huge = [Instruction(2**64 + 4, d), Instruction(2**64 + 8, d)]
     assert index_of(huge) == {2**64 + 4: 0, 2**64 + 8: 1}
     assert isinstance(index_of([Instruction(4, d), Instruction(8, d)]), AddressIndex)
+
+
+def test_the_analysis_keeps_no_instruction_table_of_the_scan_while_detectors_run(monkeypatch):
+    """The analysis reads the scan's bounded jumps first; the detectors then
+    run with the scan's per-instruction tables released (only its units,
+    edges and problems are read after them), and the verdicts do not change."""
+    from kpatch.analysis import analyse, engine
+    seen = []
+    real = engine._relocation_verdicts
+    monkeypatch.setattr(engine, "_relocation_verdicts", lambda rep, scan: (seen.append(scan), real(rep, scan)))
+    for co in _sample_objects():
+        rep = analyse(co, "gfx1010")
+        assert rep.kernels
+    assert seen and all(s.insts == [] and s.unit_of == [] and s.units for s in seen)
