@@ -442,6 +442,9 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     kept = [r for r in plan.approx if r.fix in KEEPS]
     # the original's decode and analysis are not needed any more: never hold
     # both objects' at once (a whole Tensile library's are half a GiB each)
+    # (the loops' last unit too: a finding holds its analysis' context, so one
+    # kept report would keep every instruction of the original alive)
+    kr = fr = unit = ctx = into = None
     del report, units, contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan
     forget_decodes()
     if len(data) >= _COLLECT_FROM:
