@@ -20,8 +20,6 @@ type 30-31.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import numpy as np
 
 from kpatch.analysis.detectors.context import Context
@@ -51,25 +49,26 @@ def _writes(f, memo: dict) -> int:
     return m
 
 
-def _writers_of(ctx: Context, bit: int, memo: dict) -> list[int]:
-    """Indices (ascending) of the instructions that write scalar register
-    ``bit``: each distinct encoding's write mask is worked out once, and the
-    instructions holding a writing encoding are picked out with numpy."""
+def _writers_of(ctx: Context, bit: int, memo: dict) -> np.ndarray:
+    """Indices (ascending, an int64 column) of the instructions that write
+    scalar register ``bit``: each distinct encoding's write mask is worked
+    out once, and the instructions holding a writing encoding are picked out
+    with numpy."""
     key = ("writers", bit)
     got = memo.get(key)
     if got is None:
         facts = ctx.facts
         eids = getattr(facts, "eids", None)
         if eids is None:  # facts as a plain list
-            got = [j for j in range(len(facts)) if _writes(facts[j], memo) >> bit & 1]
+            got = np.array([j for j in range(len(facts)) if _writes(facts[j], memo) >> bit & 1], dtype=np.int64)
         else:
             inv = memo.get("inverse")
             if inv is None:
                 uniq, inv = np.unique(eids, return_inverse=True)
-                memo["inverse"] = inv = inv.reshape(-1)
+                memo["inverse"] = inv = inv.reshape(-1).astype(np.int32)
                 memo["masks"] = [_writes(facts._all[e], memo) for e in uniq.tolist()]
             hit = np.array([m >> bit & 1 for m in memo["masks"]], dtype=bool)
-            got = np.flatnonzero(hit[inv]).tolist() if len(hit) else []
+            got = np.flatnonzero(hit[inv]) if len(hit) else np.zeros(0, dtype=np.int64)
         memo[key] = got
     return got
 
@@ -91,10 +90,10 @@ def reaching_writers(ctx: Context, k: int, bit: int, memo: dict) -> tuple[list[i
     while work and steps < MAX_STEPS:
         b, j = work.pop()
         start = int(cfg.block_start[b])
-        w = bisect_right(writers, j) - 1  # the last writer at or before j
-        if j >= start and w >= 0 and writers[w] >= start:
-            steps += j - writers[w] + 1
-            found.add(writers[w])
+        w = int(writers.searchsorted(j, "right")) - 1  # the last writer at or before j
+        if j >= start and w >= 0 and (wj := int(writers[w])) >= start:
+            steps += j - wj + 1
+            found.add(wj)
             continue
         steps += max(j - start + 1, 0)
         if not preds[b]:
