@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, is_
 
+import numpy as np
+
 from kpatch.codeobject import CodeObject
 from kpatch.isa.decodememo import decode_ranges
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
@@ -139,6 +141,60 @@ class RelocationProblem:
     ui: int = -1  # unit index
 
 
+class AddressIndex:
+    """Address -> index of the instruction that starts there, over a scan's
+    instructions: the addresses as one sorted int64 column, looked up by
+    bisection (a dict of boxed ints costs about 70 bytes per instruction,
+    and a Tensile library has millions).  ``get`` / ``[]`` / ``in`` as a dict's."""
+
+    __slots__ = ("addresses", "_lo", "_hi")
+
+    def __init__(self, addresses: np.ndarray):
+        self.addresses = addresses  # strictly increasing (see index_of)
+        n = len(addresses)
+        self._lo, self._hi = (int(addresses[0]), int(addresses[-1])) if n else (0, -1)
+
+    def get(self, address: int, default=None):
+        if not self._lo <= address <= self._hi:
+            return default
+        a = self.addresses
+        i = int(a.searchsorted(address))
+        return i if a[i] == address else default
+
+    def __getitem__(self, address: int) -> int:
+        i = self.get(address)
+        if i is None:
+            raise KeyError(address)
+        return i
+
+    def __contains__(self, address: int) -> bool:
+        return self.get(address) is not None
+
+    def __len__(self) -> int:
+        return len(self.addresses)
+
+    def indices(self, addresses: np.ndarray) -> np.ndarray:
+        """The index of each of ``addresses`` (every one must start an instruction: KeyError otherwise)."""
+        a = self.addresses
+        i = a.searchsorted(addresses)
+        if len(i) and (i.max() >= len(a) or np.any(a[i] != addresses)):
+            raise KeyError("not an instruction address")
+        return i
+
+
+def index_of(insts: list[Instruction]) -> AddressIndex | dict[int, int]:
+    """Address -> instruction index of ``insts``: an :class:`AddressIndex`
+    when the addresses strictly increase and fit int64 (what one pass over
+    ``.text`` gives), else a dict (the last instruction at an address wins)."""
+    try:
+        at = np.fromiter(map(attrgetter("address"), insts), dtype=np.int64, count=len(insts))
+    except OverflowError:  # (a damaged header can put code beyond int64)
+        at = None
+    if at is not None and (len(at) < 2 or bool(np.all(at[1:] > at[:-1]))):
+        return AddressIndex(at)
+    return dict(zip([ins.address for ins in insts], range(len(insts))))
+
+
 @dataclass
 class TextScan:
     """Units, gaps, instructions and PC-relative constructs of ``.text``."""
@@ -157,7 +213,9 @@ class TextScan:
     getpc_at: dict[int, GetPc] = field(default_factory=dict)  # index of each of the 3 instructions
     edges: dict[int, set[int]] = field(default_factory=dict)  # unit -> units it reaches
     problems: list[RelocationProblem] = field(default_factory=list)
-    index_at: dict[int, int] = field(default_factory=dict)  # address -> instruction index
+    #: address -> instruction index (:func:`index_of`; ``.addresses`` is the column of
+    #: every instruction's address when it is an AddressIndex)
+    index_at: AddressIndex | dict[int, int] = field(default_factory=dict)
     #: s_setpc_b64 index -> the indices of every instruction it may jump to (bounded
     #: jumps only; a return to a caller adds none)
     jumps: dict[int, frozenset[int]] = field(default_factory=dict)
@@ -269,7 +327,7 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     scan = TextScan(text_index, start, end, data, target, units, gaps, insts, unit_of,
                     problems=problems)
     scan._starts = [u.start for u in units]
-    scan.index_at = dict(zip([ins.address for ins in insts], range(len(insts))))
+    scan.index_at = index_of(insts)
     for ui in range(len(units)):
         scan.edges[ui] = set()
     for ui, u in enumerate(units):

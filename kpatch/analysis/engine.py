@@ -117,7 +117,9 @@ def _analyse(co, target: str) -> Report:
         return report
     ranges = function_ranges(co)
     scan = scan_text(co, source)
-    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=bounded_jumps(scan))
+    jumps = bounded_jumps(scan)
+    scan = _without_instructions(scan)  # (the context holds them while the detectors run)
+    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps)
     _function_reports(report, ctx, run_detectors(ctx))
     if scan is not None:
         _relocation_verdicts(report, scan)
@@ -153,6 +155,15 @@ def bounded_jumps(scan: TextScan | None) -> list[tuple[int, int]]:
             if j is not None and scan.unit_of[j] == scan.unit_of[i]:
                 out.append((insts[i].address, t))
     return out
+
+
+def _without_instructions(scan: TextScan | None) -> TextScan | None:
+    """``scan``'s units, gaps, call edges and relocation problems (what
+    :func:`_relocation_verdicts` reads) without its per-instruction tables."""
+    if scan is None:
+        return None
+    return TextScan(scan.section_index, scan.start, scan.end, scan.data, scan.target, scan.units, scan.gaps,
+                    [], [], edges=scan.edges, problems=scan.problems)
 
 
 def _relocation_verdicts(report: Report, scan: TextScan) -> None:

@@ -410,8 +410,13 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         rules = list(dict.fromkeys(used))
         into[kr.name] = KernelOutcome(kr.name, "patched" if rules else "untouched", "", rules)
 
+    calls = bool(report.functions) or any(r.calls for r in report.kernels)
+    # the analysis is not read again: release it (and, through its findings,
+    # its context: every instruction's facts and control flow) before the
+    # rewriter scans the code again; the loop's last unit holds it too
+    report = units = kr = fr = unit = ctx = into = None
     # a kernel is only as safe as everything it can reach
-    reach = reachable_units(co) if report.functions or any(kr.calls for kr in report.kernels) else {}
+    reach = reachable_units(co) if calls else {}
     _spread_refusals(outcomes, fn_outcomes, reach, edits_by_kernel)
     if mode in ALL_OR_NOTHING:
         refused = _all_or_nothing(outcomes, fn_outcomes, mode)
@@ -442,7 +447,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     kept = [r for r in plan.approx if r.fix in KEEPS]
     # the original's decode and analysis are not needed any more: never hold
     # both objects' at once (a whole Tensile library's are half a GiB each)
-    del report, units, contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan
+    del contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan
     forget_decodes()
     if len(data) >= _COLLECT_FROM:
         gc.collect()  # (the collector is paused: the original's reference cycles, e.g. its ELF reader)

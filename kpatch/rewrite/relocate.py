@@ -83,13 +83,22 @@ class RewriteResult:
     """A rewritten code object and what was done to it."""
 
     data: bytes
-    #: old -> new vaddr of every instruction in .text (empty when there were no
-    #: edits and the code did not move: nothing was decoded)
-    address_map: dict[int, int] = field(default_factory=dict)
     inserted: list[tuple[int, int, str]] = field(default_factory=list)  # (new vaddr, size, rule)
     relocations: dict[str, int] = field(default_factory=dict)
     refused: list[Refusal] = field(default_factory=list)
     applied: list[Edit] = field(default_factory=list)  # the edits that were applied
+    #: what makes :attr:`address_map` (made on first use: a dict of every
+    #: instruction costs ~100 bytes each, and apply never reads it)
+    _address_map: Callable[[], dict[int, int]] | dict[int, int] | None = field(default=None, repr=False)
+
+    @property
+    def address_map(self) -> dict[int, int]:
+        """Old -> new vaddr of every instruction in .text (empty when there were
+        no edits and the code did not move: nothing was decoded)."""
+        m = self._address_map
+        m = {} if m is None else m() if callable(m) else m
+        self._address_map = m
+        return m
 
 
 #: Called with a rewrite's result; returns None to keep it, or what to lay the
@@ -498,8 +507,8 @@ def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: Tex
     """Put what the code layout did in ``result`` (old -> new addresses,
     inserted and applied edits; ``d``: how far .text itself moved) and its
     counts in ``stats``."""
-    amap_ = lay.address_map
-    result.address_map = amap_ if not d else {a: v + d for a, v in amap_.items()}
+    result._address_map = (lambda: lay.address_map) if not d else (
+        lambda: {a: v + d for a, v in lay.address_map.items()})
     result.inserted = [(a + d, n, r) for a, n, r in inserted]
     result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
     stats["edits_applied"] = len(result.applied)
@@ -547,15 +556,15 @@ def _fix_getpc(scan: TextScan, lay: TextLayout, text: bytearray, amap: AddressMa
             except Refusal as e:
                 raise Refusal(f"{e.reason} (s_getpc_b64 at {scan.insts[gp.index].address:#x})",
                               kind="data-target", address=scan.insts[gp.index].address) from None
-        pc = lay.new_addr[gp.index] + 4 + d
+        pc = lay.new_address(gp.index) + 4 + d
         if gp.tmp is not None:
             fixed += _fix_long_branch(scan, lay, text, gp, new_t - pc)
             continue
         delta = (new_t - pc) & (2**64 - 1)
         lo, hi = delta & 0xFFFFFFFF, delta >> 32
         add, addc = scan.insts[gp.index + 1], scan.insts[gp.index + 2]
-        a_at = lay.new_addr[gp.index + 1] - base
-        c_at = lay.new_addr[gp.index + 2] - base
+        a_at = lay.new_address(gp.index + 1) - base
+        c_at = lay.new_address(gp.index + 2) - base
         changed = False
         if add.literal != lo:
             text[a_at + 4:a_at + 8] = lo.to_bytes(4, "little")
@@ -591,7 +600,7 @@ def _fix_long_branch(scan: TextScan, lay: TextLayout, text: bytearray, gp, offse
     lit = (offset - gp.addend) & 0xFFFFFFFF
     if imm.literal == lit:
         return 0
-    at = lay.new_addr[gp.index + 1] - scan.start
+    at = lay.new_address(gp.index + 1) - scan.start
     text[at + 4:at + 8] = lit.to_bytes(4, "little")
     return 1
 

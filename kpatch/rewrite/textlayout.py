@@ -92,7 +92,7 @@ class TextLayout:
                 return self.unit_end[ui]
         i = sc.index_at.get(addr)
         if i is not None:
-            return self.new_addr[i] if kind == "inst" else self.landing[i]
+            return int((self.new_addr_array if kind == "inst" else self.landing_array)[i])
         ui = self._unit_ending.get(addr)
         if ui is not None:  # a label right after a function's last instruction
             return self.unit_end[ui]
@@ -118,12 +118,16 @@ class TextLayout:
         """Old address -> new address of every original instruction (made
         once; not to be changed)."""
         if self._amap is None:
-            self._amap = dict(zip(_addresses(self.scan), self.new_addr))
+            self._amap = dict(zip(_address_array(self.scan).tolist(), self.new_addr_array.tolist()))
         return self._amap
+
+    def new_address(self, i: int) -> int:
+        """New address of instruction ``i`` (:attr:`new_addr` without making the list)."""
+        return int(self.new_addr_array[i])
 
     def moved(self) -> bool:
         """Did any instruction change address?"""
-        return self.new_addr != _addresses(self.scan) or self.end != self.scan.end
+        return self.end != self.scan.end or not np.array_equal(self.new_addr_array, _address_array(self.scan))
 
     # -- bytes ---------------------------------------------------------------------
     def build(self) -> tuple[bytearray, list[tuple[int, int, str]]]:
@@ -150,7 +154,7 @@ class TextLayout:
             out[at:at + n] = raw
         insts = sc.insts
         data = sc.data
-        addrs, ends = _addresses(sc), _ends(sc)
+        addr_array, end_array, landing_array = _address_array(sc), _end_array(sc), self.landing_array
         marked = _marked_by_unit(sc, self.slots, self.nops3f)
         whole_runs = _contiguous(sc)
         for ui, u in enumerate(sc.units):
@@ -161,18 +165,24 @@ class TextLayout:
                 continue
             if not whole_runs:
                 here = list(range(u.first, u.last + 1))
+            # this unit's columns as lists (one unit's at a time: a whole Tensile
+            # library's would be ~40 bytes per instruction each)
+            f0 = u.first
+            addrs = addr_array[f0:u.last + 1].tolist()
+            ends = end_array[f0:u.last + 1].tolist()
+            landing = landing_array[f0:u.last + 1].tolist()
             run = u.first  # instructions from run up to the next marked one keep their bytes
             for i in here + [u.last + 1]:
                 if i > run:  # unmarked and contiguous: placed one after the other, unchanged
-                    a, b = addrs[run] - base, ends[i - 1] - base
-                    pos = self.landing[run] - base
+                    a, b = addrs[run - f0] - base, ends[i - 1 - f0] - base
+                    pos = landing[run - f0] - base
                     out[pos:pos + (b - a)] = data[a:b]
                 if i > u.last:
                     break
                 run = i + 1
                 ins = insts[i]
                 slot = self.slots.get(i)
-                pos = self.landing[i] - base
+                pos = landing[i - f0] - base
                 if slot is not None:
                     for e in slot.before:
                         out[pos:pos + len(e.code)] = e.code
@@ -196,7 +206,7 @@ class TextLayout:
                         pos += len(e.code)
         for i, simm in self.new_simm.items():
             ins = insts[i]
-            at = self.new_addr[i] - base
+            at = self.new_address(i) - base
             out[at:at + ins.size] = _with_simm16(ins, simm)
         inserted.sort()
         return out, inserted
@@ -212,26 +222,27 @@ def _with_simm16(ins, simm: int) -> bytes:
     return v.to_bytes(fmt.size, "little") + raw[fmt.size:]
 
 
-def _addresses(scan: TextScan) -> list[int]:
-    """Old address of every instruction (worked out once per scan)."""
-    return _cached(scan, "_kp_addresses", lambda: _address_array(scan).tolist())
-
-
-def _ends(scan: TextScan) -> list[int]:
-    """Old end address of every instruction (worked out once per scan)."""
-    return _cached(scan, "_kp_ends", lambda: _end_array(scan).tolist())
-
-
 def _address_array(scan: TextScan) -> np.ndarray:
-    """:func:`_addresses` as an array (worked out once per scan)."""
+    """Old address of every instruction (the scan's own column, else worked out once per scan)."""
+    at = getattr(scan.index_at, "addresses", None)  # (the scan's own column: codescan.AddressIndex)
+    if at is not None and len(at) == len(scan.insts):
+        return at
     return _cached(scan, "_kp_address_array", lambda: np.fromiter(
         map(_ADDRESS, scan.insts), dtype=np.int64, count=len(scan.insts)))
 
 
 def _end_array(scan: TextScan) -> np.ndarray:
-    """:func:`_ends` as an array (worked out once per scan)."""
+    """Old end address of every instruction (worked out once per scan)."""
     return _cached(scan, "_kp_end_array", lambda: _address_array(scan) + np.fromiter(
         map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts)))
+
+
+def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
+    """The instruction index of each of ``addresses`` (each starts an instruction)."""
+    ix = scan.index_at
+    if hasattr(ix, "indices"):
+        return ix.indices(addresses)
+    return np.fromiter(map(ix.__getitem__, addresses.tolist()), dtype=np.int64, count=len(addresses))
 
 
 _ADDRESS = attrgetter("address")
@@ -365,8 +376,7 @@ def _branch_table(scan: TextScan) -> tuple[np.ndarray, ...]:
         first = words[(_address_array(scan)[at] - scan.start) >> 2].astype(np.int64)
         t = scan.__dict__["_kp_branch_table"] = (
             at,
-            np.fromiter(map(scan.index_at.__getitem__, scan.branches.values()), dtype=np.int64,
-                        count=len(scan.branches)),
+            _indices(scan, np.fromiter(scan.branches.values(), dtype=np.int64, count=len(scan.branches))),
             first & 0xFFFF,
             (first & SOPP.match_mask) == SOPP.match_value)
     return t

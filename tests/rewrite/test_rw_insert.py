@@ -214,3 +214,32 @@ def test_object_with_a_word_kpatch_cannot_decode(tmp_path):
     assert {x.kind for x in r.refused} <= {"immovable"}
     new = write_tmp(tmp_path, "new.hsaco", r.data)
     _check(ISA_DIFFERENCES, new, r)
+
+
+def test_moving_code_makes_no_whole_object_lists_and_the_address_map_on_request():
+    """The layout's per-instruction tables stay numpy columns while the
+    object is rewritten (a Python list or dict of every instruction costs
+    ~40-100 bytes each: hundreds of MiB on a Tensile library); the old ->
+    new address map is made only when asked for, and then agrees with the
+    layout's columns."""
+    import kpatch.rewrite.relocate as relocate
+    from kpatch.rewrite import textlayout
+    made = []
+    real = textlayout.layout_text
+
+    def spy(*a, **k):
+        made.append(real(*a, **k))
+        return made[-1]
+
+    relocate.layout_text = spy
+    try:
+        r = apply_edits(read(RELOC), "gfx1030", spread_edits(RELOC, 3))
+    finally:
+        relocate.layout_text = real
+    assert made and r.relocations["text_growth"] > 0
+    for lay in made:
+        assert lay._lists == {} and lay._amap is None
+    assert not isinstance(r.__dict__["_address_map"], dict)
+    lay = made[-1]
+    want = dict(zip([i.address for i in lay.scan.insts], lay.new_addr_array.tolist()))
+    assert r.address_map == want and r.address_map is r.address_map

@@ -20,6 +20,8 @@ type 30-31.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kpatch.analysis.detectors.context import Context
 from kpatch.analysis.facts import M_BUFFER, mask_of
 from kpatch.analysis.findings import Finding
@@ -47,12 +49,38 @@ def _writes(f, memo: dict) -> int:
     return m
 
 
+def _writers_of(ctx: Context, bit: int, memo: dict) -> np.ndarray:
+    """Indices (ascending, an int64 column) of the instructions that write
+    scalar register ``bit``: each distinct encoding's write mask is worked
+    out once, and the instructions holding a writing encoding are picked out
+    with numpy."""
+    key = ("writers", bit)
+    got = memo.get(key)
+    if got is None:
+        facts = ctx.facts
+        eids = getattr(facts, "eids", None)
+        if eids is None:  # facts as a plain list
+            got = np.array([j for j in range(len(facts)) if _writes(facts[j], memo) >> bit & 1], dtype=np.int64)
+        else:
+            inv = memo.get("inverse")
+            if inv is None:
+                uniq, inv = np.unique(eids, return_inverse=True)
+                memo["inverse"] = inv = inv.reshape(-1).astype(np.int32)
+                memo["masks"] = [_writes(facts._all[e], memo) for e in uniq.tolist()]
+            hit = np.array([m >> bit & 1 for m in memo["masks"]], dtype=bool)
+            got = np.flatnonzero(hit[inv]) if len(hit) else np.zeros(0, dtype=np.int64)
+        memo[key] = got
+    return got
+
+
 def reaching_writers(ctx: Context, k: int, bit: int, memo: dict) -> tuple[list[int], bool]:
     """Indices of the instructions whose write of scalar register ``bit``
-    reaches instruction ``k``; and whether some path reaches the function entry."""
+    reaches instruction ``k``; and whether some path reaches the function entry.
+    The walk goes back one block at a time and gives up after
+    :data:`MAX_STEPS` instructions (counted as if each were looked at in
+    turn: the nearest writer in a block is found by bisection)."""
     cfg = ctx.cfg
-    facts = ctx.facts
-    want = 1 << bit
+    writers = _writers_of(ctx, bit, memo)
     found: set[int] = set()
     entry = False
     seen: set[int] = set()
@@ -62,19 +90,18 @@ def reaching_writers(ctx: Context, k: int, bit: int, memo: dict) -> tuple[list[i
     while work and steps < MAX_STEPS:
         b, j = work.pop()
         start = int(cfg.block_start[b])
-        while j >= start:
-            steps += 1
-            if _writes(facts[j], memo) & want:
-                found.add(j)
-                break
-            j -= 1
-        else:
-            if not preds[b]:
-                entry = True
-            for p in preds[b]:
-                if p not in seen:
-                    seen.add(p)
-                    work.append((p, int(cfg.block_end[p]) - 1))
+        w = int(writers.searchsorted(j, "right")) - 1  # the last writer at or before j
+        if j >= start and w >= 0 and (wj := int(writers[w])) >= start:
+            steps += j - wj + 1
+            found.add(wj)
+            continue
+        steps += max(j - start + 1, 0)
+        if not preds[b]:
+            entry = True
+        for p in preds[b]:
+            if p not in seen:
+                seen.add(p)
+                work.append((p, int(cfg.block_end[p]) - 1))
     return sorted(found), entry
 
 

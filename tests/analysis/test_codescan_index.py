@@ -1,0 +1,66 @@
+"""The scan's address -> instruction index (codescan.AddressIndex): the same
+answers as a dict built from the instructions, at 8 bytes per instruction
+(a dict of boxed ints costs ~70: 160+ MB on the largest Tensile library)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kpatch.analysis.codescan import AddressIndex, index_of, scan_text
+from kpatch.codeobject import CodeObject
+from kpatch.containers.discover import Found, discover
+from kpatch.data import expand
+from kpatch.isa.instruction import Instruction
+
+
+def _sample_objects():
+    return [CodeObject.from_bytes(item.data) for item in discover([expand("@sample")]) if isinstance(item, Found)]
+
+
+def test_the_index_answers_as_a_dict_and_holds_one_int64_per_instruction():
+    cos = _sample_objects()
+    assert cos
+    for co in cos:
+        scan = scan_text(co, "gfx1030")
+        ix = scan.index_at
+        assert isinstance(ix, AddressIndex)
+        assert ix.addresses.dtype == np.int64 and ix.addresses.nbytes == 8 * len(scan.insts)
+        want = {ins.address: i for i, ins in enumerate(scan.insts)}
+        assert len(want) == len(ix)
+        for a, i in want.items():
+            assert ix.get(a) == i and ix[a] == i and a in ix
+        for a in (scan.start - 4, scan.end, scan.end + 4, -1, 2**64 + scan.start, 2**200):
+            assert ix.get(a) is None and a not in ix
+        odd = [a + 2 for a in want if a + 2 not in want]
+        assert odd and all(ix.get(a) is None for a in odd)
+        with pytest.raises(KeyError):
+            ix[odd[0]]
+        some = np.array(list(want)[::7], dtype=np.int64)
+        assert ix.indices(some).tolist() == [want[a] for a in some.tolist()]
+        with pytest.raises(KeyError):
+            ix.indices(np.array([odd[0]], dtype=np.int64))
+
+
+def test_addresses_that_do_not_strictly_increase_or_fit_int64_keep_a_dict():
+    ins = _sample_objects()[0]
+    d = scan_text(ins, "gfx1030").insts[0].d
+    same = [Instruction(0x100, d), Instruction(0x100, d)]
+    assert index_of(same) == {0x100: 1}
+    huge = [Instruction(2**64 + 4, d), Instruction(2**64 + 8, d)]
+    assert index_of(huge) == {2**64 + 4: 0, 2**64 + 8: 1}
+    assert isinstance(index_of([Instruction(4, d), Instruction(8, d)]), AddressIndex)
+
+
+def test_the_analysis_keeps_no_instruction_table_of_the_scan_while_detectors_run(monkeypatch):
+    """The analysis reads the scan's bounded jumps first; the detectors then
+    run with the scan's per-instruction tables released (only its units,
+    edges and problems are read after them), and the verdicts do not change."""
+    from kpatch.analysis import analyse, engine
+    seen = []
+    real = engine._relocation_verdicts
+    monkeypatch.setattr(engine, "_relocation_verdicts", lambda rep, scan: (seen.append(scan), real(rep, scan)))
+    for co in _sample_objects():
+        rep = analyse(co, "gfx1010")
+        assert rep.kernels
+    assert seen and all(s.insts == [] and s.unit_of == [] and s.units for s in seen)

@@ -1,0 +1,30 @@
+"""Patching never holds the original's analysis while the patched object is
+verified: nothing of it (its control-flow graph, and through it every
+instruction of the object) is alive when verify() starts."""
+
+from __future__ import annotations
+
+import gc
+
+from kpatch.analysis.cfg import CFG
+from kpatch.containers.discover import Found, discover
+from kpatch.data import expand
+from kpatch.rewrite import patcher
+
+
+def test_the_originals_analysis_is_gone_before_verify(monkeypatch):
+    alive = []
+    real = patcher.verify
+
+    def spy(*a, **k):
+        gc.collect()
+        alive.append(sum(1 for o in gc.get_objects() if type(o) is CFG))
+        return real(*a, **k)
+
+    monkeypatch.setattr(patcher, "verify", spy)
+    written = 0
+    for item in discover([expand("@sample")]):
+        if isinstance(item, Found):
+            written += patcher.patch_code_object(item.data, mode="override").data is not None
+    assert written and len(alive) == written
+    assert alive == [0] * written
