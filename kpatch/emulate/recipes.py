@@ -65,6 +65,7 @@ class Context:
     groups: int
     block: tuple
     rng: np.random.Generator
+    md: dict | None = None  # the kernel's metadata (argument names, for recipes that check them)
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,8 @@ def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
 
 _G, _B1, _B4, _B8, _B24 = ("g", 8), ("b", 1), ("b", 4), ("b", 8), ("b", 24)
 
+from kpatch.emulate import tensile as _tensile  # noqa: E402
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe("rocprim-lookback-scan", re.compile(r"rocprim6detail20lookback_scan_kernel"),
            tuple((_G, _G, _B8, (("b", v)), _B1, st, _B4, _G, _G, _G, _B1, _B1)
@@ -319,4 +322,10 @@ RECIPES: tuple[Recipe, ...] = (
            _discrete_distribution,
            "rocRAND library/include/rocrand/rocrand_discrete_types.h (rocrand_discrete_distribution_st), "
            "library/src/rng/distribution/poisson.hpp"),
+    Recipe("tensile-gemm", re.compile(r"^Cijk_.*_ISA(?!000_)\d+_"),  # assembly kernels (source ones: ISA000)
+           _tensile.signatures(),
+           _tensile.build,
+           "Tensile (github ROCm/Tensile) Tensile/Source/lib/source/ContractionSolution.cpp (kernel "
+           "arguments, staggerUIter, smallMagicNumber), ContractionProblem.cpp (allocatedElementsNonBatch), "
+           "SolutionStructs.py (staggerStrideShift); see kpatch/emulate/tensile.py"),
 )

@@ -113,7 +113,7 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
             raise CannotSynthesise(str(e)) from None
         if found is not None:
             plan.recipe = found[0].name
-            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng)
+            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, md)
             chosen = found[0].build(ctx, found[1], name)
     explicit = -1
     for i, a in enumerate(md.get(".args", [])):

@@ -1,0 +1,285 @@
+"""Argument recipe for Tensile's assembly GEMM kernels (rocBLAS' library,
+``TensileLibrary_*_gfx1030.co``): a small, consistent contraction problem.
+
+A Tensile assembly kernel gets every size, stride and pointer of the
+problem by value (``AddressA`` is a u64, not a global buffer), so the
+generic synthesis gives it random addresses and it faults.  This recipe
+builds what Tensile's host library passes for a GEMM D = alpha*A*B + beta*C
+of a few tiles, from the kernel's own name (macro tile ``MT0xMT1xDU``,
+work-group shape ``WG``, ``WGM``, ``GSU``, ``SU``/``SUS``, the data-type
+code) and its metadata's argument names.
+
+Where each value comes from (Tensile, github ROCm/Tensile,
+Tensile/Source/lib/source/ContractionSolution.cpp, ``solveArgs``/
+``generateSingleCall`` - the argument order ``tensor2dSizeA, tensor2dSizeB,
+d, c, a, b, [offsetD, offsetC, offsetA, offsetB,] alpha[, alpha_2], beta[,
+beta_2], strideD1.., strideC1.., strideA1.., strideB1.., size_0..,
+[staggerUIter,] problemNumGroupTiles0, problemNumGroupTiles1,
+[numFullBlocks, wgmRemainder1, magicNumberWgmRemainder1]``):
+
+* ``Tensor2dSizeA``/``B``: ``allocatedElementsNonBatchA``: 1 + sum over the
+  non-batch dimensions of stride * (size - 1) (ContractionProblem.cpp);
+* Half ``alpha``/``beta`` are passed twice (``alpha_2``), so the 4-byte
+  ``Alpha`` holds the f16 value in both halves;
+* strides from index 1 (``useInitialStrides`` false): ``StridesD`` is
+  (strideD1J, strideDK), ``StridesA`` the strides of A's second and third
+  index in the order the kernel name gives them (``Ailk``: l then k);
+* ``SizesFree`` = (size I, size J, size K batch), ``SizesSum`` = size L;
+* ``OrigStaggerUIter``: ``ContractionSolution::staggerUIter`` with
+  ``staggerStrideShift = ceil(log2(StaggerUStride / (DepthU * bpe)))``
+  (SolutionStructs.py);
+* ``NumWorkGroups0/1`` = problemNumGroupTiles0/1 (ceil(size / macro tile));
+* ``NumFullBlocks``, ``WgmRemainder1``, ``MagicNumberWgmRemainder1``: for
+  WorkGroupMapping > 1, tiles1 / WGM, tiles1 % WGM (WGM when 0) and
+  ``smallMagicNumber(x) = (1 << 31) / x + 1``.
+
+The problem: I = groups * MT0 - d (d = 0, 1, 3 by run: full and edge
+tiles), J = MT1 - d (one tile row: the verifier's grid has one workgroup in
+y), K = 2 * DU + (0, 1, 5) (unroll loop and tail loop), batch 1; leading
+dimensions padded to 16 elements past the rows.  Values are small
+integers (exact in every covered type, so the product is exactly what
+numpy computes).  With GlobalSplitU > 1 the real launch has GSU workgroups
+in y; the verifier runs the first (a part of a real launch, compared byte
+for byte, but not the whole GEMM).
+
+Kernels whose names or arguments are not these (general-batched ``_GB``
+kernels take arrays of pointers, which a recipe cannot hold yet; other data
+types; a workgroup size other than the name's) are refused: "not verified".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Tensile data-type codes of the kernel name (DataType, DestDataType, ComputeDataType + "B"/"BH")
+#: -> (A/B element, C/D element, alpha/beta type: numpy dtype of one value, times repeated in 4 bytes).
+TYPES = {
+    "SB": (np.float32, np.float32, (np.float32, 1)),
+    "HB": (np.float16, np.float16, (np.float16, 2)),
+    "HHS_BH": (np.float16, np.float16, (np.float32, 1)),
+    "I8II_BH": (np.int8, np.int32, (np.int32, 1)),
+}
+
+_COMMON = ("Tensor2dSizeA", "Tensor2dSizeB", "AddressD", "AddressC", "AddressA", "AddressB")
+_MIDDLE = ("Alpha", "Beta", "StridesD", "StridesC", "StridesA", "StridesB", "SizesFree", "SizesSum")
+_WGM = ("NumFullBlocks", "WgmRemainder1", "MagicNumberWgmRemainder1")
+_SIZES = {"Tensor2dSizeA": 8, "Tensor2dSizeB": 8, "AddressD": 8, "AddressC": 8, "AddressA": 8, "AddressB": 8,
+          "OffsetD": 8, "OffsetC": 8, "OffsetA": 8, "OffsetB": 8, "Alpha": 4, "Beta": 4, "StridesD": 8,
+          "StridesC": 8, "StridesA": 8, "StridesB": 8, "SizesFree": 12, "SizesSum": 4, "OrigStaggerUIter": 4,
+          "NumWorkGroups0": 4, "NumWorkGroups1": 4, "NumFullBlocks": 4, "WgmRemainder1": 4,
+          "MagicNumberWgmRemainder1": 4}
+
+
+def argument_names(stagger: bool, wgm: bool, batched_pointers: bool = False) -> tuple:
+    """The explicit argument names of a Tensile assembly kernel, in order."""
+    offsets = ("OffsetD", "OffsetC", "OffsetA", "OffsetB") if batched_pointers else ()
+    return (_COMMON + offsets + _MIDDLE + (("OrigStaggerUIter",) if stagger else ())
+            + ("NumWorkGroups0", "NumWorkGroups1") + (_WGM if wgm else ()))
+
+
+def signatures() -> tuple:
+    """Every (value kind, size) signature the recipe may hold for (all by value)."""
+    return tuple(tuple(("b", _SIZES[n]) for n in argument_names(s, w, g))
+                 for s in (False, True) for w in (False, True) for g in (False, True))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What a Tensile kernel name says about its problem."""
+
+    a_order: str  # "il" (A is I x L, column-major: Ailk) or "li" (Alik)
+    b_order: str  # "lj" (Bljk) or "jl" (Bjlk)
+    types: str  # key of TYPES
+    batched_pointers: bool  # "_GB": arrays of pointers (general batched)
+    mt0: int
+    mt1: int
+    depth_u: int
+    workgroup: tuple
+    wgm: int
+    gsu: int
+    stagger_u: int
+    stagger_stride: int
+
+
+_NAME = re.compile(r"^Cijk_A(il|li)k_B(lj|jl)k_(SB|HB|HHS_BH|I8II_BH|[A-Z0-9]+(?:_BH)?)(_GB)?_")
+
+
+def parse(name: str) -> Kernel:
+    """The problem fields of Tensile kernel ``name``; ValueError when it is not one this recipe covers."""
+    m = _NAME.match(name)
+    if not m:
+        raise ValueError("not a Tensile Cijk_A..k_B..k kernel name")
+    if m.group(3) not in TYPES:
+        raise ValueError(f"data type {m.group(3)} not covered")
+    fields = name.split("_")
+
+    def field(prefix: str, pattern: str = r"(\d+)") -> tuple:
+        for f in fields:
+            mm = re.fullmatch(prefix + pattern, f)
+            if mm:
+                return tuple(int(x) for x in mm.groups())
+        raise ValueError(f"no {prefix} field in the name")
+
+    mt = field("MT", r"(\d+)x(\d+)x(\d+)")
+    wg_i = fields.index(next(f for f in fields if re.fullmatch(r"WG\d+", f)))
+    wg = (int(fields[wg_i][2:]), int(fields[wg_i + 1]), int(fields[wg_i + 2]))
+    return Kernel(m.group(1), m.group(2), m.group(3), bool(m.group(4)), mt[0], mt[1], mt[2], wg,
+                  field("WGM")[0], field("GSU")[0], field("SU")[0], field("SUS")[0])
+
+
+def small_magic_number(x: int) -> int:
+    """Tensile's ContractionSolution::smallMagicNumber: (1 << 31) / x + 1."""
+    return ((1 << 31) // x + 1) & 0xFFFFFFFF
+
+
+def stagger_u_iter(k: Kernel, size_l: int, bpe_ab: float) -> int:
+    """Tensile's ContractionSolution::staggerUIter for a problem of summation size ``size_l``."""
+    if k.stagger_u == 0:
+        return 0
+    shift = max(0, math.ceil(math.log2(k.stagger_stride / (k.depth_u * bpe_ab))))
+    it = k.stagger_u
+    loop_iters = size_l // k.depth_u // k.gsu
+    while it > 1:
+        if loop_iters >= it * (1 << shift):
+            break
+        it //= 2
+    return it - 1 if it >= 1 else it
+
+
+@dataclass
+class Problem:
+    """A GEMM of the kernel's types: sizes, leading dimensions, the host arrays and alpha/beta."""
+
+    i: int
+    j: int
+    l: int
+    lda: int
+    ldb: int
+    ldc: int
+    a: np.ndarray  # as stored (column-major by the kernel name's index order)
+    b: np.ndarray
+    c: np.ndarray
+    d: np.ndarray  # D's initial bytes (a pattern the kernel overwrites inside I x J)
+    alpha: float
+    beta: float
+
+    def expected(self, k: Kernel) -> np.ndarray:
+        """alpha * A @ B + beta * C, computed by numpy (in float64 / int64), as an I x J array
+        of D's element type (the independent check of the recipe)."""
+        ab, cd, _ = TYPES[k.types]
+        exact = np.int64 if np.issubdtype(cd, np.integer) else np.float64
+        am = self.matrix_a(k).astype(exact)
+        bm = self.matrix_b(k).astype(exact)
+        cm = self.c[:self.ldc * self.j].reshape(self.j, self.ldc).T[:self.i, :].astype(exact)
+        return (exact(self.alpha) * (am @ bm) + exact(self.beta) * cm).astype(cd)
+
+    def matrix_a(self, k: Kernel) -> np.ndarray:
+        """A as an I x L matrix."""
+        if k.a_order == "il":
+            return self.a[:self.lda * self.l].reshape(self.l, self.lda).T[:self.i, :]
+        return self.a[:self.lda * self.i].reshape(self.i, self.lda)[:, :self.l]
+
+    def matrix_b(self, k: Kernel) -> np.ndarray:
+        """B as an L x J matrix."""
+        if k.b_order == "lj":
+            return self.b[:self.ldb * self.j].reshape(self.j, self.ldb).T[:self.l, :]
+        return self.b[:self.ldb * self.l].reshape(self.l, self.ldb)[:, :self.j]
+
+    def result(self, d: bytes, k: Kernel) -> np.ndarray:
+        """The I x J result out of D's bytes (column-major, leading dimension ldc)."""
+        cd = TYPES[k.types][1]
+        arr = np.frombuffer(d, cd)[:self.ldc * self.j]
+        return arr.reshape(self.j, self.ldc).T[:self.i, :]
+
+
+def _pad16(n: int) -> int:
+    return (n + 1 + 15) // 16 * 16
+
+
+def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> Problem:
+    """The run's problem: ``groups`` tiles in I, one in J, two unroll iterations and a tail in L."""
+    ab, cd, (alpha_t, _) = TYPES[k.types]
+    d = (0, 1, 3)[run % 3]
+    i, j, l = groups * k.mt0 - d, k.mt1 - d, 2 * k.depth_u + (0, 1, 5)[run % 3]
+    rows_a, cols_a = (i, l) if k.a_order == "il" else (l, i)
+    rows_b, cols_b = (l, j) if k.b_order == "lj" else (j, l)
+    lda, ldb, ldc = _pad16(rows_a), _pad16(rows_b), _pad16(i)
+    a = rng.integers(-2, 3, lda * cols_a).astype(ab)
+    b = rng.integers(-2, 3, ldb * cols_b).astype(ab)
+    c = rng.integers(-2, 3, ldc * j).astype(cd)
+    dd = rng.integers(-100, 100, ldc * j).astype(cd)
+    alpha, beta = ((2, -1), (1, 3), (-1, 0))[run % 3]
+    return Problem(i, j, l, lda, ldb, ldc, a, b, c, dd, alpha, beta)
+
+
+def _scalar(value: float, k: Kernel) -> bytes:
+    t, n = TYPES[k.types][2]
+    return np.array([value] * n, t).tobytes()
+
+
+def build(ctx, sig: tuple, name: str) -> dict:
+    """The recipe's arguments (see kpatch.emulate.recipes) for Tensile kernel ``name``."""
+    from kpatch.emulate.recipes import Fill, Struct
+    from kpatch.emulate.verify import CannotSynthesise
+    try:
+        k = parse(name)
+    except ValueError as e:
+        raise CannotSynthesise(f"recipe tensile-gemm does not hold: {e}") from None
+    names = tuple(a.get(".name") for a in (ctx.md or {}).get(".args", [])
+                  if not a.get(".value_kind", "").startswith("hidden_"))
+    want = argument_names(k.stagger_u > 0, k.wgm > 1, k.batched_pointers)
+    if names != want:
+        raise CannotSynthesise(f"recipe tensile-gemm does not hold: the kernel's arguments are {names}, "
+                               f"its name says {want}")
+    if k.batched_pointers:
+        raise CannotSynthesise("recipe tensile-gemm does not hold: general-batched (_GB) kernels take arrays "
+                               "of pointers to buffers, which the recipe cannot build")
+    flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
+    if tuple(ctx.block) != (flat, 1, 1):
+        raise CannotSynthesise(f"recipe tensile-gemm does not hold: workgroup {ctx.block}, the name says "
+                               f"{k.workgroup} (flat {flat})")
+    p = problem(k, ctx.groups, ctx.run, ctx.rng)
+    values = _values(k, p, ctx.groups)
+    for n in ("AddressA", "AddressB", "AddressC", "AddressD"):
+        if len(values[n]) > _recipe_bytes():
+            raise CannotSynthesise(f"recipe tensile-gemm: {n} needs {len(values[n])} bytes")
+    out = {}
+    for idx, n in enumerate(want):
+        v = values[n]
+        out[idx] = Struct(8, b"", ((0, Fill(v)),)) if n.startswith("Address") else v
+    return out
+
+
+def _recipe_bytes() -> int:
+    from kpatch.emulate.verify import RECIPE_BYTES
+    return RECIPE_BYTES
+
+
+def _values(k: Kernel, p: Problem, groups: int) -> dict:
+    """Argument name -> int / bytes (Address*: the buffer's bytes)."""
+    ab = TYPES[k.types][0]
+    rows_a, cols_a = (p.i, p.l) if k.a_order == "il" else (p.l, p.i)
+    rows_b, cols_b = (p.l, p.j) if k.b_order == "lj" else (p.j, p.l)
+    size_a = 1 + (rows_a - 1) + p.lda * (cols_a - 1)
+    size_b = 1 + (rows_b - 1) + p.ldb * (cols_b - 1)
+    tiles0, tiles1 = -(-p.i // k.mt0), -(-p.j // k.mt1)
+    assert tiles0 == groups and tiles1 == 1
+    u32 = lambda *xs: struct.pack(f"<{len(xs)}I", *xs)  # noqa: E731
+    v = {"Tensor2dSizeA": size_a, "Tensor2dSizeB": size_b,
+         "AddressA": p.a.tobytes(), "AddressB": p.b.tobytes(), "AddressC": p.c.tobytes(),
+         "AddressD": p.d.tobytes(), "Alpha": _scalar(p.alpha, k), "Beta": _scalar(p.beta, k),
+         "StridesD": u32(p.ldc, p.ldc * p.j), "StridesC": u32(p.ldc, p.ldc * p.j),
+         "StridesA": u32(p.lda, p.lda * cols_a), "StridesB": u32(p.ldb, p.ldb * cols_b),
+         "SizesFree": u32(p.i, p.j, 1), "SizesSum": p.l,
+         "OrigStaggerUIter": stagger_u_iter(k, p.l, np.dtype(ab).itemsize),
+         "NumWorkGroups0": tiles0, "NumWorkGroups1": tiles1}
+    if k.wgm > 1:
+        full, rem = tiles1 // k.wgm, tiles1 % k.wgm
+        rem = rem or k.wgm
+        v.update(NumFullBlocks=full, WgmRemainder1=rem, MagicNumberWgmRemainder1=small_magic_number(rem))
+    return v
