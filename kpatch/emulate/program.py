@@ -1123,6 +1123,23 @@ def _ds(inst, ctx):
                 v = np.stack([w.v[d0 + k][ex] for k in range(nd)], 1)
                 w.lds.write(ad, to_bytes(v, size))
         return ds1
+    if mo and not mo.group(2) and mo.group(3) in ("u8", "i8", "u16", "b8", "b16"):
+        # d16 forms: a load of a byte / short into the low or high half of
+        # vdst (the other half kept, bytes zero- or sign-extended to 16 bits);
+        # a store of the high half's low byte / short (ds_write_b8/b16_d16_hi)
+        rd = mo.group(1) in ("read", "load")
+        t = mo.group(3)
+        size = 1 if t.endswith("8") else 2
+        hi = bool(mo.group(5))
+
+        def ds16(w):
+            ex = w.exec
+            ad = w.v[a][ex].astype(np.int64) + off
+            if rd:
+                _vmem_loaded(w, ex, vd, w.lds.read(ad, size), size, t == "i8", True, hi)
+            else:
+                w.lds.write(ad, _vmem_store_data(w, ex, d0, size, hi))
+        return ds16
     if m in ("ds_swizzle_b32",):
         return _ds_swizzle(inst, ctx)
     if m in ("ds_bpermute_b32", "ds_permute_b32"):
