@@ -41,9 +41,12 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Fill:
-    """A global buffer whose first bytes are ``head`` (the rest zero)."""
+    """A global buffer whose first bytes are ``head`` (the rest zero), with
+    the address of each ``(offset, Fill)`` buffer of ``pointers`` written at
+    its offset (an array of pointers, as general-batched GEMMs take)."""
 
     head: bytes = b""
+    pointers: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,10 @@ numpy computes).  With GlobalSplitU > 1 the real launch has GSU workgroups
 in y; the verifier runs the first (a part of a real launch, compared byte
 for byte, but not the whole GEMM).
 
-Kernels whose names or arguments are not these (general-batched ``_GB``
-kernels take arrays of pointers, which a recipe cannot hold yet; other data
+General-batched kernels (``_GB``: not strided-batched, so ``batchD``..
+arrays of pointers and ``offsetD``.. by value) get a one-entry array per
+tensor pointing at its matrix, which starts :data:`GB_OFFSETS` elements into
+its buffer.  Kernels whose names or arguments are not these (other data
 types; a workgroup size other than the name's) are refused: "not verified".
 """
 
@@ -64,6 +66,11 @@ TYPES = {
     "HHS_BH": (np.float16, np.float16, (np.float32, 1)),
     "I8II_BH": (np.int8, np.int32, (np.int32, 1)),
 }
+
+#: Element offsets of D, C, A, B in their buffers for general-batched kernels
+#: (``OffsetD``..: the kernel adds them to the pointer it reads from the array;
+#: 16-byte multiples, as aligned as the buffers).
+GB_OFFSETS = {"D": 16, "C": 32, "A": 16, "B": 48}
 
 _COMMON = ("Tensor2dSizeA", "Tensor2dSizeB", "AddressD", "AddressC", "AddressA", "AddressB")
 _MIDDLE = ("Alpha", "Beta", "StridesD", "StridesC", "StridesA", "StridesB", "SizesFree", "SizesSum")
@@ -236,9 +243,6 @@ def build(ctx, sig: tuple, name: str) -> dict:
     if names != want:
         raise CannotSynthesise(f"recipe tensile-gemm does not hold: the kernel's arguments are {names}, "
                                f"its name says {want}")
-    if k.batched_pointers:
-        raise CannotSynthesise("recipe tensile-gemm does not hold: general-batched (_GB) kernels take arrays "
-                               "of pointers to buffers, which the recipe cannot build")
     flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
     if tuple(ctx.block) != (flat, 1, 1):
         raise CannotSynthesise(f"recipe tensile-gemm does not hold: workgroup {ctx.block}, the name says "
@@ -251,7 +255,14 @@ def build(ctx, sig: tuple, name: str) -> dict:
     out = {}
     for idx, n in enumerate(want):
         v = values[n]
-        out[idx] = Struct(8, b"", ((0, Fill(v)),)) if n.startswith("Address") else v
+        if n.startswith("Address") and k.batched_pointers:  # a one-entry array of pointers to the matrix
+            elem = np.dtype(TYPES[k.types][0 if n[-1] in "AB" else 1]).itemsize
+            matrix = Fill(bytes(GB_OFFSETS[n[-1]] * elem) + v)
+            out[idx] = Struct(8, b"", ((0, Fill(b"", ((0, matrix),))),))
+        elif n.startswith("Address"):
+            out[idx] = Struct(8, b"", ((0, Fill(v)),))
+        else:
+            out[idx] = v
     return out
 
 
@@ -278,6 +289,8 @@ def _values(k: Kernel, p: Problem, groups: int) -> dict:
          "SizesFree": u32(p.i, p.j, 1), "SizesSum": p.l,
          "OrigStaggerUIter": stagger_u_iter(k, p.l, np.dtype(ab).itemsize),
          "NumWorkGroups0": tiles0, "NumWorkGroups1": tiles1}
+    if k.batched_pointers:
+        v.update({f"Offset{x}": GB_OFFSETS[x] for x in "DCAB"})
     if k.wgm > 1:
         full, rem = tiles1 // k.wgm, tiles1 % k.wgm
         rem = rem or k.wgm

@@ -85,6 +85,7 @@ class Plan:
     values: list = field(default_factory=list)  # per explicit arg: ("buf", index), int, bytes or
     #   ("struct", bytes, ((offset, buffer index), ...)): an aggregate holding buffers' addresses
     recipe: str = ""  # the argument recipe used, if any
+    links: list = field(default_factory=list)  # (buffer index, offset, buffer index): an address stored in a buffer
     grid: tuple = (1, 1, 1)
     block: tuple = (1, 1, 1)
 
@@ -148,7 +149,10 @@ def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
     data[GUARD_BYTES + RECIPE_BYTES:] = rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
     data[GUARD_BYTES:GUARD_BYTES + len(fill.head)] = np.frombuffer(fill.head, np.uint8)
     plan.buffers.append((name, data))
-    return ("buf", len(plan.buffers) - 1)
+    index = len(plan.buffers) - 1
+    for off, sub in fill.pointers:
+        plan.links.append((index, off, _recipe_buffer(plan, f"{name}>{off}", sub, rng)[1]))
+    return ("buf", index)
 
 
 def _recipe_value(plan: Plan, i: int, v, rng):
@@ -169,6 +173,9 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
     md = k.metadata or {}
     bases = [(m.memory.allocate_lazy(n, LazyBytes(d.size, d.seed, d.head)) if isinstance(d, LazyBytes)
               else m.memory.allocate(n, d)).base + GUARD_BYTES for n, d in plan.buffers]
+    for bi, off, ti in plan.links:
+        m.memory.write(np.array([bases[bi] + off], np.uint64),
+                       np.frombuffer(bases[ti].to_bytes(8, "little"), np.uint8)[None, :])
     values = []
     for v in plan.values:
         if isinstance(v, tuple) and v[0] == "buf":
