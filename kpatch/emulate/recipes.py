@@ -81,6 +81,9 @@ class Recipe:
     build: Callable[[Context, tuple, str], dict]  # (context, matched signature, kernel name) -> {index: value}
     source: str
     notes: str = field(default="")
+    #: (kernel name, metadata) -> the workgroup size the kernel is launched with, or None for
+    #: verify's default (the metadata's required or maximum size)
+    block: Callable[[str, dict], tuple | None] | None = None
 
 
 class RecipeDoesNotHold(Exception):
@@ -331,4 +334,10 @@ RECIPES: tuple[Recipe, ...] = (
            "Tensile (github ROCm/Tensile) Tensile/Source/lib/source/ContractionSolution.cpp (kernel "
            "arguments, staggerUIter, smallMagicNumber), ContractionProblem.cpp (allocatedElementsNonBatch), "
            "SolutionStructs.py (staggerStrideShift); see kpatch/emulate/tensile.py"),
+    Recipe("tensile-gemm-source", re.compile(r"^Cijk_.*_ISA000_"),  # Tensile's HIP source kernels (fallback)
+           _tensile.source_signatures(),
+           _tensile.build_source,
+           "Tensile (github ROCm/Tensile) Tensile/KernelWriterSource.py (functionSignature: the argument "
+           "order), ContractionSolution.cpp (values, workgroup size WG0*WG1*WG2); see kpatch/emulate/tensile.py",
+           block=_tensile.launch_block),
 )

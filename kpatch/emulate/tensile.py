@@ -65,6 +65,8 @@ TYPES = {
     "HB": (np.float16, np.float16, (np.float16, 2)),
     "HHS_BH": (np.float16, np.float16, (np.float32, 1)),
     "I8II_BH": (np.int8, np.int32, (np.int32, 1)),
+    "DB": (np.float64, np.float64, (np.float64, 1)),
+    "HSS_BH": (np.float16, np.float32, (np.float32, 1)),
 }
 
 #: Element offsets of D, C, A, B in their buffers for general-batched kernels
@@ -224,9 +226,10 @@ def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> Probl
     return Problem(i, j, l, lda, ldb, ldc, a, b, c, dd, alpha, beta)
 
 
-def _scalar(value: float, k: Kernel) -> bytes:
+def _scalar(value: float, k: Kernel, source: bool = False) -> bytes:
+    """alpha or beta as passed: a Half twice (``alpha_2``) to assembly kernels, once to source kernels."""
     t, n = TYPES[k.types][2]
-    return np.array([value] * n, t).tobytes()
+    return np.array([value] * (1 if source else n), t).tobytes()
 
 
 def build(ctx, sig: tuple, name: str) -> dict:
@@ -296,3 +299,60 @@ def _values(k: Kernel, p: Problem, groups: int) -> dict:
         rem = rem or k.wgm
         v.update(NumFullBlocks=full, WgmRemainder1=rem, MagicNumberWgmRemainder1=small_magic_number(rem))
     return v
+
+
+# -- Tensile's HIP source kernels (the ``*_fallback_gfx1030.hsaco`` objects) -----------------
+
+def source_signatures() -> tuple:
+    """(value kind, size) signatures of Tensile source kernels: D, C, A, B (global buffers; arrays of
+    pointers when general-batched, then offsetD..offsetB), alpha, beta, 8 strides, 4 sizes,
+    staggerUIterParm, problemNumGroupTiles0/1 (KernelWriterSource.functionSignature)."""
+    out = []
+    for gb in (False, True):
+        for size in sorted({np.dtype(t[2][0]).itemsize for t in TYPES.values()}):
+            out.append((("g", 8),) * 4 + (("b", 8),) * (4 if gb else 0) + (("b", size),) * 2 + (("b", 4),) * 15)
+    return tuple(out)
+
+
+def launch_block(name: str, md: dict) -> tuple | None:
+    """The workgroup size Tensile launches a kernel with: (WG0 * WG1 * WG2, 1, 1)
+    (ContractionSolution.cpp: rv.workGroupSize.x is the product), None when the name has no WG."""
+    m = re.search(r"_WG(\d+)_(\d+)_(\d+)(?:_|$)", name)
+    return (int(m.group(1)) * int(m.group(2)) * int(m.group(3)), 1, 1) if m else None
+
+
+def build_source(ctx, sig: tuple, name: str) -> dict:
+    """The recipe's arguments for Tensile source kernel ``name`` (the same problem as :func:`build`)."""
+    from kpatch.emulate.recipes import Fill
+    from kpatch.emulate.verify import CannotSynthesise
+    try:
+        k = parse(name)
+    except ValueError as e:
+        raise CannotSynthesise(f"recipe tensile-gemm-source does not hold: {e}") from None
+    scalar = np.dtype(TYPES[k.types][2][0]).itemsize
+    want = (("g", 8),) * 4 + (("b", 8),) * (4 if k.batched_pointers else 0) + (("b", scalar),) * 2 + (("b", 4),) * 15
+    if sig != want:
+        raise CannotSynthesise(f"recipe tensile-gemm-source does not hold: the kernel's arguments are {sig}, its "
+                               f"name says {want}")
+    flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
+    if tuple(ctx.block) != (flat, 1, 1):
+        raise CannotSynthesise(f"recipe tensile-gemm-source does not hold: workgroup {ctx.block}, the name says "
+                               f"{k.workgroup}")
+    p = problem(k, ctx.groups, ctx.run, ctx.rng)
+    v = _values(k, p, ctx.groups)
+    out = {}
+    for idx, n in enumerate("DCAB"):
+        data = v["Address" + n]
+        if k.batched_pointers:
+            elem = np.dtype(TYPES[k.types][0 if n in "AB" else 1]).itemsize
+            out[idx] = Fill(b"", ((0, Fill(bytes(GB_OFFSETS[n] * elem) + data)),))
+        else:
+            out[idx] = Fill(data)
+    rest = ([GB_OFFSETS[n] for n in "DCAB"] if k.batched_pointers else []) + [
+        _scalar(p.alpha, k, True), _scalar(p.beta, k, True)]
+    strides = [struct.unpack("<2I", v[f"Strides{n}"]) for n in "DCAB"]
+    rest += [x for pair in strides for x in pair] + [p.i, p.j, 1, p.l, v["OrigStaggerUIter"],
+                                                     v["NumWorkGroups0"], v["NumWorkGroups1"]]
+    for i, x in enumerate(rest, start=4):
+        out[i] = x
+    return out

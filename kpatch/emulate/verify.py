@@ -104,14 +104,18 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
     kernel ``name`` come from it."""
     from kpatch.emulate import recipes
     rng = np.random.default_rng(seed + 7919 * run)
-    block = workgroup_size(md)
-    plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
-    chosen = {}
+    found = None
     if name is not None:
         try:
             found = recipes.find(name, md)
         except recipes.RecipeDoesNotHold as e:
             raise CannotSynthesise(str(e)) from None
+    block = workgroup_size(md)
+    if found is not None and found[0].block is not None:  # the launch's workgroup size, as the recipe knows it
+        block = found[0].block(name, md) or block
+    plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
+    chosen = {}
+    if name is not None:
         if found is not None:
             plan.recipe = found[0].name
             ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, md)

@@ -150,3 +150,32 @@ def test_ds_d16_forms_match_the_isa(tmp_path):
     ]
     for k, w in enumerate(want):
         assert (out[64 + 32 * k:96 + 32 * k] == w.astype(np.uint32)).all(), k
+
+
+def fallback_file(kind: str) -> str:
+    found = glob.glob(os.path.join(LIBRARY, f"TensileLibrary_Type_{kind}_Cijk_Dijk_fallback_gfx1030.hsaco"))
+    if not found:
+        pytest.skip(f"rocBLAS library not fetched ({LIBRARY}: run tools/fetch_sid.sh)")
+    return found[0]
+
+
+@pytest.mark.parametrize("kind", ["DD_Contraction_l_Alik_Bljk", "HH_HPA_Contraction_l_Alik_Bjlk",
+                                  "I8I_HPA_Contraction_l_Ailk_Bljk"])
+def test_the_original_source_kernels_compute_numpys_gemm(kind):
+    """Tensile's HIP source kernels (the fallback objects; D, C, A, B as global
+    buffers, arrays of pointers when general-batched), each launched with the
+    workgroup its name gives (WG8_8_1: 64, not the 256 of its launch bounds)."""
+    data = read(fallback_file(kind))
+    ks = [k for k in CodeObject(data).kernels if k.name.startswith("Cijk_")]
+    assert ks
+    for k in ks[:4]:
+        kk, gb = tensile.parse(k.name), "_GB_" in k.name
+        plan = synthesise(k.metadata, 1, 0, k.name)
+        assert plan.recipe == "tensile-gemm-source" and plan.block == tensile.launch_block(k.name, k.metadata)
+        image, _, _ = _execute(data, k.name, plan, 0, None, limit=2_000_000)
+        assert not isinstance(image, Exception), image
+        p = tensile.problem(kk, plan.grid[0] // plan.block[0], 1, np.random.default_rng(7919))
+        start = GUARD_BYTES + (tensile.GB_OFFSETS["D"] * p.d.itemsize if gb else 0)
+        d = dict(image)["arg0>0" if gb else "arg0"][start:start + p.d.nbytes]
+        got, want = p.result(bytes(d), kk), p.expected(kk)
+        assert np.array_equal(got, want), (k.name, np.argwhere(got != want)[:4])
