@@ -58,6 +58,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: bfloat16 (no numpy type): stored as its 16 bits (:func:`encode`, :func:`decode`).
+BF16 = "bf16"
+
 #: Tensile data-type codes of the kernel name (DataType, DestDataType, ComputeDataType + "B"/"BH")
 #: -> (A/B element, C/D element, alpha/beta type: numpy dtype of one value, times repeated in 4 bytes).
 TYPES = {
@@ -67,7 +70,35 @@ TYPES = {
     "I8II_BH": (np.int8, np.int32, (np.int32, 1)),
     "DB": (np.float64, np.float64, (np.float64, 1)),
     "HSS_BH": (np.float16, np.float32, (np.float32, 1)),
+    "CB": (np.complex64, np.complex64, (np.complex64, 1)),
+    "ZB": (np.complex128, np.complex128, (np.complex128, 1)),
+    "BBS_BH": (BF16, BF16, (np.float32, 1)),
+    "BSS_BH": (BF16, np.float32, (np.float32, 1)),
 }
+
+
+def itemsize(t) -> int:
+    """Bytes of one element of type ``t`` (a numpy type or BF16)."""
+    return 2 if t is BF16 else np.dtype(t).itemsize
+
+
+def encode(x: np.ndarray, t) -> np.ndarray:
+    """Exact values ``x`` stored as type ``t`` (bfloat16: f32 rounded to nearest even, the high 16 bits)."""
+    if t is BF16:
+        f = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        return ((f + ((f >> 16) & 1) + 0x7FFF) >> 16).astype(np.uint16)
+    return np.asarray(x).astype(t)
+
+
+def decode(a: np.ndarray, t) -> np.ndarray:
+    """Stored elements as exact numbers (int64, float64 or complex128)."""
+    if t is BF16:
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if np.issubdtype(np.dtype(t), np.integer):
+        return a.astype(np.int64)
+    if np.issubdtype(np.dtype(t), np.complexfloating):
+        return a.astype(np.complex128)
+    return a.astype(np.float64)
 
 #: Element offsets of D, C, A, B in their buffers for general-batched kernels
 #: (``OffsetD``..: the kernel adds them to the pointer it reads from the array;
@@ -113,9 +144,11 @@ class Kernel:
     gsu: int
     stagger_u: int
     stagger_stride: int
+    conj_a: bool = False  # "AlikC": A conjugated (complex types)
+    conj_b: bool = False
 
 
-_NAME = re.compile(r"^Cijk_A(il|li)k_B(lj|jl)k_(SB|HB|HHS_BH|I8II_BH|[A-Z0-9]+(?:_BH)?)(_GB)?_")
+_NAME = re.compile(r"^Cijk_A(il|li)k(C?)_B(lj|jl)k(C?)_([A-Z0-9]+(?:_BH)?)(_GB)?_")
 
 
 def parse(name: str) -> Kernel:
@@ -123,8 +156,8 @@ def parse(name: str) -> Kernel:
     m = _NAME.match(name)
     if not m:
         raise ValueError("not a Tensile Cijk_A..k_B..k kernel name")
-    if m.group(3) not in TYPES:
-        raise ValueError(f"data type {m.group(3)} not covered")
+    if m.group(5) not in TYPES:
+        raise ValueError(f"data type {m.group(5)} not covered")
     fields = name.split("_")
 
     def field(prefix: str, pattern: str = r"(\d+)") -> tuple:
@@ -137,8 +170,9 @@ def parse(name: str) -> Kernel:
     mt = field("MT", r"(\d+)x(\d+)x(\d+)")
     wg_i = fields.index(next(f for f in fields if re.fullmatch(r"WG\d+", f)))
     wg = (int(fields[wg_i][2:]), int(fields[wg_i + 1]), int(fields[wg_i + 2]))
-    return Kernel(m.group(1), m.group(2), m.group(3), bool(m.group(4)), mt[0], mt[1], mt[2], wg,
-                  field("WGM")[0], field("GSU")[0], field("SU")[0], field("SUS")[0])
+    return Kernel(m.group(1), m.group(3), m.group(5), bool(m.group(6)), mt[0], mt[1], mt[2], wg,
+                  field("WGM")[0], field("GSU")[0], field("SU")[0], field("SUS")[0],
+                  bool(m.group(2)), bool(m.group(4)))
 
 
 def small_magic_number(x: int) -> int:
@@ -178,14 +212,16 @@ class Problem:
     beta: float
 
     def expected(self, k: Kernel) -> np.ndarray:
-        """alpha * A @ B + beta * C, computed by numpy (in float64 / int64), as an I x J array
-        of D's element type (the independent check of the recipe)."""
+        """alpha * op(A) @ op(B) + beta * C (op: conjugate for "AlikC"), computed by numpy in
+        int64 / float64 / complex128, as an I x J array of D's element type stored (rounded once:
+        the recipe's values make the exact result representable before that rounding)."""
         ab, cd, _ = TYPES[k.types]
-        exact = np.int64 if np.issubdtype(cd, np.integer) else np.float64
-        am = self.matrix_a(k).astype(exact)
-        bm = self.matrix_b(k).astype(exact)
-        cm = self.c[:self.ldc * self.j].reshape(self.j, self.ldc).T[:self.i, :].astype(exact)
-        return (exact(self.alpha) * (am @ bm) + exact(self.beta) * cm).astype(cd)
+        am = decode(self.matrix_a(k), ab)
+        bm = decode(self.matrix_b(k), ab)
+        am, bm = (np.conj(am) if k.conj_a else am), (np.conj(bm) if k.conj_b else bm)
+        cm = decode(self.c[:self.ldc * self.j].reshape(self.j, self.ldc).T[:self.i, :], cd)
+        out = encode(self.alpha * (am @ bm) + self.beta * cm, cd)
+        return decode(out, cd) if cd is BF16 else out  # bfloat16 compared by value, as the other floats
 
     def matrix_a(self, k: Kernel) -> np.ndarray:
         """A as an I x L matrix."""
@@ -200,10 +236,11 @@ class Problem:
         return self.b[:self.ldb * self.l].reshape(self.l, self.ldb)[:, :self.j]
 
     def result(self, d: bytes, k: Kernel) -> np.ndarray:
-        """The I x J result out of D's bytes (column-major, leading dimension ldc)."""
+        """The I x J result out of D's bytes (column-major, leading dimension ldc; bfloat16 as float64)."""
         cd = TYPES[k.types][1]
-        arr = np.frombuffer(d, cd)[:self.ldc * self.j]
-        return arr.reshape(self.j, self.ldc).T[:self.i, :]
+        arr = np.frombuffer(d, np.uint16 if cd is BF16 else cd)[:self.ldc * self.j]
+        out = arr.reshape(self.j, self.ldc).T[:self.i, :]
+        return decode(out, cd) if cd is BF16 else out
 
 
 def _pad16(n: int) -> int:
@@ -218,10 +255,14 @@ def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> Probl
     rows_a, cols_a = (i, l) if k.a_order == "il" else (l, i)
     rows_b, cols_b = (l, j) if k.b_order == "lj" else (j, l)
     lda, ldb, ldc = _pad16(rows_a), _pad16(rows_b), _pad16(i)
-    a = rng.integers(-2, 3, lda * cols_a).astype(ab)
-    b = rng.integers(-2, 3, ldb * cols_b).astype(ab)
-    c = rng.integers(-2, 3, ldc * j).astype(cd)
-    dd = rng.integers(-100, 100, ldc * j).astype(cd)
+    def values(n: int, t, lo: int = -2, hi: int = 3):
+        x = rng.integers(lo, hi, n)
+        if t is not BF16 and np.issubdtype(np.dtype(t), np.complexfloating):
+            x = x + 1j * rng.integers(lo, hi, n)
+        return encode(x, t)
+
+    a, b = values(lda * cols_a, ab), values(ldb * cols_b, ab)
+    c, dd = values(ldc * j, cd), values(ldc * j, cd, -100, 100)
     alpha, beta = ((2, -1), (1, 3), (-1, 0))[run % 3]
     return Problem(i, j, l, lda, ldb, ldc, a, b, c, dd, alpha, beta)
 
@@ -250,6 +291,9 @@ def build(ctx, sig: tuple, name: str) -> dict:
     if tuple(ctx.block) != (flat, 1, 1):
         raise CannotSynthesise(f"recipe tensile-gemm does not hold: workgroup {ctx.block}, the name says "
                                f"{k.workgroup} (flat {flat})")
+    if len(_scalar(1, k)) != _SIZES["Alpha"]:
+        raise CannotSynthesise(f"recipe tensile-gemm does not hold: {k.types} alpha is {len(_scalar(1, k))} bytes, "
+                               f"the kernel's Alpha {_SIZES['Alpha']}")
     p = problem(k, ctx.groups, ctx.run, ctx.rng)
     values = _values(k, p, ctx.groups)
     for n in ("AddressA", "AddressB", "AddressC", "AddressD"):
@@ -259,7 +303,7 @@ def build(ctx, sig: tuple, name: str) -> dict:
     for idx, n in enumerate(want):
         v = values[n]
         if n.startswith("Address") and k.batched_pointers:  # a one-entry array of pointers to the matrix
-            elem = np.dtype(TYPES[k.types][0 if n[-1] in "AB" else 1]).itemsize
+            elem = itemsize(TYPES[k.types][0 if n[-1] in "AB" else 1])
             matrix = Fill(bytes(GB_OFFSETS[n[-1]] * elem) + v)
             out[idx] = Struct(8, b"", ((0, Fill(b"", ((0, matrix),))),))
         elif n.startswith("Address"):
@@ -290,7 +334,7 @@ def _values(k: Kernel, p: Problem, groups: int) -> dict:
          "StridesD": u32(p.ldc, p.ldc * p.j), "StridesC": u32(p.ldc, p.ldc * p.j),
          "StridesA": u32(p.lda, p.lda * cols_a), "StridesB": u32(p.ldb, p.ldb * cols_b),
          "SizesFree": u32(p.i, p.j, 1), "SizesSum": p.l,
-         "OrigStaggerUIter": stagger_u_iter(k, p.l, np.dtype(ab).itemsize),
+         "OrigStaggerUIter": stagger_u_iter(k, p.l, itemsize(ab)),
          "NumWorkGroups0": tiles0, "NumWorkGroups1": tiles1}
     if k.batched_pointers:
         v.update({f"Offset{x}": GB_OFFSETS[x] for x in "DCAB"})
@@ -344,7 +388,7 @@ def build_source(ctx, sig: tuple, name: str) -> dict:
     for idx, n in enumerate("DCAB"):
         data = v["Address" + n]
         if k.batched_pointers:
-            elem = np.dtype(TYPES[k.types][0 if n in "AB" else 1]).itemsize
+            elem = itemsize(TYPES[k.types][0 if n in "AB" else 1])
             out[idx] = Fill(b"", ((0, Fill(bytes(GB_OFFSETS[n] * elem) + data)),))
         else:
             out[idx] = Fill(data)

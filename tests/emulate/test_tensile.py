@@ -160,21 +160,24 @@ def fallback_file(kind: str) -> str:
 
 
 @pytest.mark.parametrize("kind", ["DD_Contraction_l_Alik_Bljk", "HH_HPA_Contraction_l_Alik_Bjlk",
-                                  "I8I_HPA_Contraction_l_Ailk_Bljk"])
+                                  "I8I_HPA_Contraction_l_Ailk_Bljk", "CC_Contraction_l_AlikC_Bljk",
+                                  "ZZ_Contraction_l_Ailk_BjlkC", "BB_HPA_Contraction_l_Alik_Bjlk"])
 def test_the_original_source_kernels_compute_numpys_gemm(kind):
     """Tensile's HIP source kernels (the fallback objects; D, C, A, B as global
     buffers, arrays of pointers when general-batched), each launched with the
-    workgroup its name gives (WG8_8_1: 64, not the 256 of its launch bounds)."""
+    workgroup its name gives (WG8_8_1: 64, not the 256 of its launch bounds); complex
+    types with a conjugated operand (AlikC, BjlkC: numpy's conj), bfloat16 (rounded to
+    nearest even from the exact result, compared by value: -0 == 0 where beta is 0)."""
     data = read(fallback_file(kind))
     ks = [k for k in CodeObject(data).kernels if k.name.startswith("Cijk_")]
     assert ks
     for k in ks[:4]:
         kk, gb = tensile.parse(k.name), "_GB_" in k.name
-        plan = synthesise(k.metadata, 1, 0, k.name)
+        plan = synthesise(k.metadata, 2, 0, k.name)
         assert plan.recipe == "tensile-gemm-source" and plan.block == tensile.launch_block(k.name, k.metadata)
         image, _, _ = _execute(data, k.name, plan, 0, None, limit=2_000_000)
         assert not isinstance(image, Exception), image
-        p = tensile.problem(kk, plan.grid[0] // plan.block[0], 1, np.random.default_rng(7919))
+        p = tensile.problem(kk, plan.grid[0] // plan.block[0], 2, np.random.default_rng(2 * 7919))
         start = GUARD_BYTES + (tensile.GB_OFFSETS["D"] * p.d.itemsize if gb else 0)
         d = dict(image)["arg0>0" if gb else "arg0"][start:start + p.d.nbytes]
         got, want = p.result(bytes(d), kk), p.expected(kk)
