@@ -34,8 +34,8 @@ beta_2], strideD1.., strideC1.., strideA1.., strideB1.., size_0..,
   ``smallMagicNumber(x) = (1 << 31) / x + 1``.
 
 The problem: I = groups * MT0 - d (d = 0, 1, 3 by run: full and edge
-tiles), J = MT1 - d (one tile row: the verifier's grid has one workgroup in
-y), K = 2 * DU + (0, 1, 5) (unroll loop and tail loop), batch 1; leading
+tiles), J = MT1 or MT1 - 1 in run 1 (one tile row: the verifier's grid has
+one workgroup in y), K = 2 * DU + (0, 1, 5) (unroll loop and tail loop), batch 1; leading
 dimensions padded to 16 elements past the rows.  Values are small
 integers (exact in every covered type, so the product is exactly what
 numpy computes).  With GlobalSplitU > 1 the real launch has GSU workgroups
@@ -248,10 +248,13 @@ def _pad16(n: int) -> int:
 
 
 def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> Problem:
-    """The run's problem: ``groups`` tiles in I, one in J, two unroll iterations and a tail in L."""
+    """The run's problem: ``groups`` tiles in I, one in J, two unroll iterations and a tail in L.
+    Tensile picks its store path per workgroup (edge or not) and per launch (beta 0 or not):
+    run 0 has full tiles and beta -1; run 1 edge tiles in I and J and beta 3; run 2 full
+    tiles and an edge tile in I with beta 0, so runs 0-2 take all four."""
     ab, cd, (alpha_t, _) = TYPES[k.types]
     d = (0, 1, 3)[run % 3]
-    i, j, l = groups * k.mt0 - d, k.mt1 - d, 2 * k.depth_u + (0, 1, 5)[run % 3]
+    i, j, l = groups * k.mt0 - d, k.mt1 - (0, 1, 0)[run % 3], 2 * k.depth_u + (0, 1, 5)[run % 3]
     rows_a, cols_a = (i, l) if k.a_order == "il" else (l, i)
     rows_b, cols_b = (l, j) if k.b_order == "lj" else (j, l)
     lda, ldb, ldc = _pad16(rows_a), _pad16(rows_b), _pad16(i)

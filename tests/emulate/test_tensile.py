@@ -90,15 +90,15 @@ def test_a_kernel_whose_arguments_differ_is_not_verified():
         synthesise(k.metadata, 0, 0, k.name.replace("_HB_", "_HB_GB_"))
 
 
-def mutate(data: bytes, kernel: str, pick, change) -> bytes:
-    """``data`` with the first gfx1030 instruction of ``kernel`` that ``pick``
-    accepts replaced by ``change(instruction)`` (Tensile's kernel symbols have
-    size 0: the code is the function extent, up to the next symbol)."""
+def mutate(data: bytes, kernel: str, pick, change, nth: int = 0) -> bytes:
+    """``data`` with the ``nth`` gfx1030 instruction of ``kernel`` that ``pick``
+    accepts (-1: the last) replaced by ``change(instruction)`` (Tensile's kernel
+    symbols have size 0: the code is the function extent, up to the next symbol)."""
     co = CodeObject.from_bytes(data)
     k, ext = co.kernel(kernel), co.function_extent(kernel)
     off0 = k.code_offset
     insts = decode(co.data[off0:off0 + ext.size], "gfx1030", base_address=ext.start)
-    inst = next(i for i in insts if pick(i))
+    inst = [i for i in insts if pick(i)][nth]
     new = change(inst)
     assert len(new) == inst.size and new != inst.raw
     off = off0 + (inst.address - ext.start)
@@ -107,7 +107,8 @@ def mutate(data: bytes, kernel: str, pick, change) -> bytes:
 
 def test_a_wrong_instruction_is_different():
     """The kernel against itself is equal with the recipe's inputs; with its
-    first multiply-add's B register changed (vN -> vN^1) it is DIFFERENT."""
+    first multiply-add's B register changed (vN -> vN^1), or its last store's data
+    register (v -> v+1), it is DIFFERENT."""
     from kpatch.isa import formats as F
     data = read(library_file("SS_Contraction_l_Alik_Bjlk"))
     k = smallest_kernel(data, "SB")
@@ -115,6 +116,12 @@ def test_a_wrong_instruction_is_different():
     assert v.status == EQUAL and v.recipe == "tensile-gemm", v.detail
     bad = mutate(data, k.name, lambda i: i.mnemonic == "v_fmac_f32_e32",
                  lambda i: with_field(i, F.VOP2, "vsrc1", i.field("vsrc1") ^ 1))
+    v = verify_kernel(data, bad, k.name, runs=1, patched_target="gfx1030")
+    assert v.status == DIFFERENT and "arg2+0" in v.detail, v.detail
+    # the last store (runs 0-2 take the full/edge x beta/no-beta store paths; the first
+    # store group of this kernel is on a path none of them takes)
+    bad = mutate(data, k.name, lambda i: i.mnemonic == "buffer_store_dword",
+                 lambda i: with_field(i, F.MUBUF, "vdata", i.field("vdata") + 1), nth=-1)
     v = verify_kernel(data, bad, k.name, runs=3, patched_target="gfx1030")
     assert v.status == DIFFERENT and "arg2+0" in v.detail, v.detail
 
