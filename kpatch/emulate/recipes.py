@@ -279,6 +279,23 @@ _G, _B1, _B4, _B8, _B24 = ("g", 8), ("b", 1), ("b", 4), ("b", 8), ("b", 24)
 
 from kpatch.emulate import tensile as _tensile  # noqa: E402
 
+
+def _tensile_arguments(build, ctx: Context, sig: tuple, name: str) -> dict:
+    """kpatch.emulate.tensile's arguments as recipe values: a tensor is a
+    Fill (global buffer) or a Struct holding its address (by-value u64), through
+    a one-entry pointer array for general-batched kernels."""
+    try:
+        args = build(ctx, sig, name)
+    except _tensile.DoesNotHold as e:
+        raise RecipeDoesNotHold(str(e)) from None
+    out = {}
+    for i, v in args.items():
+        if isinstance(v, _tensile.Value):
+            buf = Fill(b"", ((0, Fill(v.data)),)) if v.array else Fill(v.data)
+            v = Struct(8, b"", ((0, buf),)) if v.by_value else buf
+        out[i] = v
+    return out
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe("rocprim-lookback-scan", re.compile(r"rocprim6detail20lookback_scan_kernel"),
            tuple((_G, _G, _B8, (("b", v)), _B1, st, _B4, _G, _G, _G, _B1, _B1)
@@ -330,13 +347,13 @@ RECIPES: tuple[Recipe, ...] = (
            "library/src/rng/distribution/poisson.hpp"),
     Recipe("tensile-gemm", re.compile(r"^Cijk_.*_ISA(?!000_)\d+_"),  # assembly kernels (source ones: ISA000)
            _tensile.signatures(),
-           _tensile.build,
+           lambda ctx, sig, name: _tensile_arguments(_tensile.build, ctx, sig, name),
            "Tensile (github ROCm/Tensile) Tensile/Source/lib/source/ContractionSolution.cpp (kernel "
            "arguments, staggerUIter, smallMagicNumber), ContractionProblem.cpp (allocatedElementsNonBatch), "
            "SolutionStructs.py (staggerStrideShift); see kpatch/emulate/tensile.py"),
     Recipe("tensile-gemm-source", re.compile(r"^Cijk_.*_ISA000_"),  # Tensile's HIP source kernels (fallback)
            _tensile.source_signatures(),
-           _tensile.build_source,
+           lambda ctx, sig, name: _tensile_arguments(_tensile.build_source, ctx, sig, name),
            "Tensile (github ROCm/Tensile) Tensile/KernelWriterSource.py (functionSignature: the argument "
            "order), ContractionSolution.cpp (values, workgroup size WG0*WG1*WG2); see kpatch/emulate/tensile.py",
            block=_tensile.launch_block),

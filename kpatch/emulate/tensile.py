@@ -276,49 +276,55 @@ def _scalar(value: float, k: Kernel, source: bool = False) -> bytes:
     return np.array([value] * (1 if source else n), t).tobytes()
 
 
+class DoesNotHold(ValueError):
+    """The kernel's name or arguments are not what the recipe covers."""
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor argument: ``data`` in a buffer of its own, passed as a by-value
+    u64 (``by_value``, assembly kernels) or as a global buffer; through a
+    one-entry array of pointers when ``array`` (general batched)."""
+
+    by_value: bool
+    array: bool
+    data: bytes
+
+
 def build(ctx, sig: tuple, name: str) -> dict:
-    """The recipe's arguments (see kpatch.emulate.recipes) for Tensile kernel ``name``."""
-    from kpatch.emulate.recipes import Fill, Struct
-    from kpatch.emulate.verify import CannotSynthesise
+    """The arguments for Tensile kernel ``name`` as {explicit argument index: int, bytes or
+    :class:`Value`} (kpatch.emulate.recipes makes them buffers); DoesNotHold when the kernel's
+    name or arguments are not what the recipe covers."""
     try:
         k = parse(name)
     except ValueError as e:
-        raise CannotSynthesise(f"recipe tensile-gemm does not hold: {e}") from None
+        raise DoesNotHold(f"recipe tensile-gemm does not hold: {e}") from None
     names = tuple(a.get(".name") for a in (ctx.md or {}).get(".args", [])
                   if not a.get(".value_kind", "").startswith("hidden_"))
     want = argument_names(k.stagger_u > 0, k.wgm > 1, k.batched_pointers)
     if names != want:
-        raise CannotSynthesise(f"recipe tensile-gemm does not hold: the kernel's arguments are {names}, "
+        raise DoesNotHold(f"recipe tensile-gemm does not hold: the kernel's arguments are {names}, "
                                f"its name says {want}")
     flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
     if tuple(ctx.block) != (flat, 1, 1):
-        raise CannotSynthesise(f"recipe tensile-gemm does not hold: workgroup {ctx.block}, the name says "
+        raise DoesNotHold(f"recipe tensile-gemm does not hold: workgroup {ctx.block}, the name says "
                                f"{k.workgroup} (flat {flat})")
     if len(_scalar(1, k)) != _SIZES["Alpha"]:
-        raise CannotSynthesise(f"recipe tensile-gemm does not hold: {k.types} alpha is {len(_scalar(1, k))} bytes, "
+        raise DoesNotHold(f"recipe tensile-gemm does not hold: {k.types} alpha is {len(_scalar(1, k))} bytes, "
                                f"the kernel's Alpha {_SIZES['Alpha']}")
     p = problem(k, ctx.groups, ctx.run, ctx.rng)
     values = _values(k, p, ctx.groups)
-    for n in ("AddressA", "AddressB", "AddressC", "AddressD"):
-        if len(values[n]) > _recipe_bytes():
-            raise CannotSynthesise(f"recipe tensile-gemm: {n} needs {len(values[n])} bytes")
     out = {}
     for idx, n in enumerate(want):
         v = values[n]
         if n.startswith("Address") and k.batched_pointers:  # a one-entry array of pointers to the matrix
             elem = itemsize(TYPES[k.types][0 if n[-1] in "AB" else 1])
-            matrix = Fill(bytes(GB_OFFSETS[n[-1]] * elem) + v)
-            out[idx] = Struct(8, b"", ((0, Fill(b"", ((0, matrix),))),))
+            out[idx] = Value(True, True, bytes(GB_OFFSETS[n[-1]] * elem) + v)
         elif n.startswith("Address"):
-            out[idx] = Struct(8, b"", ((0, Fill(v)),))
+            out[idx] = Value(True, False, v)
         else:
             out[idx] = v
     return out
-
-
-def _recipe_bytes() -> int:
-    from kpatch.emulate.verify import RECIPE_BYTES
-    return RECIPE_BYTES
 
 
 def _values(k: Kernel, p: Problem, groups: int) -> dict:
@@ -369,21 +375,19 @@ def launch_block(name: str, md: dict) -> tuple | None:
 
 
 def build_source(ctx, sig: tuple, name: str) -> dict:
-    """The recipe's arguments for Tensile source kernel ``name`` (the same problem as :func:`build`)."""
-    from kpatch.emulate.recipes import Fill
-    from kpatch.emulate.verify import CannotSynthesise
+    """The arguments for Tensile source kernel ``name`` (the same problem as :func:`build`)."""
     try:
         k = parse(name)
     except ValueError as e:
-        raise CannotSynthesise(f"recipe tensile-gemm-source does not hold: {e}") from None
+        raise DoesNotHold(f"recipe tensile-gemm-source does not hold: {e}") from None
     scalar = np.dtype(TYPES[k.types][2][0]).itemsize
     want = (("g", 8),) * 4 + (("b", 8),) * (4 if k.batched_pointers else 0) + (("b", scalar),) * 2 + (("b", 4),) * 15
     if sig != want:
-        raise CannotSynthesise(f"recipe tensile-gemm-source does not hold: the kernel's arguments are {sig}, its "
+        raise DoesNotHold(f"recipe tensile-gemm-source does not hold: the kernel's arguments are {sig}, its "
                                f"name says {want}")
     flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
     if tuple(ctx.block) != (flat, 1, 1):
-        raise CannotSynthesise(f"recipe tensile-gemm-source does not hold: workgroup {ctx.block}, the name says "
+        raise DoesNotHold(f"recipe tensile-gemm-source does not hold: workgroup {ctx.block}, the name says "
                                f"{k.workgroup}")
     p = problem(k, ctx.groups, ctx.run, ctx.rng)
     v = _values(k, p, ctx.groups)
@@ -392,9 +396,9 @@ def build_source(ctx, sig: tuple, name: str) -> dict:
         data = v["Address" + n]
         if k.batched_pointers:
             elem = itemsize(TYPES[k.types][0 if n in "AB" else 1])
-            out[idx] = Fill(b"", ((0, Fill(bytes(GB_OFFSETS[n] * elem) + data)),))
+            out[idx] = Value(False, True, bytes(GB_OFFSETS[n] * elem) + data)
         else:
-            out[idx] = Fill(data)
+            out[idx] = Value(False, False, data)
     rest = ([GB_OFFSETS[n] for n in "DCAB"] if k.batched_pointers else []) + [
         _scalar(p.alpha, k, True), _scalar(p.beta, k, True)]
     strides = [struct.unpack("<2I", v[f"Strides{n}"]) for n in "DCAB"]

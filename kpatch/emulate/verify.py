@@ -119,7 +119,10 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
         if found is not None:
             plan.recipe = found[0].name
             ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, md)
-            chosen = found[0].build(ctx, found[1], name)
+            try:
+                chosen = found[0].build(ctx, found[1], name)
+            except recipes.RecipeDoesNotHold as e:
+                raise CannotSynthesise(str(e)) from None
     explicit = -1
     for i, a in enumerate(md.get(".args", [])):
         kind = a.get(".value_kind", "")
