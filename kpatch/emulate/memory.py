@@ -24,8 +24,10 @@ SHARED_APERTURE_HI = 0x00010000
 PRIVATE_APERTURE_HI = 0x00020000
 #: Base address of the sentinel buffer resource the dispatch gives kernels as
 #: their private segment buffer: MUBUF accesses through it go to the lane's
-#: private memory.
-SCRATCH_RSRC_BASE = PRIVATE_APERTURE_HI << 32
+#: private memory.  A resource's base is 48 bits (dword 1 bits 16-29 are the
+#: stride), so the sentinel is a 48-bit address no buffer reaches (buffers are
+#: placed upwards from 4 GiB).
+SCRATCH_RSRC_BASE = 0xFFFF_0000_0000
 
 
 class LazyBytes:

@@ -1450,7 +1450,7 @@ def _mubuf(inst, ctx):
         w3 = r >> 96
         vidx = w.v[va][ex].astype(np.int64) if idxen else np.zeros(int(ex.sum()), np.int64)
         voff = w.v[va + idxen][ex].astype(np.int64) if offen else np.zeros(int(ex.sum()), np.int64)
-        if base >> 32 == PRIVATE_APERTURE_HI and base == SCRATCH_RSRC_BASE:
+        if base == SCRATCH_RSRC_BASE:
             return ("private", voff + ioff + soff(w), None)
         if (w3 >> 23) & 1 or (w3 >> 19) & 3:
             raise CannotEmulate(m, inst.address, "swizzled / add-tid buffer resource")

@@ -253,8 +253,9 @@ def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> Probl
     run 0 has full tiles and beta -1; run 1 edge tiles in I and J and beta 3; run 2 full
     tiles and an edge tile in I with beta 0, so runs 0-2 take all four."""
     ab, cd, (alpha_t, _) = TYPES[k.types]
-    d = (0, 1, 3)[run % 3]
-    i, j, l = groups * k.mt0 - d, k.mt1 - (0, 1, 0)[run % 3], 2 * k.depth_u + (0, 1, 5)[run % 3]
+    d = min((0, 1, 3)[run % 3], k.mt0 - 1)  # the last tile partial, never empty
+    e = min((0, 1, 0)[run % 3], k.mt1 - 1)
+    i, j, l = groups * k.mt0 - d, k.mt1 - e, 2 * k.depth_u + (0, 1, 5)[run % 3]
     rows_a, cols_a = (i, l) if k.a_order == "il" else (l, i)
     rows_b, cols_b = (l, j) if k.b_order == "lj" else (j, l)
     lda, ldb, ldc = _pad16(rows_a), _pad16(rows_b), _pad16(i)
@@ -335,7 +336,8 @@ def _values(k: Kernel, p: Problem, groups: int) -> dict:
     size_a = 1 + (rows_a - 1) + p.lda * (cols_a - 1)
     size_b = 1 + (rows_b - 1) + p.ldb * (cols_b - 1)
     tiles0, tiles1 = -(-p.i // k.mt0), -(-p.j // k.mt1)
-    assert tiles0 == groups and tiles1 == 1
+    if (tiles0, tiles1) != (groups, 1):
+        raise DoesNotHold(f"the problem has {tiles0} x {tiles1} tiles, the grid {groups} x 1")
     u32 = lambda *xs: struct.pack(f"<{len(xs)}I", *xs)  # noqa: E731
     v = {"Tensor2dSizeA": size_a, "Tensor2dSizeB": size_b,
          "AddressA": p.a.tobytes(), "AddressB": p.b.tobytes(), "AddressC": p.c.tobytes(),

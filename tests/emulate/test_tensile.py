@@ -43,8 +43,9 @@ def library_file(kind: str) -> str:
 
 
 def smallest_kernel(data: bytes, types: str, gb: bool = False):
-    """The strided-batched (or general-batched) kernel of ``types`` with the smallest macro tile."""
-    ks = [k for k in CodeObject(data).kernels if re.match(rf"Cijk_A..k_B..k_{types}_{'GB_' if gb else ''}MT", k.name)]
+    """The strided-batched (or general-batched) GlobalSplitU 1 kernel of ``types`` with the smallest macro tile."""
+    ks = [k for k in CodeObject(data).kernels if re.match(rf"Cijk_A..k_B..k_{types}_{'GB_' if gb else ''}MT", k.name)
+          and "_GSU1_" in k.name]
     assert ks, types
     return min(ks, key=lambda k: (tensile.parse(k.name).mt0 * tensile.parse(k.name).mt1, k.name))
 
@@ -176,7 +177,9 @@ def test_the_original_source_kernels_compute_numpys_gemm(kind):
     types with a conjugated operand (AlikC, BjlkC: numpy's conj), bfloat16 (rounded to
     nearest even from the exact result, compared by value: -0 == 0 where beta is 0)."""
     data = read(fallback_file(kind))
-    ks = [k for k in CodeObject(data).kernels if k.name.startswith("Cijk_")]
+    # GlobalSplitU 1: a kernel with GSU > 1 runs its first summation split only (the grid's one
+    # workgroup in y), a part of the GEMM
+    ks = [k for k in CodeObject(data).kernels if k.name.startswith("Cijk_") and "_GSU1_" in k.name]
     assert ks
     for k in ks[:4]:
         kk, gb = tensile.parse(k.name), "_GB_" in k.name
@@ -189,3 +192,26 @@ def test_the_original_source_kernels_compute_numpys_gemm(kind):
         d = dict(image)["arg0>0" if gb else "arg0"][start:start + p.d.nbytes]
         got, want = p.result(bytes(d), kk), p.expected(kk)
         assert np.array_equal(got, want), (k.name, np.argwhere(got != want)[:4])
+
+
+def test_private_memory_through_the_private_segment_buffer(tmp_path):
+    """A MUBUF spill through the private segment buffer resource the
+    dispatch gives (s[0:3], its base plus the wave offset) reaches the
+    lane's private memory (Tensile's bf16 GSU kernels spill this way); the
+    resource's base is 48 bits, so the sentinel base must fit in them."""
+    from kpatch.emulate.launch import run
+    src = assemble(tmp_path, "scratch_buffer_run")
+    buf = np.zeros(64, np.uint32)
+    buf[:32] = np.random.default_rng(4).integers(0, 1 << 31, 32)
+    out = run(read(src), "scratch_run", [buf.copy()], (32,), (32,)).array(0)
+    assert (out[32:64] == buf[:32] + 1).all()
+
+
+def test_a_one_wide_macro_tile_gets_a_problem_of_one_tile():
+    """MT64x1 (Tensile's GEMV-like kernels): J is never 0 and I's last tile never empty."""
+    k = tensile.parse("Cijk_Ailk_Bjlk_BSS_BH_MT64x1x64_SE_GSU1_ISA000_SU0_SUS0_WG64_1_1_WGM1")
+    for run in range(3):
+        p = tensile.problem(k, 1 + run % 3, run, np.random.default_rng(run))
+        assert p.j == 1 and -(-p.i // 64) == 1 + run % 3 and p.i > 0
+    k = tensile.parse("Cijk_Ailk_Bjlk_SB_MT1x16x8_SE_GSU1_ISA000_SU0_SUS0_WG1_16_1_WGM1")
+    assert tensile.problem(k, 3, 2, np.random.default_rng(0)).i == 3
