@@ -44,7 +44,7 @@ import numpy as np
 class Fill:
     """A global buffer whose first bytes are ``head`` (the rest zero), with
     the address of each ``(offset, Fill)`` buffer of ``pointers`` written at
-    its offset (arrays of pointers, as batched GEMMs take)."""
+    its offset (an array of pointers, as general-batched GEMMs take)."""
 
     head: bytes = b""
     pointers: tuple = ()
@@ -69,7 +69,7 @@ class Context:
     groups: int
     block: tuple
     rng: np.random.Generator
-    names: tuple = ()  # the explicit arguments' names from the metadata ("" where none)
+    md: dict | None = None  # the kernel's metadata (argument names, for recipes that check them)
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,9 @@ class Recipe:
     build: Callable[[Context, tuple, str], dict]  # (context, matched signature, kernel name) -> {index: value}
     source: str
     notes: str = field(default="")
-    #: when set, the recipe is for the kernels whose metadata it accepts (others of the name
-    #: pattern are synthesised as usual): Tensile's source kernels share the assembly ones' names
-    applies: Callable[[dict], bool] | None = None
+    #: (kernel name, metadata) -> the workgroup size the kernel is launched with, or None for
+    #: verify's default (the metadata's required or maximum size)
+    block: Callable[[str, dict], tuple | None] | None = None
 
 
 class RecipeDoesNotHold(Exception):
@@ -102,7 +102,7 @@ def find(name: str, md: dict) -> tuple[Recipe, tuple] | None:
     no recipe names it; RecipeDoesNotHold when one names it but its
     arguments are not what the recipe expects."""
     for r in RECIPES:
-        if r.pattern.search(name) and (r.applies is None or r.applies(md)):
+        if r.pattern.search(name):
             sig = signature(md)
             if sig not in r.signatures:
                 raise RecipeDoesNotHold(f"recipe {r.name} does not hold: the kernel's arguments are "
@@ -276,100 +276,26 @@ def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
                                     (24, Fill(cdf.astype("<f8").tobytes()))))}
 
 
-# -- rocBLAS: Tensile's assembly GEMM kernels ------------------------------------------
-
-#: Tensile's argument names in the order its assembly kernels take them (KernelWriterAssembly,
-#: Tensile 4.x as rocBLAS 4.4.1 ships it), the optional ones marked by where they may be missing.
-TENSILE_ARGS = ("Tensor2dSizeA", "Tensor2dSizeB", "AddressD", "AddressC", "AddressA", "AddressB",
-                "Alpha", "Beta", "StridesD", "StridesC", "StridesA", "StridesB", "SizesFree", "SizesSum")
-TENSILE_TAILS = ((), ("OrigStaggerUIter",))
-#: Batched kernels (GB: AddressD..B point to arrays of pointers, one per batch) take
-#: element offsets after the addresses.
-TENSILE_OFFSETS = ("OffsetD", "OffsetC", "OffsetA", "OffsetB")
-TENSILE_WGM = ((), ("NumWorkGroups0", "NumWorkGroups1"),
-               ("NumWorkGroups0", "NumWorkGroups1", "NumFullBlocks", "WgmRemainder1", "MagicNumberWgmRemainder1"))
-#: Tensile's kernel names: Cijk_A<idx>k_B<idx>k_<types>[B | _BH]_MT<MT0>x<MT1>x<DepthU>_..._GSU1_..._WGM<n>:
-#: types are A/B's letter (then destination and compute for HPA), B beta used, BH beta with HPA.
-_TENSILE_NAME = re.compile(r"^Cijk_A([il]{2})k_B([jl]{2})k_([SDCZHB]|[HB][HS]S)(?:B|_BH)(_GB)?_"
-                           r"MT(\d+)x(\d+)x(\d+)_.*_GSU1_.*_WGM(\d+)$")
-
-
-def tensile_signatures() -> tuple:
-    """The argument signatures of Tensile's non-batched assembly kernels."""
-    sizes = {"Tensor2dSizeA": 8, "Tensor2dSizeB": 8, "AddressD": 8, "AddressC": 8, "AddressA": 8, "AddressB": 8,
-             "StridesD": 8, "StridesC": 8, "StridesA": 8, "StridesB": 8, "SizesFree": 12,
-             "OffsetD": 8, "OffsetC": 8, "OffsetA": 8, "OffsetB": 8}
-    out = []
-    for alpha in (4, 8, 16):
-        for offsets in ((), TENSILE_OFFSETS):
-            for tail in TENSILE_TAILS:
-                for wgm in TENSILE_WGM:
-                    names = TENSILE_ARGS[:6] + offsets + TENSILE_ARGS[6:] + tail + wgm
-                    out.append(tuple(("b", alpha if n in ("Alpha", "Beta") else sizes.get(n, 4)) for n in names))
-    return tuple(out)
-
-
-def _tensile_gemm(ctx: Context, sig: tuple, name: str) -> dict:
-    # D[i, j] = alpha * sum_l A * B + beta * C[i, j], one batch (K = 1): the free sizes I, J
-    # and the summed size L, consistent strides (the first index of each tensor's name is
-    # contiguous: Alik is A[l + i * sA1 + k * sA2]), Tensor2dSize* the element counts, every
-    # tensor random in a buffer of its own; the grid's workgroups are the tiles along I
-    # (NumWorkGroups0), one tile along J; the work-group-mapping arguments as Tensile's host
-    # code (ContractionSolution.cpp) computes them; StaggerU off.
-    m = _TENSILE_NAME.match(name)
-    a_idx, b_idx, types, batched = m.group(1), m.group(2), m.group(3), bool(m.group(4))
-    mt0, mt1, depth_u, wgm = (int(m.group(k)) for k in (5, 6, 7, 8))
-    compute = types[-1]
-    i_size = ctx.groups * mt0 - (0, 1, mt0 // 2)[ctx.run % 3]
-    j_size = max(1, mt1 - (0, 3, 1)[ctx.run % 3])
-    l_size = depth_u * (1 + ctx.run % 2) + (0, 0, 3)[ctx.run % 3]
-    dims = {"i": i_size, "j": j_size, "l": l_size}
-
-    def strides(order: str) -> tuple[int, int, int]:
-        first, second = dims[order[0]], dims[order[1]]
-        return first, first * second, first * second  # stride1, stride2 (batch), elements
-
-    sa1, sa2, na = strides(a_idx)
-    sb1, sb2, nb = strides(b_idx)
-    nd = i_size * j_size
-    out_type = types[1] if len(types) == 3 else types[0]
-    alpha_size = sig[ctx.names.index("Alpha")][1] if "Alpha" in ctx.names else 0
-    scalar = {4: "<f", 8: "<d" if compute == "D" else "<ff", 16: "<dd"}.get(alpha_size)
-    if scalar is None or (alpha_size == 4 and compute not in "SH"):
-        raise RecipeDoesNotHold(f"recipe tensile-gemm does not hold: alpha of {alpha_size} bytes for type {types}")
-    if compute == "H":  # half alpha/beta: the f16 value in the low half
-        scalar = "<e"
-
-    def value(x: float) -> bytes:
-        return _struct.pack(scalar, *([x] * (len(scalar) - 1))).ljust(alpha_size, b"\0")
-
-    def tensor(n: int, letter: str) -> Fill:
-        """``n`` elements of type ``letter``, uniform in [-2, 2) (finite: no NaN to hide a
-        difference); for a batched kernel an array holding the one batch's address."""
-        x = ctx.rng.uniform(-2, 2, n * (2 if letter in "CZ" else 1))
-        if letter == "B":  # bfloat16: the high half of the f32
-            data = Fill((x.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes())
-        else:
-            data = Fill(x.astype({"S": "<f4", "C": "<f4", "D": "<f8", "Z": "<f8", "H": "<f2"}[letter]).tobytes())
-        return Fill(bytes(8), ((0, data),)) if batched else data
-
-    tiles1 = 1
-    full = tiles1 // wgm
-    rem = tiles1 % wgm or wgm
-    vals = {"Tensor2dSizeA": na, "Tensor2dSizeB": nb, "AddressD": tensor(nd, out_type), "AddressC": tensor(nd, out_type),
-            "AddressA": tensor(na, types[0]), "AddressB": tensor(nb, types[0]), "Alpha": value(1.5), "Beta": value(0.5),
-            "StridesD": _struct.pack("<II", i_size, nd), "StridesC": _struct.pack("<II", i_size, nd),
-            "StridesA": _struct.pack("<II", sa1, sa2), "StridesB": _struct.pack("<II", sb1, sb2),
-            "SizesFree": _struct.pack("<III", i_size, j_size, 1), "SizesSum": l_size, "OrigStaggerUIter": 0,
-            "NumWorkGroups0": ctx.groups, "NumWorkGroups1": tiles1, "NumFullBlocks": full, "WgmRemainder1": rem,
-            "MagicNumberWgmRemainder1": (1 << 31) // rem + 1,
-            "OffsetD": 0, "OffsetC": 0, "OffsetA": 0, "OffsetB": 0}
-    if list(ctx.names) != [n for n in ctx.names if n in vals] or len(set(ctx.names)) != len(ctx.names):
-        raise RecipeDoesNotHold(f"recipe tensile-gemm does not hold: argument names {', '.join(ctx.names)}")
-    return {i: vals[n] for i, n in enumerate(ctx.names)}
-
-
 _G, _B1, _B4, _B8, _B24 = ("g", 8), ("b", 1), ("b", 4), ("b", 8), ("b", 24)
+
+from kpatch.emulate import tensile as _tensile  # noqa: E402
+
+
+def _tensile_arguments(build, ctx: Context, sig: tuple, name: str) -> dict:
+    """kpatch.emulate.tensile's arguments as recipe values: a tensor is a
+    Fill (global buffer) or a Struct holding its address (by-value u64), through
+    a one-entry pointer array for general-batched kernels."""
+    try:
+        args = build(ctx, sig, name)
+    except _tensile.DoesNotHold as e:
+        raise RecipeDoesNotHold(str(e)) from None
+    out = {}
+    for i, v in args.items():
+        if isinstance(v, _tensile.Value):
+            buf = Fill(b"", ((0, Fill(v.data)),)) if v.array else Fill(v.data)
+            v = Struct(8, b"", ((0, buf),)) if v.by_value else buf
+        out[i] = v
+    return out
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe("rocprim-lookback-scan", re.compile(r"rocprim6detail20lookback_scan_kernel"),
@@ -420,11 +346,16 @@ RECIPES: tuple[Recipe, ...] = (
            _discrete_distribution,
            "rocRAND library/include/rocrand/rocrand_discrete_types.h (rocrand_discrete_distribution_st), "
            "library/src/rng/distribution/poisson.hpp"),
-    Recipe("tensile-gemm", _TENSILE_NAME, tensile_signatures(), _tensile_gemm,
-           "Tensile (rocBLAS 4.4.1's library): KernelWriterAssembly.py (argument names and order), "
-           "ContractionSolution.cpp (NumWorkGroups, NumFullBlocks, WgmRemainder1, smallMagicNumber), "
-           "the kernel name (index order of A and B, data types, macro tile MT0xMT1xDepthU, GSU1, WGM)",
-           "one global split (GSU1) only; batched (GB) kernels get arrays of one pointer; the assembly "
-           "kernels (named arguments), not the source kernels of the same names",
-           lambda md: [a.get(".name") for a in md.get(".args", [])[:1]] == ["Tensor2dSizeA"]),
+    Recipe("tensile-gemm", re.compile(r"^Cijk_.*_ISA(?!000_)\d+_"),  # assembly kernels (source ones: ISA000)
+           _tensile.signatures(),
+           lambda ctx, sig, name: _tensile_arguments(_tensile.build, ctx, sig, name),
+           "Tensile (github ROCm/Tensile) Tensile/Source/lib/source/ContractionSolution.cpp (kernel "
+           "arguments, staggerUIter, smallMagicNumber), ContractionProblem.cpp (allocatedElementsNonBatch), "
+           "SolutionStructs.py (staggerStrideShift); see kpatch/emulate/tensile.py"),
+    Recipe("tensile-gemm-source", re.compile(r"^Cijk_.*_ISA000_"),  # Tensile's HIP source kernels (fallback)
+           _tensile.source_signatures(),
+           lambda ctx, sig, name: _tensile_arguments(_tensile.build_source, ctx, sig, name),
+           "Tensile (github ROCm/Tensile) Tensile/KernelWriterSource.py (functionSignature: the argument "
+           "order), ContractionSolution.cpp (values, workgroup size WG0*WG1*WG2); see kpatch/emulate/tensile.py",
+           block=_tensile.launch_block),
 )

@@ -110,20 +110,25 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
     kernel ``name`` come from it."""
     from kpatch.emulate import recipes
     rng = np.random.default_rng(seed + 7919 * run)
-    block = workgroup_size(md)
-    plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
-    chosen = {}
+    found = None
     if name is not None:
         try:
             found = recipes.find(name, md)
         except recipes.RecipeDoesNotHold as e:
             raise CannotSynthesise(str(e)) from None
+    block = workgroup_size(md)
+    if found is not None and found[0].block is not None:  # the launch's workgroup size, as the recipe knows it
+        block = found[0].block(name, md) or block
+    plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
+    chosen = {}
+    if name is not None:
         if found is not None:
             plan.recipe = found[0].name
-            names = tuple(str(a.get(".name") or "") for a in md.get(".args", [])
-                          if not a.get(".value_kind", "").startswith("hidden_"))
-            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, names)
-            chosen = found[0].build(ctx, found[1], name)
+            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, md)
+            try:
+                chosen = found[0].build(ctx, found[1], name)
+            except recipes.RecipeDoesNotHold as e:
+                raise CannotSynthesise(str(e)) from None
     explicit = -1
     for i, a in enumerate(md.get(".args", [])):
         kind = a.get(".value_kind", "")
@@ -160,7 +165,7 @@ def _recipe_buffer(plan: Plan, name: str, fill, rng) -> tuple:
     plan.buffers.append((name, data))
     index = len(plan.buffers) - 1
     for off, f in fill.pointers:
-        plan.links.append((index, off, _recipe_buffer(plan, f"{name}@{off}", f, rng)[1]))
+        plan.links.append((index, off, _recipe_buffer(plan, f"{name}>{off}", f, rng)[1]))
     return ("buf", index)
 
 
