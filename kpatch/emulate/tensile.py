@@ -292,6 +292,14 @@ class Value:
     data: bytes
 
 
+
+def _check_workgroup(recipe: str, ctx, k) -> None:
+    """The launch's workgroup must be the flat WG0*WG1*WG2 the kernel's name says."""
+    flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
+    if tuple(ctx.block) != (flat, 1, 1):
+        raise DoesNotHold(f"recipe {recipe} does not hold: workgroup {ctx.block}, the name says "
+                          f"{k.workgroup} (flat {flat})")
+
 def build(ctx, sig: tuple, name: str) -> dict:
     """The arguments for Tensile kernel ``name`` as {explicit argument index: int, bytes or
     :class:`Value`} (kpatch.emulate.recipes makes them buffers); DoesNotHold when the kernel's
@@ -306,10 +314,7 @@ def build(ctx, sig: tuple, name: str) -> dict:
     if names != want:
         raise DoesNotHold(f"recipe tensile-gemm does not hold: the kernel's arguments are {names}, "
                                f"its name says {want}")
-    flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
-    if tuple(ctx.block) != (flat, 1, 1):
-        raise DoesNotHold(f"recipe tensile-gemm does not hold: workgroup {ctx.block}, the name says "
-                               f"{k.workgroup} (flat {flat})")
+    _check_workgroup("tensile-gemm", ctx, k)
     if len(_scalar(1, k)) != _SIZES["Alpha"]:
         raise DoesNotHold(f"recipe tensile-gemm does not hold: {k.types} alpha is {len(_scalar(1, k))} bytes, "
                                f"the kernel's Alpha {_SIZES['Alpha']}")
@@ -387,10 +392,7 @@ def build_source(ctx, sig: tuple, name: str) -> dict:
     if sig != want:
         raise DoesNotHold(f"recipe tensile-gemm-source does not hold: the kernel's arguments are {sig}, its "
                                f"name says {want}")
-    flat = k.workgroup[0] * k.workgroup[1] * k.workgroup[2]
-    if tuple(ctx.block) != (flat, 1, 1):
-        raise DoesNotHold(f"recipe tensile-gemm-source does not hold: workgroup {ctx.block}, the name says "
-                               f"{k.workgroup}")
+    _check_workgroup("tensile-gemm-source", ctx, k)
     p = problem(k, ctx.groups, ctx.run, ctx.rng)
     v = _values(k, p, ctx.groups)
     out = {}
