@@ -196,7 +196,7 @@ class ReportPairs:
 
     def build(self, items: list, *, sources: list[str], output: str, unit: str, dry_run: bool,
               errors: list[tuple[str, str]], counts: dict[str, int], new_uri: Callable):
-        """The :class:`~kpatch.diff.compare.Report`: ``items`` are apply's
+        """The :class:`~kpatch.diff.compare.DiffReport`: ``items`` are apply's
         EntryReports / PartReports, ``new_uri(item, label, old, new)`` names
         where a patched object went."""
         from kpatch.diff.compare import ApplyInfo, ChangedPair, Refusal, build_report

@@ -290,9 +290,9 @@ class BranchChecker:
         if loc is None:
             self._later.append(item)
             return
-        self._decide(item, loc, problems)
+        self._check_jump(item, loc, problems)
 
-    def _decide(self, item: tuple, loc: tuple[_UnitMap, int] | None, problems: list) -> None:
+    def _check_jump(self, item: tuple, loc: tuple[_UnitMap, int] | None, problems: list) -> None:
         kind, name, old_addr, new_addr, what, t_old, t_new = item
         if loc is None or not loc[0].mapped:
             return  # not a decoded instruction of a kept function, or not followed
@@ -349,7 +349,7 @@ class BranchChecker:
             if item[0] == "entry":
                 problems.extend(self._entry(item[1], item[2], item[3], loc))
             else:
-                self._decide(item, loc, problems)
+                self._check_jump(item, loc, problems)
         for name, old_entry, new_entry in entries:
             problems.extend(self._entry(name, old_entry, new_entry, self._where(old_entry)))
         return problems

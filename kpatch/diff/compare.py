@@ -12,7 +12,7 @@ writes is shown when it can be read.
 :func:`diff_inputs` pairs the code objects of two inputs (by kernel DB key
 ``(kernel_name, kernel_args)``, tolerating ``-mcpu=gfx1030`` against
 ``-mcpu=gfx1010``, then by bundle entry, then in order) and returns a
-:class:`Report`; the renderers are :mod:`kpatch.diff.text` and
+:class:`DiffReport`; the renderers are :mod:`kpatch.diff.text` and
 :mod:`kpatch.diff.html`, :func:`report_json` gives the JSON form.
 """
 
@@ -138,7 +138,7 @@ class ObjectDiff:
 
 
 @dataclass
-class Report:
+class DiffReport:
     """The result of ``kpatch diff A B``: every pair compared, and what could
     not be paired or read."""
 
@@ -377,10 +377,7 @@ def _rows_for(us: DiffUnit, kind: str) -> list[Row]:
 
 
 def _read_provenance(data: bytes) -> dict | None:
-    try:
-        from kpatch.rewrite.provenance import read_provenance  # written by the rewriter
-    except ImportError:
-        return None
+    from kpatch.rewrite.provenance import read_provenance  # written by the rewriter
     try:
         return read_provenance(data)
     except KpatchError as e:
@@ -413,7 +410,7 @@ def diff_objects(old: bytes, new: bytes, *, label: str = "", old_uri: str = "", 
         if old == new and d.old_decode == d.new_decode:
             d.identical = True
             return d
-        _fill(d, a, b, _Keep(keep_identical_rows, hunks, on_unit))
+        _compare_into(d, a, b, _Keep(keep_identical_rows, hunks, on_unit))
     except FormatError as e:
         d.error = str(e)
     d.provenance = _read_provenance(new) if d.error is None else None
@@ -429,7 +426,7 @@ class _Keep:
     on_unit: Callable | None
 
 
-def _fill(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: _Keep) -> None:
+def _compare_into(d: ObjectDiff, a: CodeObject, b: CodeObject, keep: _Keep) -> None:
     """Compare ``a`` with ``b`` into ``d``: headers, metadata, then function
     by function (with the control-flow check), then the relocation summary."""
     d.header = header_changes(a, b)
@@ -703,7 +700,7 @@ def pair_items(a: Sequence[Found], b: Sequence[Found]) -> tuple[list[tuple[Found
 
 
 def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target: str | None = None,
-                on_pair=None, hunks: int | None = None, on_unit=None, on_object=None) -> Report:
+                on_pair=None, hunks: int | None = None, on_unit=None, on_object=None) -> DiffReport:
     """Compare every code object of ``old`` with its counterpart in ``new``
     (files, directories or URIs: code objects, bundles, kernel DBs, host
     libraries).  ``on_pair(label)`` is called before each pair (progress);
@@ -715,7 +712,7 @@ def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target
     ones are listed in ``problems``."""
     fa, pa = collect_side(old)
     fb, pb = collect_side(new)
-    rep = Report(old, new, problems=[f"{p.uri}: {p.error}" for p in pa + pb])
+    rep = DiffReport(old, new, problems=[f"{p.uri}: {p.error}" for p in pa + pb])
     pairs, only_a, only_b = pair_items(fa, fb)
     rep.only_old = [_label(f) for f in only_a]
     rep.only_new = [_label(f) for f in only_b]
@@ -734,14 +731,14 @@ def diff_inputs(old: str, new: str, *, old_target: str | None = None, new_target
 
 def build_report(pairs: Iterable[ChangedPair | tuple[str, bytes, bytes]], *, old_name: str = "original",
                  new_name: str = "patched", old_target: str | None = None,
-                 new_target: str | None = None, apply: ApplyInfo | None = None) -> Report:
-    """A :class:`Report` from the code objects `kpatch apply` changed
+                 new_target: str | None = None, apply: ApplyInfo | None = None) -> DiffReport:
+    """A :class:`DiffReport` from the code objects `kpatch apply` changed
     (:class:`ChangedPair`, or ``(label, original bytes, patched bytes)``).
     Each pair is compared exactly as ``kpatch diff`` compares it (same
     decoding targets unless given), so the counts agree with ``kpatch diff
     SOURCE OUTPUT``; each kernel carries apply's decision
     (:attr:`UnitDiff.outcome`)."""
-    rep = Report(old_name, new_name, apply=apply)
+    rep = DiffReport(old_name, new_name, apply=apply)
     for item in pairs:
         if not isinstance(item, ChangedPair):
             item = ChangedPair(*item)
@@ -885,8 +882,8 @@ def object_json(d: ObjectDiff, *, rows: bool = True, context: int | None = 3,
     return out
 
 
-def report_json(rep: Report, *, rows: bool = True, context: int | None = 3) -> dict:
-    """The JSON form of a :class:`Report` (``rows``: every instruction row
+def report_json(rep: DiffReport, *, rows: bool = True, context: int | None = 3) -> dict:
+    """The JSON form of a :class:`DiffReport` (``rows``: every instruction row
     kept; else each changed function's listing with ``context``, as the
     text output shows it)."""
     return {
@@ -896,7 +893,7 @@ def report_json(rep: Report, *, rows: bool = True, context: int | None = 3) -> d
     }
 
 
-__all__ = ["Row", "UnitDiff", "ObjectDiff", "Report", "Refusal", "ApplyInfo", "ChangedPair", "diff_objects",
+__all__ = ["Row", "UnitDiff", "ObjectDiff", "DiffReport", "Refusal", "ApplyInfo", "ChangedPair", "diff_objects",
            "diff_inputs", "build_report", "collect_side",
            "pair_items", "collect", "report_json", "object_json", "row_json", "listing_json", "header_changes", "layout_changes",
            "note_changes", "symbol_changes", "descriptor_changes", "tree_changes", "fmt_value",

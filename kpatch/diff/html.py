@@ -1,4 +1,4 @@
-"""``kpatch diff --html``: a :class:`~kpatch.diff.compare.Report` as one
+"""``kpatch diff --html``: a :class:`~kpatch.diff.compare.DiffReport` as one
 self-contained HTML file.
 
 The page has its CSS inline, loads nothing, runs no script and escapes
@@ -11,7 +11,7 @@ and a ``data-op`` attribute (``equal``, ``changed``, ``inserted``,
 ``removed``; relocated branches also have the class ``relocated``), so the
 page can be checked mechanically.
 
-The report of ``kpatch apply --report`` (a Report with ``apply`` set)
+The report of ``kpatch apply --report`` (a DiffReport with ``apply`` set)
 starts with the source(s) and the output, then every refused kernel with
 its reason (``section#refusals``, also for code objects that were not
 written), then errors; each kernel section says what apply decided
@@ -26,7 +26,7 @@ from html import escape
 from kpatch import __version__
 from kpatch.diff.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange, lcs_pairs, fmt_value
 from kpatch.diff.compare import (
-    IDENTICAL, ApplyInfo, ObjectDiff, Report, Row, UnitDiff, flat_items, relocation_items, with_context)
+    IDENTICAL, ApplyInfo, ObjectDiff, DiffReport, Row, UnitDiff, flat_items, relocation_items, with_context)
 from kpatch.atomicfile import write_atomic
 
 CSS = """
@@ -307,7 +307,7 @@ def _apply_counts(a: ApplyInfo) -> list[tuple[str, str]]:
     return items
 
 
-def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = False,
+def render_html(rep: DiffReport, *, context: int | None = 3, show_identical: bool = False,
                 title: str | None = None) -> str:
     """The report as one HTML document (a str).  Identical pairs are listed
     in the summary; their sections are only written with ``show_identical``.
@@ -374,7 +374,7 @@ def render_html(rep: Report, *, context: int | None = 3, show_identical: bool = 
     )
 
 
-def write_html(rep: Report, path: str, **kw) -> None:
+def write_html(rep: DiffReport, path: str, **kw) -> None:
     """Write :func:`render_html` to ``path`` atomically, with the mode a new
     file gets (:func:`kpatch.atomicfile.write_atomic`)."""
     write_atomic(path, render_html(rep, **kw).encode("utf-8"))

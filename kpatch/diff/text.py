@@ -1,4 +1,4 @@
-"""``kpatch diff`` in the terminal: a :class:`~kpatch.diff.compare.Report`
+"""``kpatch diff`` in the terminal: a :class:`~kpatch.diff.compare.DiffReport`
 as lines of :class:`rich.text.Text` (coloured on a terminal, plain text
 when piped).
 
@@ -23,7 +23,7 @@ from rich.text import Text
 
 from kpatch.diff.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange
 from kpatch.diff.compare import (
-    IDENTICAL, ObjectDiff, Report, Row, UnitDiff, flat_items, relocation_items, with_context)
+    IDENTICAL, ObjectDiff, DiffReport, Row, UnitDiff, flat_items, relocation_items, with_context)
 
 MARK = {EQUAL: " ", CHANGED: "~", INSERTED: "+", REMOVED: "-"}
 STYLE = {EQUAL: "", CHANGED: "yellow", INSERTED: "green", REMOVED: "red", "relocated": "cyan"}
@@ -149,7 +149,7 @@ def object_lines(d: ObjectDiff, context: int | None) -> list[Text]:
     return out
 
 
-def render_text(rep: Report, *, context: int | None = 3, show_identical: bool = False,
+def render_text(rep: DiffReport, *, context: int | None = 3, show_identical: bool = False,
                 unreadable: bool = True) -> list[Text]:
     """The whole report as lines: each pair that differs (and, with
     ``show_identical``, each identical pair), what could not be paired or

@@ -195,7 +195,7 @@ def stagger_u_iter(k: Kernel, size_l: int, bpe_ab: float) -> int:
 
 
 @dataclass
-class Problem:
+class GemmProblem:
     """A GEMM of the kernel's types: sizes, leading dimensions, the host arrays and alpha/beta."""
 
     i: int
@@ -247,7 +247,7 @@ def _pad16(n: int) -> int:
     return (n + 1 + 15) // 16 * 16
 
 
-def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> Problem:
+def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> GemmProblem:
     """The run's problem: ``groups`` tiles in I, one in J, two unroll iterations and a tail in L.
     Tensile picks its store path per workgroup (edge or not) and per launch (beta 0 or not):
     run 0 has full tiles and beta -1; run 1 edge tiles in I and J and beta 3; run 2 full
@@ -268,7 +268,7 @@ def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> Probl
     a, b = values(lda * cols_a, ab), values(ldb * cols_b, ab)
     c, dd = values(ldc * j, cd), values(ldc * j, cd, -100, 100)
     alpha, beta = ((2, -1), (1, 3), (-1, 0))[run % 3]
-    return Problem(i, j, l, lda, ldb, ldc, a, b, c, dd, alpha, beta)
+    return GemmProblem(i, j, l, lda, ldb, ldc, a, b, c, dd, alpha, beta)
 
 
 def _scalar(value: float, k: Kernel, source: bool = False) -> bytes:
@@ -333,7 +333,7 @@ def build(ctx, sig: tuple, name: str) -> dict:
     return out
 
 
-def _values(k: Kernel, p: Problem, groups: int) -> dict:
+def _values(k: Kernel, p: GemmProblem, groups: int) -> dict:
     """Argument name -> int / bytes (Address*: the buffer's bytes)."""
     ab = TYPES[k.types][0]
     rows_a, cols_a = (p.i, p.l) if k.a_order == "il" else (p.l, p.i)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kpatch.codeobject import CodeObject
 from kpatch.errors import FormatError
 from kpatch.diff.branchcheck import check_branches
-from kpatch.diff.compare import Report, diff_objects, report_json
+from kpatch.diff.compare import DiffReport, diff_objects, report_json
 from kpatch.diff.html import render_html
 from kpatch.diff.text import render_text
 
@@ -28,7 +28,7 @@ def mutated(data: bytes, edits: list[tuple[int, int]]) -> bytes:
 
 
 def render_all(d) -> None:
-    rep = Report("old", "new", [d])
+    rep = DiffReport("old", "new", [d])
     for ctx in (0, None):
         for line in render_text(rep, context=ctx):
             line.plain

@@ -14,7 +14,7 @@ from kpatch.codeobject import CodeObject
 from kpatch.containers.kdb import write_kdb
 from kpatch.isa import decode_one, encode
 from kpatch.diff.align import CHANGED, EQUAL, INSERTED, REMOVED, FieldChange
-from kpatch.diff.compare import Report, build_report, diff_inputs, diff_objects, report_json
+from kpatch.diff.compare import DiffReport, build_report, diff_inputs, diff_objects, report_json
 
 from .conftest import (
     ASM_V4, ASM_V5, objdump, objdump_kd, read, readelf_flags, readelf_symbols, text_file_offset, write)
@@ -169,7 +169,7 @@ def test_identical_objects():
 def test_unreadable_side_is_an_error_not_an_exception():
     d = diff_objects(read(ASM_V4), b"\x7fELF" + bytes(60))
     assert d.error and not d.identical
-    json.dumps(report_json(Report("a", "b", [d])))
+    json.dumps(report_json(DiffReport("a", "b", [d])))
 
 
 @pytest.fixture
