@@ -39,6 +39,8 @@ from typing import Callable
 
 import numpy as np
 
+from kpatch.emulate import tensile as _tensile
+
 
 @dataclass(frozen=True)
 class Fill:
@@ -278,8 +280,6 @@ def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
 
 _G, _B1, _B4, _B8, _B24 = ("g", 8), ("b", 1), ("b", 4), ("b", 8), ("b", 24)
 
-from kpatch.emulate import tensile as _tensile  # noqa: E402
-
 
 def _tensile_arguments(build, ctx: Context, sig: tuple, name: str) -> dict:
     """kpatch.emulate.tensile's arguments as recipe values: a tensor is a
@@ -296,6 +296,7 @@ def _tensile_arguments(build, ctx: Context, sig: tuple, name: str) -> dict:
             v = Struct(8, b"", ((0, buf),)) if v.by_value else buf
         out[i] = v
     return out
+
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe("rocprim-lookback-scan", re.compile(r"rocprim6detail20lookback_scan_kernel"),

@@ -121,14 +121,13 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
         block = found[0].block(name, md) or block
     plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1], block[2]))
     chosen = {}
-    if name is not None:
-        if found is not None:
-            plan.recipe = found[0].name
-            ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, md)
-            try:
-                chosen = found[0].build(ctx, found[1], name)
-            except recipes.RecipeDoesNotHold as e:
-                raise CannotSynthesise(str(e)) from None
+    if found is not None:
+        plan.recipe = found[0].name
+        ctx = recipes.Context(run, plan.grid[0] // block[0], block, rng, md)
+        try:
+            chosen = found[0].build(ctx, found[1], name)
+        except recipes.RecipeDoesNotHold as e:
+            raise CannotSynthesise(str(e)) from None
     explicit = -1
     for i, a in enumerate(md.get(".args", [])):
         kind = a.get(".value_kind", "")
