@@ -414,21 +414,36 @@ class FactsCache:
             hit = hs[j] == ho
             xid[o[hit]] = xs[j[hit]]
         miss = np.flatnonzero(xid < 0)
+        bad = ()
         if miss.size:
             uh, first, inv = np.unique(h[miss], return_index=True, return_inverse=True)
             order = np.argsort(first)
             at = miss[first[order]]  # first occurrence of each new hash, in instruction order
-            eids = [self.eid_of(insts[k], table) for k in at.tolist()]
+            first_insts = [insts[k] for k in at.tolist()]
+            eids = [self.eid_of(ins, table) for ins in first_insts]
+            # are the rows exactly the encoding (not so for an instruction cut
+            # short, or one the addresses given do not bound)?
+            raws = [ins.raw for ins in first_insts]
+            real = np.frombuffer(b"".join(r[:4 * MAX_DWORDS].ljust(4 * MAX_DWORDS, b"\0") for r in raws),
+                                 dtype="<u4").reshape(len(raws), MAX_DWORDS)
+            whole = ((np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) == 4 * rows[at, 0])
+                     & (real == rows[at, 1:]).all(axis=1))
             new = np.empty(len(uh), dtype=np.int64)
             new[order] = np.arange(self.xeid.n, self.xeid.n + len(uh))
             self.xeid.extend(np.array(eids, dtype=np.int64))
             self.xdwords.extend(rows[at])
             xid[miss] = new[inv.reshape(-1)]
+            keep = np.ones(len(uh), dtype=bool)
+            keep[order] = whole
+            if not keep.all():  # such hashes stay unknown: by the bytes, each time
+                bad = np.flatnonzero(~keep[inv.reshape(-1)])
+                bad = miss[bad]
+                uh, new = uh[keep], new[keep]
             pos = np.searchsorted(hs, uh)
             self.hashes[target] = (np.insert(hs, pos, uh), np.insert(xs, pos, new))
         out = self.xeid.arr[xid]
         odd = np.flatnonzero((self.xdwords.arr[xid] != rows).any(axis=1))
-        for k in odd.tolist():  # a hash collision: by the bytes
+        for k in [*odd.tolist(), *(bad.tolist() if len(bad) else ())]:  # a hash collision: by the bytes
             out[k] = self.eid_of(insts[k], table)
         return out
 
