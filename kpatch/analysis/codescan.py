@@ -36,13 +36,13 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import attrgetter, is_
+from operator import attrgetter
 
 import numpy as np
 
 from kpatch.codeobject import CodeObject
 from kpatch.isa.decodememo import decode_ranges
+from kpatch.analysis.facts import FACTS, encoding_ids
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
                                   UNMODELLED, UNMODELLED_MNEMONICS, kind)
 from kpatch.isa.instruction import Instruction
@@ -330,12 +330,13 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     scan.index_at = index_of(insts)
     for ui in range(len(units)):
         scan.edges[ui] = set()
+    control = _Control(scan, data, start)
     for ui, u in enumerate(units):
         if u.start % 4 or u.end % 4:
             _problem(scan, ui, u.start, "A", "undecodable",
                      f"{u.name} spans {u.start:#x}..{u.end:#x}, not whole 4-byte words")
             continue
-        _scan_unit(scan, ui, u)
+        _scan_unit(scan, ui, u, control)
     return scan
 
 
@@ -428,44 +429,103 @@ def _getpc_pattern(insts: list[Instruction], g: int, last: int):
 
 
 _SCALAR_CONTROL = frozenset({"SOPP", "SOPK", "SOP1"})  # the formats PC-relative instructions use
-_FORMAT = attrgetter("d.fmt")
-_NAME = attrgetter("name")
-#: the mnemonic of a base-form instruction (what the scalar formats have)
-_BASE_MNEMONIC = attrgetter("d.info.form.mnemonic")
 #: every branch's mnemonic starts so (a cheap test before Instruction.is_branch)
 _BRANCH_PREFIXES = ("s_branch", "s_cbranch_")
 
-
-class _PcMnemonics(dict):
-    """Mnemonic -> could the instruction be one :func:`_scan_unit` looks at
-    (worked out once per mnemonic: most scalar instructions are not)."""
-
-    def __missing__(self, m: str) -> bool:
-        v = self[m] = (m in ("s_setpc_b64", "s_swappc_b64", "s_call_b64", "s_getpc_b64")
-                       or m.startswith(_BRANCH_PREFIXES) or m in UNSUPPORTED_PCREL)
-        return v
+#: What :func:`_scan_unit` does with an instruction (its "scan role"): nothing,
+#: or it is undecodable, a computed jump (s_setpc_b64 / s_swappc_b64), a
+#: branch or direct call (target = address + 4 + 4 * simm16), s_getpc_b64, or
+#: PC-relative and not relocated.
+R_NONE, R_UNKNOWN, R_JUMP, R_BRANCH, R_GETPC, R_UNSUPPORTED = range(6)
 
 
-_PC_MNEMONIC = _PcMnemonics()
+def _scan_role(f) -> int:
+    """The scan role of an encoding (from its facts' representative: the
+    role depends on the format and opcode only)."""
+    ins = f.inst
+    d = ins.d
+    if d.fmt is None:
+        return R_UNKNOWN
+    if d.fmt.name not in _SCALAR_CONTROL:
+        return R_NONE
+    m = ins.mnemonic
+    if m in ("s_setpc_b64", "s_swappc_b64"):
+        return R_JUMP
+    if m == "s_call_b64" or m.startswith(_BRANCH_PREFIXES) and ins.is_branch:
+        return R_BRANCH
+    if m == "s_getpc_b64":
+        return R_GETPC
+    if m in UNSUPPORTED_PCREL:
+        return R_UNSUPPORTED
+    return R_NONE
 
 
-def _scan_unit(scan: TextScan, ui: int, u: TextUnit) -> None:
+def _simm16(f) -> int:  # (the CFG's column of the same name: kpatch.analysis.cfg)
+    return f.simm16 or 0
+
+
+class _Control:
+    """The instructions of ``.text`` :func:`_scan_unit` looks at, found with
+    the per-encoding columns of :mod:`kpatch.analysis.facts` (one hash
+    lookup per instruction, numpy after that): ``at`` (sorted instruction
+    indices), their ``role``, and for branches the ``target`` address and
+    the index of the instruction there (-1: none)."""
+
+    def __init__(self, scan: TextScan, data: bytes, start: int):
+        insts = scan.insts
+        n = len(insts)
+        addresses = scan.index_at.addresses if isinstance(scan.index_at, AddressIndex) else None
+        ends = np.full(n, -1, dtype=np.int64)
+        for u in scan.units:  # each unit's instructions run back to back
+            if u.count:
+                e = insts[u.last]
+                ends[u.last] = e.address + e.size
+        if start % 4 or addresses is None:
+            eids = encoding_ids(insts, scan.target)  # by their bytes
+        else:
+            eids = encoding_ids(insts, scan.target, addresses=addresses, code=data[:len(data) // 4 * 4],
+                                base=start, ends=ends)
+        roles = FACTS.column("scan-role", _scan_role, dtype=np.int8)[eids]
+        at = np.flatnonzero(roles)
+        self.at = at.tolist()
+        self.role = roles[at].tolist()
+        target = [-1] * len(at)
+        index = [-1] * len(at)
+        br = np.flatnonzero(roles[at] == R_BRANCH)
+        if br.size:
+            k = at[br]
+            simm = FACTS.column("simm16", _simm16)[eids[k]]
+            if addresses is not None:
+                t = addresses[k] + 4 + 4 * np.where(simm & 0x8000, simm - 0x10000, simm)
+                j = np.minimum(np.searchsorted(addresses, t), n - 1)
+                j = np.where(addresses[j] == t, j, -1)
+                tl, jl = t.tolist(), j.tolist()
+            else:
+                tl = [insts[i].branch_target for i in k.tolist()]
+                jl = [scan.index_at.get(x, -1) for x in tl]
+            for b, x, y in zip(br.tolist(), tl, jl):
+                target[b], index[b] = x, y
+        self.target, self.index = target, index
+
+    def of(self, first: int, last: int) -> range:
+        """The positions (in ``at``) of the instructions ``first..last``."""
+        return range(bisect.bisect_left(self.at, first), bisect.bisect_right(self.at, last))
+
+
+def _scan_unit(scan: TextScan, ui: int, u: TextUnit, control: _Control) -> None:
     insts = scan.insts
     first, last = u.first, u.last
     if u.count == 0:
         return
-    # per-instruction passes in C (map/compress): they cover all of .text
-    fmts = list(map(_FORMAT, insts[first:last + 1]))
-    unknown = list(map(is_, fmts, repeat(None)))
-    if True in unknown:
-        ins = insts[first + unknown.index(True)]
+    mine = control.of(first, last)
+    role = control.role
+    unknown = next((p for p in mine if role[p] == R_UNKNOWN), None)
+    if unknown is not None:
+        ins = insts[control.at[unknown]]
         _problem(scan, ui, ins.address, "A", "undecodable",
                  f"word {ins.raw.hex()} at {ins.address:#x} in {u.name} does not decode for "
                  f"{scan.target}")
         return
-    control = list(compress(range(first, last + 1), map(_SCALAR_CONTROL.__contains__, map(_NAME, fmts))))
-    control = list(compress(control, map(_PC_MNEMONIC.__getitem__,
-                                         map(_BASE_MNEMONIC, map(insts.__getitem__, control)))))
     end = insts[last]
     if end.address + end.size != u.end:
         _problem(scan, ui, end.address, "A", "undecodable",
@@ -477,23 +537,26 @@ def _scan_unit(scan: TextScan, ui: int, u: TextUnit) -> None:
                  f"({end.mnemonic} at {end.address:#x}): code falls through its end")
     jumps = []
     long_branches = []  # this unit's Tensile long branches (checked once the jumps are known)
-    for i in control:
-        ins = insts[i]
-        m = ins.mnemonic
-        if m in ("s_setpc_b64", "s_swappc_b64"):
+    at, target, index = control.at, control.target, control.index
+    branches, unit_of, edges = scan.branches, scan.unit_of, scan.edges[ui]
+    for p in mine:
+        r = role[p]
+        i = at[p]
+        if r == R_JUMP:
             jumps.append(i)
-        elif m == "s_call_b64" or m.startswith(_BRANCH_PREFIXES) and ins.is_branch:
-            t = ins.branch_target
-            j = scan.index_at.get(t)
-            if j is None:
+        elif r == R_BRANCH:
+            j = index[p]
+            if j < 0:
+                ins = insts[i]
                 _problem(scan, ui, ins.address, "A", "branch-target",
-                         f"{m} at {ins.address:#x} targets {t:#x}, which is not an instruction")
+                         f"{ins.mnemonic} at {ins.address:#x} targets {target[p]:#x}, which is not an instruction")
                 continue
-            scan.branches[i] = t
-            tu = scan.unit_of[j]
+            branches[i] = target[p]
+            tu = unit_of[j]
             if tu != ui:
-                scan.edges[ui].add(tu)
-        elif m == "s_getpc_b64":
+                edges.add(tu)
+        elif r == R_GETPC:
+            ins = insts[i]
             got = _getpc_pattern(insts, i, last)
             if isinstance(got, str):
                 _problem(scan, ui, ins.address, "A", "pc-relative", got)
@@ -512,9 +575,10 @@ def _scan_unit(scan: TextScan, ui: int, u: TextUnit) -> None:
                              f"which is not an instruction")
                 else:
                     scan.edges[ui].add(scan.unit_of[j])
-        elif m in UNSUPPORTED_PCREL:
+        elif r == R_UNSUPPORTED:
+            ins = insts[i]
             _problem(scan, ui, ins.address, "A", "unsupported",
-                     f"{m} at {ins.address:#x} is PC-relative and kpatch does not relocate it")
+                     f"{ins.mnemonic} at {ins.address:#x} is PC-relative and kpatch does not relocate it")
     if jumps:
         _computed_jumps(scan, ui, u, jumps)
     for gp in long_branches:

@@ -231,7 +231,8 @@ class HazardEngine:
             return None
         K = np.flatnonzero(roles & (4 << (3 * i)))
         first = self._hits(cfg, C, G, K, i, rule, frozenset())
-        if not rule.lean or first is None or np.isin(first.ks, K).all():
+        kills = (roles & (4 << (3 * i))) != 0
+        if not rule.lean or first is None or kills[first.ks].all():
             return first  # (hits that already kill change nothing when counted as kills: a fixpoint)
         # S(n+1) = F(S(n)) from S0 = {} (see the module docstring); runs[n] has
         # kills at seq[n] and hits seq[n + 1]
@@ -243,7 +244,9 @@ class HazardEngine:
             if len(seq) >= 3 and seq[-1] == seq[-3]:  # settled on two sets: the larger is sound
                 return runs[-1] if len(seq[-1]) >= len(seq[-2]) else runs[-2]
             S = seq[-1]
-            r = self._hits(cfg, C, G, np.union1d(K, np.fromiter(S, dtype=np.int64, count=len(S))), i, rule, S)
+            with_s = kills.copy()  # K and S, sorted (a mask: K is long, S short)
+            with_s[np.fromiter(S, dtype=np.int64, count=len(S))] = True
+            r = self._hits(cfg, C, G, np.flatnonzero(with_s), i, rule, S)
             runs.append(r)
             seq.append(frozenset(r.ks) if r is not None else frozenset())
         return runs[-1] if len(seq) % 2 == 0 else runs[-2]  # the last odd term

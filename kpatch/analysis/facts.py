@@ -1,13 +1,16 @@
 """What the analyses need to know about one encoding, computed once.
 
 Real code repeats encodings heavily, so everything here is worked out once
-per distinct encoding (per target and instruction bytes): a :class:`Facts`
-with a number, its ``eid``.  :func:`encoding_ids` gives the eid of every
-instruction of a function (with numpy, from the instructions' dwords), and
-per-encoding numpy columns (:meth:`FactsCache.column`) turn any attribute
-into an array over the instructions with one indexing operation, so the
-analyses do array work per instruction and Python work only per distinct
-encoding or per event (branch, hazard, finding).
+per distinct encoding: a :class:`Facts` with a number, its ``eid``.  No
+fact depends on which VGPRs a VALU, LDS or FLAT encoding names, so the
+encodings that differ only in them (:func:`vgpr_blind_key`) share one
+Facts and one eid; real code holds several such encodings for each.
+:func:`encoding_ids` gives the eid of every instruction of a function
+(with numpy, from the instructions' dwords), and per-eid numpy columns
+(:meth:`FactsCache.column`) turn any attribute into an array over the
+instructions with one indexing operation, so the analyses do array work per
+instruction and Python work only per distinct encoding or per event
+(branch, hazard, finding).
 
 Scalar registers are bit masks indexed by their 9-bit operand encoding
 (s0..s105 = bits 0..105, vcc_lo/hi 106/107, ttmp0..15 108..123, m0 124,
@@ -23,7 +26,6 @@ the hazards (see gfx1010-hazards.md): ``VALU`` (VOP1/2/3/3P/C, VINTRP),
 from __future__ import annotations
 
 import re
-import struct
 from operator import attrgetter
 
 import numpy as np
@@ -163,7 +165,9 @@ class Facts:
                  "marks", "hz", "local", "eid", "inst")
 
     def __init__(self, inst):
-        self.inst = inst  # a representative occurrence (its address is not meaningful)
+        # a representative occurrence: its address is not meaningful, nor are
+        # its VGPR numbers when its eid is shared (FactsCache.new)
+        self.inst = inst
         fmt = inst.format
         mn = inst.mnemonic
         f = inst.fields
@@ -231,30 +235,6 @@ class Facts:
         self.marks = _marks(self, fmt, f)
         self.hz = None  # compiled roles, per hazard engine (filled in by them)
 
-    def copy_for(self, inst) -> "Facts":
-        """These facts for another encoding with the same :func:`vgpr_blind_key`."""
-        f = Facts.__new__(Facts)
-        _copy_shared(self, f)
-        f.inst = inst
-        f.eid = -1
-        return f
-
-
-_SHARED_SLOTS = tuple(s for s in Facts.__slots__ if s not in ("inst", "eid"))
-
-
-def _slot_copier(names: tuple[str, ...]):
-    """A function copying the slots ``names`` from one object to another
-    with one plain assignment each: most encodings are copies
-    (:meth:`Facts.copy_for`), and this is several times faster than a
-    getattr/setattr loop.  Generated, so that it follows ``__slots__``."""
-    src = "def copy(a, b):\n" + "".join(f"    b.{n} = a.{n}\n" for n in names)
-    ns: dict = {}
-    exec(src, ns)  # noqa: S102 - the names are Facts' own slots
-    return ns["copy"]
-
-
-_copy_shared = _slot_copier(_SHARED_SLOTS)
 
 #: Formats whose facts depend on the scalar operands only: VGPR numbers
 #: (operands with an 8-bit VGPR field, or a 9-bit source field >= 256)
@@ -324,67 +304,107 @@ def _marks(x: "Facts", fmt: str, f: dict) -> int:
     return m
 
 
+MAX_DWORDS = 5  # longest GFX10 encoding: MIMG with three NSA dwords (20 bytes)
+
+
+class _Grown:
+    """A numpy array that grows by doubling its buffer (``arr``: the part in use)."""
+
+    __slots__ = ("buf", "n")
+
+    def __init__(self, dtype, width: int = 0):
+        self.buf = np.empty((1024, width) if width else 1024, dtype=dtype)
+        self.n = 0
+
+    @property
+    def arr(self) -> np.ndarray:
+        return self.buf[:self.n]
+
+    def extend(self, more: np.ndarray) -> None:
+        n = self.n + len(more)
+        if n > len(self.buf):
+            new = np.empty((max(n, 2 * len(self.buf)), *self.buf.shape[1:]), dtype=self.buf.dtype)
+            new[:self.n] = self.buf[:self.n]
+            self.buf = new
+        self.buf[self.n:n] = more
+        self.n = n
+
+
 class FactsCache:
-    """Facts per (target, instruction bytes) - held as their number
-    (``eid``) in ``all`` - each with a number (``eid``)
-    that indexes per-encoding numpy columns (:meth:`column`), so that an
-    attribute of every instruction of a function is one array lookup.
-    Everything is dropped (between two :func:`facts_of` calls) once more than
-    ``limit`` encodings are held."""
+    """Facts per encoding, numbered (``eid``: the index in ``all``), with
+    per-eid numpy columns (:meth:`column`), so that an attribute of every
+    instruction of a function is one array lookup.
+
+    Two tables find an encoding's eid: ``maps`` (target -> instruction bytes
+    -> eid) and, for the numpy path of :func:`encoding_ids`, per target a
+    sorted array of dword hashes (``hashes``: hashes, their exact-encoding
+    numbers ``xid``); an xid has its eid (``xeid``) and its dwords
+    (``xdwords``: dword count, then the first MAX_DWORDS dwords, 0 past the
+    end), which every hit is checked against.  Encodings that differ only in
+    VGPR numbers get the eid of the first of them (:meth:`new`): their facts
+    are the same.  Everything is dropped (between two :func:`facts_of`
+    calls) once more than ``limit`` encodings are held."""
 
     def __init__(self, limit: int = 1_000_000):
-        self.maps: dict[str, dict[bytes, int]] = {}  # target -> bytes -> eid
-        # target -> (sorted dword hashes, their eids)
-        self.hashes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.all: list[Facts] = []  # by eid
-        self.columns: dict[object, np.ndarray] = {}
-        self.buffers: dict[object, np.ndarray] = {}  # what the columns are views of
         self.limit = limit
-        self.templates: dict[tuple, Facts] = {}  # vgpr_blind_key -> facts the others copy
+        self.clear()
 
     def clear(self) -> None:
-        self.maps.clear()
-        self.hashes.clear()
-        self.all = []
-        self.columns.clear()
-        self.buffers.clear()
-        self.templates.clear()
+        self.maps: dict[str, dict[bytes, int]] = {}  # target -> bytes -> eid
+        self.hashes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # target -> (sorted hashes, their xids)
+        self.all: list[Facts] = []  # by eid
+        self.xeid = _Grown(np.int64)  # xid -> eid
+        self.xdwords = _Grown(np.uint32, 1 + MAX_DWORDS)  # xid -> dword count, dwords
+        self.columns: dict[object, np.ndarray] = {}
+        self.buffers: dict[object, np.ndarray] = {}  # what the columns are views of
+        self.templates: dict[tuple, int] = {}  # vgpr_blind_key -> eid
 
     def table(self, target: str) -> dict[bytes, int]:
-        if len(self.all) >= self.limit:
+        if len(self.all) + self.xeid.n >= self.limit:
             self.clear()
         m = self.maps.get(target)
         if m is None:
             m = self.maps[target] = {}
         return m
 
-    def new(self, inst) -> Facts:
-        """The facts of a new encoding: copied from those of an encoding that
-        differs from it only in VGPR numbers (and hit no encoding check),
-        else worked out."""
-        key = vgpr_blind_key(inst)
-        t = self.templates.get(key) if key is not None else None
-        if t is not None:
-            f = t.copy_for(inst)
-        else:
-            f = Facts(inst)
-            if key is not None and not f.local:
-                f.hz = {}  # shared by the copies: it depends only on what they share
-                self.templates[key] = f
-        f.eid = len(self.all)
-        self.all.append(f)
-        return f
+    def eid_of(self, inst, table: dict[bytes, int]) -> int:
+        """The eid of ``inst`` (``table``: :meth:`table` of its target)."""
+        raw = inst.raw
+        e = table.get(raw)
+        if e is None:
+            e = table[raw] = self.new(inst)
+        return e
 
-    def lookup_hashes(self, target: str, h: np.ndarray, insts, table: dict[bytes, int]) -> np.ndarray:
-        """The eids of the encodings with dword hashes ``h`` (one per
-        instruction of ``insts``), unchecked: a sorted array holds the known
-        hashes.  The others go through the instruction bytes (and are new
-        encodings when those are new too), each distinct one once, in the
+    def new(self, inst) -> int:
+        """The eid of an encoding not seen yet: that of an encoding that
+        differs from it only in VGPR numbers (and hit no encoding check),
+        else the number of new facts worked out from it."""
+        key = vgpr_blind_key(inst)
+        if key is not None:
+            e = self.templates.get(key)
+            if e is not None:
+                return e
+        f = Facts(inst)
+        f.eid = e = len(self.all)
+        self.all.append(f)
+        if key is not None and not f.local:  # (a finding's text names the VGPRs)
+            f.hz = {}
+            self.templates[key] = e
+        return e
+
+    def lookup_hashes(self, target: str, h: np.ndarray, rows: np.ndarray, insts,
+                      table: dict[bytes, int]) -> np.ndarray:
+        """The eids of the instructions ``insts`` with dword hashes ``h`` and
+        ``rows`` (one row per instruction: dword count, then MAX_DWORDS
+        dwords).  A sorted array holds the known hashes; every hit is checked
+        against its encoding's dwords (one that differs, on a hash
+        collision, is looked up by its bytes).  The other hashes go through
+        the instruction bytes (:meth:`eid_of`), each distinct one once, in the
         order of its first occurrence (the order new encodings get their
         eids in); then they join the sorted array, so that the next code
         object (which shares most of them) finds them there."""
-        hs, es = self.hashes.get(target) or (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
-        out = np.full(len(h), -1, dtype=np.int64)
+        hs, xs = self.hashes.get(target) or (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
+        xid = np.full(len(h), -1, dtype=np.int64)
         if len(hs):
             # searching in hash order walks the large array once (in
             # instruction order every lookup is a cache miss)
@@ -392,21 +412,39 @@ class FactsCache:
             ho = h[o]
             j = np.minimum(np.searchsorted(hs, ho), len(hs) - 1)
             hit = hs[j] == ho
-            out[o[hit]] = es[j[hit]]
-        miss = np.flatnonzero(out < 0)
+            xid[o[hit]] = xs[j[hit]]
+        miss = np.flatnonzero(xid < 0)
+        bad = ()
         if miss.size:
             uh, first, inv = np.unique(h[miss], return_index=True, return_inverse=True)
-            ue = np.empty(len(uh), dtype=np.int64)
             order = np.argsort(first)
-            for u, k in zip(order.tolist(), miss[first[order]].tolist()):
-                raw = insts[k].raw
-                e = table.get(raw)
-                if e is None:
-                    e = table[raw] = self.new(insts[k]).eid
-                ue[u] = e
-            out[miss] = ue[inv.reshape(-1)]
-            at = np.searchsorted(hs, uh)
-            self.hashes[target] = (np.insert(hs, at, uh), np.insert(es, at, ue))
+            at = miss[first[order]]  # first occurrence of each new hash, in instruction order
+            first_insts = [insts[k] for k in at.tolist()]
+            eids = [self.eid_of(ins, table) for ins in first_insts]
+            # are the rows exactly the encoding (not so for an instruction cut
+            # short, or one the addresses given do not bound)?
+            raws = [ins.raw for ins in first_insts]
+            real = np.frombuffer(b"".join(r[:4 * MAX_DWORDS].ljust(4 * MAX_DWORDS, b"\0") for r in raws),
+                                 dtype="<u4").reshape(len(raws), MAX_DWORDS)
+            whole = ((np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) == 4 * rows[at, 0])
+                     & (real == rows[at, 1:]).all(axis=1))
+            new = np.empty(len(uh), dtype=np.int64)
+            new[order] = np.arange(self.xeid.n, self.xeid.n + len(uh))
+            self.xeid.extend(np.array(eids, dtype=np.int64))
+            self.xdwords.extend(rows[at])
+            xid[miss] = new[inv.reshape(-1)]
+            keep = np.ones(len(uh), dtype=bool)
+            keep[order] = whole
+            if not keep.all():  # such hashes stay unknown: by the bytes, each time
+                bad = np.flatnonzero(~keep[inv.reshape(-1)])
+                bad = miss[bad]
+                uh, new = uh[keep], new[keep]
+            pos = np.searchsorted(hs, uh)
+            self.hashes[target] = (np.insert(hs, pos, uh), np.insert(xs, pos, new))
+        out = self.xeid.arr[xid]
+        odd = np.flatnonzero((self.xdwords.arr[xid] != rows).any(axis=1))
+        for k in [*odd.tolist(), *(bad.tolist() if len(bad) else ())]:  # a hash collision: by the bytes
+            out[k] = self.eid_of(insts[k], table)
         return out
 
     def columns_of(self, keys: list, get, dtype=np.uint64) -> list[np.ndarray]:
@@ -451,31 +489,24 @@ class FactsCache:
 FACTS = FactsCache()
 
 
-MAX_DWORDS = 5  # longest GFX10 encoding: MIMG with three NSA dwords (20 bytes)
 _PRIME = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _rows(words: np.ndarray, offs: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
-    """Dword j (0 past the end) of each instruction, for j < MAX_DWORDS."""
+def _rows(words: np.ndarray, offs: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per instruction: its dword count, then its dwords j < MAX_DWORDS (0 past its end)."""
+    rows = np.zeros((len(offs), 1 + MAX_DWORDS), dtype=np.uint32)
+    rows[:, 0] = sizes
     last = len(words) - 1
-    return [np.where(sizes > j, words[np.minimum(offs + j, last)], 0).astype(np.uint64)
-            for j in range(MAX_DWORDS)]
+    for j in range(MAX_DWORDS):
+        rows[:, 1 + j] = np.where(sizes > j, words[np.minimum(offs + j, last)], 0)
+    return rows
 
 
-def _hash(rows: list[np.ndarray], sizes: np.ndarray) -> np.ndarray:
-    h = sizes.astype(np.uint64)
-    for w in rows:
-        h = (h ^ w) * _PRIME
+def _hash(rows: np.ndarray) -> np.ndarray:
+    h = np.zeros(len(rows), dtype=np.uint64)
+    for j in range(rows.shape[1]):
+        h = (h ^ rows[:, j]) * _PRIME
     return h
-
-
-_DWORDS = struct.Struct(f"<{MAX_DWORDS}I")
-_DWORD_KEYS = ["ndwords"] + [("dword", j) for j in range(MAX_DWORDS)]
-
-
-def _dwords(f: Facts) -> tuple[int, ...]:
-    """An encoding's dword count and its first MAX_DWORDS dwords (0 past its end)."""
-    return ((f.size + 3) // 4, *_DWORDS.unpack(f.inst.raw[:4 * MAX_DWORDS].ljust(4 * MAX_DWORDS, b"\0")))
 
 
 def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
@@ -487,9 +518,9 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     all, at address ``base``; dword aligned) and ``ends`` (for the last
     instruction of each run of code, the address where the run ends; -1
     elsewhere) the work is done with numpy: a hash of each instruction's
-    dwords is looked up (FactsCache.lookup_hashes), and every instruction is then
-    checked to have exactly the dwords of the encoding it was given (any
-    that does not, e.g. on a hash collision, is looked up by its bytes)."""
+    dwords is looked up (:meth:`FactsCache.lookup_hashes`, which checks
+    every instruction has exactly the dwords of the encoding it was
+    given)."""
     table = FACTS.table(target)
     n = len(insts)
     out = np.zeros(n, dtype=np.int64)
@@ -505,25 +536,14 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     if sizes.min() < 1 or sizes.max() > MAX_DWORDS or offs.min() < 0 or offs.max() + 1 > len(words):
         return _ids_by_bytes(insts, table, range(n), out)
     rows = _rows(words, offs, sizes)
-    out = FACTS.lookup_hashes(target, _hash(rows, sizes), insts, table)
-    ndwords, *dwords = FACTS.columns_of(_DWORD_KEYS, _dwords)
-    same = ndwords[out] == sizes
-    for j in range(MAX_DWORDS):
-        same &= dwords[j][out] == rows[j]
-    odd = np.flatnonzero(~same)
-    if odd.size:  # a hash collision: look those up by their bytes
-        _ids_by_bytes(insts, table, odd.tolist(), out)
-    return out
+    return FACTS.lookup_hashes(target, _hash(rows), rows, insts, table)
 
 
 def _ids_by_bytes(insts, table: dict, which, out: np.ndarray) -> np.ndarray:
     """Set ``out[k]`` to the eid of ``insts[k]`` for k in ``which``, by its bytes."""
+    eid_of = FACTS.eid_of
     for k in which:
-        raw = insts[k].raw
-        e = table.get(raw)
-        if e is None:
-            e = table[raw] = FACTS.new(insts[k]).eid
-        out[k] = e
+        out[k] = eid_of(insts[k], table)
     return out
 
 

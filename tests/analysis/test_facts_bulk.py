@@ -1,0 +1,72 @@
+"""Per-encoding facts in bulk (issue 14): encodings that differ only in
+the VGPRs they name share one Facts (one eid, so per-eid columns and the
+hazard engine's compiled roles are worked out once for them); the numpy
+path of encoding_ids gives every instruction the eid its own bytes give,
+hash collisions included.  Encodings from llvm-mc-16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kpatch.analysis.facts as facts_mod
+from kpatch.analysis.facts import FACTS, encoding_ids
+from kpatch.isa import decode
+from tests.analysis.asm import assemble
+
+pytestmark = pytest.mark.llvm
+
+SOURCE = """
+  v_add_f32 v0, v1, v2
+  v_add_f32 v7, v9, v4
+  v_add_f32 v0, s1, v2
+  v_add_f32 v0, s3, v2
+  v_cmp_eq_u32 vcc_lo, v1, v2
+  v_cmp_eq_u32 vcc_lo, v5, v6
+  v_cmp_eq_u32 s4, v1, v2
+  v_cmp_eq_u32 s6, v8, v9
+  ds_read_b64 v[0:1], v2
+  ds_read_b64 v[4:5], v7
+  global_load_dword v2, v[0:1], off
+  global_load_dword v5, v[6:7], off
+  global_load_dword v2, v0, s[4:5]
+  global_load_dword v2, v0, s[6:7]
+  s_add_u32 s0, s1, s2
+  s_add_u32 s0, s1, s3
+  s_endpgm
+"""
+
+
+def _insts():
+    code, _ = assemble(SOURCE)
+    return code, decode(code, "gfx1030", 0x1000)
+
+
+def _numpy_ids(code, insts):
+    addresses = np.array([i.address for i in insts], dtype=np.int64)
+    ends = np.full(len(insts), -1, dtype=np.int64)
+    ends[-1] = insts[-1].address + insts[-1].size
+    return encoding_ids(insts, "gfx1030", addresses=addresses, code=code, base=0x1000, ends=ends)
+
+
+def test_vgpr_variants_share_their_facts():
+    FACTS.clear()
+    code, insts = _insts()
+    e = _numpy_ids(code, insts).tolist()
+    pairs = [(2 * j, 2 * j + 1) for j in range(8)]
+    same = [e[a] == e[b] for a, b in pairs]
+    # VGPRs only: one eid; an SGPR (scalar source, sdst, saddr) differs: two
+    assert same == [True, False, True, False, True, True, False, False]
+    # and the facts hold the scalar registers of the first of them
+    assert FACTS.all[e[6]].sdefs == 0 and FACTS.all[e[4]].valu_sdst == FACTS.all[e[5]].valu_sdst != 0
+
+
+def test_numpy_path_matches_the_bytes_even_on_hash_collisions(monkeypatch):
+    FACTS.clear()
+    code, insts = _insts()
+    by_bytes = encoding_ids(insts, "gfx1030").tolist()  # no addresses: each by its bytes
+    FACTS.clear()
+    monkeypatch.setattr(facts_mod, "_hash", lambda rows: np.zeros(len(rows), dtype=np.uint64))
+    got = _numpy_ids(code, insts).tolist()
+    assert got == by_bytes
+    assert _numpy_ids(code, insts).tolist() == by_bytes  # a second time, through the sorted hashes
