@@ -155,7 +155,8 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     same synthesised inputs (random buffers with guard zones, integer
     arguments from a small grid, 1-3 workgroups; for the kernel families
     kpatch.emulate.recipes names - rocPRIM's look-back scan, sort, merge and
-    reduce-by-key kernels, rocRAND's discrete distributions, rocBLAS's
+    reduce-by-key kernels, rocRAND's discrete distributions, MIOpen's naive
+    convolutions, rocBLAS's
     Tensile GEMM kernels - consistent inputs that recipe builds), and every
     byte they write is compared.
 
