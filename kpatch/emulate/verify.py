@@ -17,8 +17,9 @@ leaves undefined; run ``r`` uses seed ``seed + r`` and a grid of ``1 + r %
 3`` workgroups.
 
 A kernel is **equal** when every run of both finished, all buffers
-(guard zones included) hold the same bytes, and some run wrote into an
-argument's buffer; **different** when some run wrote different bytes or
+(guard zones included) hold the same bytes, as do the changes each run made
+to the code object's writable segments (device globals), and some run wrote
+into an argument's buffer or a global; **different** when some run wrote different bytes or
 only one side faulted or stopped; **not verified** otherwise (something
 not emulated, arguments not synthesised, both sides faulting, no run of
 either side writing a byte: masked-off stores prove nothing).  Only
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kpatch.emulate.dispatch import Machine
+from kpatch.emulate.dispatch import GLOBAL_PREFIX, Machine
 from kpatch.emulate.errors import CannotEmulate, EmulationError
 from kpatch.emulate.launch import hidden_value, kernarg_segment
 from kpatch.emulate.memory import LazyBytes
@@ -217,12 +218,32 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
             values.append(v)
     dyn = max(0, LDS_BYTES - k.descriptor.group_segment_fixed_size)
     seg = kernarg_segment(md, values, plan.grid, plan.block, dyn)
+    initial = {b.name: b.data.copy() for b in m.memory.buffers if b.name.startswith(GLOBAL_PREFIX)}
     try:
         r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit, dynamic_lds=dyn)
     except EmulationError as e:
         return e, 0, 0.0, 0
-    written = sum(b.written for b in m.memory.buffers if b.name.startswith("arg"))
-    return m.memory.image(), r.instructions, r.seconds, written
+    written = sum(b.written for b in m.memory.buffers if b.name.startswith(("arg", GLOBAL_PREFIX)))
+    return _changes_of_globals(m.memory.image(), initial), r.instructions, r.seconds, written
+
+
+def _changes_of_globals(image: list, initial: dict) -> list:
+    """A memory image whose writable code-object segments (device globals,
+    ``global@VADDR``) are reduced to what the run changed: each becomes the
+    bytes that differ from its loaded state (others 0) and, as
+    ``global@VADDR changed``, a mask of where they differ.  What the two
+    objects hold there before the run may differ (the patched object's
+    ``.dynamic`` names moved sections) without the kernel being different."""
+    out = []
+    for n, d in image:
+        if n in initial:
+            final = np.frombuffer(d, np.uint8)
+            changed = final != initial[n]
+            out.append((n, np.where(changed, final, 0).astype(np.uint8).tobytes()))
+            out.append((f"{n} changed", changed.astype(np.uint8).tobytes()))
+        else:
+            out.append((n, d))
+    return out
 
 
 def comparable(a: list, b: list) -> tuple[list, list]:
@@ -345,6 +366,10 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
             v.status = DIFFERENT
             which, e = ("original", a[0]) if ea else ("patched", b[0])
             v.detail = f"run {r + 1}: only the {which} stopped: {e.reason}"
+            return v
+        if [(n, len(d)) for n, d in a[0]] != [(n, len(d)) for n, d in b[0]]:
+            v.detail = ("the two code objects' writable segments (device globals) lie at other addresses "
+                        "or have other sizes: what the kernels wrote there cannot be paired")
             return v
         ia, ib = comparable(a[0], b[0])
         if ia != ib:
