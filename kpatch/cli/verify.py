@@ -155,7 +155,8 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     same synthesised inputs (random buffers with guard zones, integer
     arguments from a small grid, 1-3 workgroups; for the kernel families
     kpatch.emulate.recipes names - rocPRIM's look-back scan, sort, merge and
-    reduce-by-key kernels, rocRAND's discrete distributions, rocBLAS's
+    reduce-by-key kernels, rocRAND's discrete distributions, MIOpen's naive
+    convolutions, rocBLAS's
     Tensile GEMM kernels - consistent inputs that recipe builds), and every
     byte they write is compared.
 
@@ -170,16 +171,19 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
       not verified  something was not emulated (named), arguments could not
                     be synthesised, both sides stopped, or no run of either
                     side wrote a byte (wrote nothing): nothing proven
+      untouched     the same code bytes at the same address and the same
+                    descriptor in both, reaching no other code or pc-relative
+                    data: not a verification target (not run)
 
     \b
-    Exit status: 0 when every kernel is equal (or within ulp); 1 when some kernel is
+    Exit status: 0 when every kernel is equal, within ulp or untouched; 1 when some kernel is
     different or not verified, or an input cannot be read; 2 on usage
     errors; 3 on an internal error.
     """
     if not emulate:
         raise click.UsageError("only --emulate is implemented: say `kpatch verify --emulate ORIG PATCHED`")
     from kpatch.emulate.errors import EmulationError
-    from kpatch.emulate.verify import EQUAL, WITHIN, verify
+    from kpatch.emulate.verify import EQUAL, UNTOUCHED, WITHIN, verify
 
     pairs, problems = _pairs(orig, patched)
     verdicts = []
@@ -190,7 +194,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
             bounds.add(f"{bound} ulp ({source})")
         try:
             vs = verify(a, b, kernel=kernel, runs=runs, seed=seed, orig_target=mcpu_orig,
-                        patched_target=mcpu_patched, limit=limit, max_ulp=bound)
+                        patched_target=mcpu_patched, limit=limit, max_ulp=bound, skip_untouched=True)
         except (FormatError, EmulationError) as e:
             if kernel is not None and len(pairs) > 1 and "no kernel" in e.reason:
                 continue  # the kernel is in another pair
@@ -208,7 +212,8 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
         total[0] += v.instructions[0]
         total[1] += v.instructions[1]
         secs += v.seconds
-    counts = {s: sum(v.status == s for v in verdicts) for s in ("equal", "within ulp", "different", "not verified")}
+    counts = {s: sum(v.status == s for v in verdicts)
+              for s in ("equal", "within ulp", "different", "not verified", UNTOUCHED)}
     if as_json:
         json.dump({"kernels": [v.to_json() for v in verdicts], "summary": counts, "bounds": sorted(bounds),
                    "wave_instructions": sum(total), "seconds": round(secs, 3)}, sys.stdout, indent=1)
@@ -216,7 +221,7 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
     else:
         for v in verdicts:
             label = {"equal": "equal", "within ulp": "within ulp", "different": "DIFFERENT",
-                     "not verified": "not verified"}[v.status]
+                     "not verified": "not verified", UNTOUCHED: UNTOUCHED}[v.status]
             recipe = f"; inputs by recipe {v.recipe}" if v.recipe else ""
             extra = (f" ({v.runs} runs, {v.instructions[0]:,}/{v.instructions[1]:,} wave-instructions, "
                      f"{v.written[0]:,}/{v.written[1]:,} bytes written{recipe})") \
@@ -225,10 +230,11 @@ def verify_cmd(orig: str, patched: str, emulate: bool, kernel: str | None, runs:
         rate = sum(total) / secs if secs else 0.0
         within = f"{counts['within ulp']} within {', '.join(sorted(bounds))}, " if bounds else ""
         out_console.print(f"{len(verdicts)} kernels: {counts['equal']} equal, {within}{counts['different']} different, "
-                          f"{counts['not verified']} not verified; {sum(total):,} wave-instructions emulated "
+                          f"{counts['not verified']} not verified, {counts[UNTOUCHED]} untouched; "
+                          f"{sum(total):,} wave-instructions emulated "
                           f"in {secs:.1f} s ({rate:,.0f}/s)", markup=False, highlight=False, crop=False)
     flush_stdout()
-    passed = (EQUAL, WITHIN)
+    passed = (EQUAL, WITHIN, UNTOUCHED)
     for v in verdicts:
         if v.status not in passed:
             error_line(v.name, f"{v.status}: {v.detail}")

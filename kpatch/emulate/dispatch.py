@@ -1,8 +1,9 @@
 """Dispatch set-up and the run loop: a kernel of a code object run on a grid.
 
 :class:`Machine` holds one global address space (:class:`Memory`) with the
-code object's loadable segments mapped read-only at :data:`LOAD_BASE`, and
-runs kernels on it.  A dispatch follows the kernel descriptor (AMDGPUUsage,
+code object's loadable segments mapped at :data:`LOAD_BASE` (read-only,
+except the writable ones: device globals), its dynamic relocations applied
+as the loader applies them, and runs kernels on it.  A dispatch follows the kernel descriptor (AMDGPUUsage,
 "Initial Kernel Execution State"): the user SGPRs it enables (private
 segment buffer, dispatch packet, queue, kernarg segment, dispatch id, flat
 scratch init, private segment size) in that order, then the workgroup ids
@@ -37,6 +38,11 @@ from kpatch.isa import decode_one
 #: Where the code object's first loadable segment is mapped.
 LOAD_BASE = 0x7F0000000000
 PT_LOAD = 1
+PF_W = 2
+R_AMDGPU_ABS64, R_AMDGPU_RELATIVE64 = 3, 13
+#: Name prefix of the buffers holding the code object's writable segments (its
+#: device globals): kernels may write them, and a comparison looks at them.
+GLOBAL_PREFIX = "global@"
 #: Instructions one dispatch may execute (over all waves) before it is stopped.
 DEFAULT_LIMIT = 20_000_000
 #: Private memory added for kernels that use a dynamic stack.
@@ -95,15 +101,54 @@ class Machine:
         self.memory = Memory()
         self.seed = seed
         self.code: dict[int, bytes] = {}
-        for seg in self.co.elf.segments:
-            if seg.type != PT_LOAD or seg.memsz == 0:
-                continue
+        #: why the loader could not prepare the image (a dynamic relocation it does not
+        #: apply): every dispatch stops with it
+        self.unloadable: str | None = None
+        segs = [seg for seg in self.co.elf.segments if seg.type == PT_LOAD and seg.memsz]
+        images = []
+        for seg in segs:
             img = bytearray(seg.memsz)
             img[:seg.filesz] = self.co.data[seg.offset:seg.offset + seg.filesz]
-            self.memory.allocate(f"segment@{seg.vaddr:#x}", bytes(img), base=LOAD_BASE + seg.vaddr, readonly=True)
+            images.append(img)
+        self._relocate(segs, images)
+        for seg, img in zip(segs, images):
+            writable = bool(seg.flags & PF_W)
+            self.memory.allocate(f"{GLOBAL_PREFIX if writable else 'segment@'}{seg.vaddr:#x}", bytes(img),
+                                 base=LOAD_BASE + seg.vaddr, readonly=not writable)
             if seg.flags & 1:  # PF_X
                 self.code[LOAD_BASE + seg.vaddr] = bytes(img)
         self._programs: dict[int, Program] = {}
+
+    def _relocate(self, segs: list, images: list) -> None:
+        """Apply the dynamic relocations (``.rela.dyn``) as the loader (ROCr)
+        does at load: R_AMDGPU_ABS64 writes the symbol's loaded address plus
+        the addend, R_AMDGPU_RELATIVE64 the load base plus the addend, at
+        ``r_offset`` (a virtual address) in the segment images.  Any other
+        type makes the object unloadable here (:attr:`unloadable`)."""
+        from kpatch.elf.reader import RELA, SHT_RELA
+        elf = self.co.elf
+        for rs in elf.sections:
+            if rs.type != SHT_RELA or not rs.flags & 2:  # SHF_ALLOC: dynamic relocations
+                continue
+            syms = elf.symbols(elf.sections[rs.link]) if rs.link else ()
+            data = bytes(elf.section_bytes(rs))
+            for rec in RELA.read_many(data, 0, len(data) // RELA.size):
+                rtype, sym = rec.r_info & 0xFFFFFFFF, rec.r_info >> 32
+                if rtype == R_AMDGPU_ABS64 and sym < len(syms):
+                    value = LOAD_BASE + syms[sym].value + rec.r_addend
+                elif rtype == R_AMDGPU_RELATIVE64:
+                    value = LOAD_BASE + rec.r_addend
+                else:
+                    self.unloadable = f"dynamic relocation type {rtype} at {rec.r_offset:#x} ({rs.name})"
+                    return
+                for seg, img in zip(segs, images):
+                    if seg.vaddr <= rec.r_offset and rec.r_offset + 8 <= seg.vaddr + seg.memsz:
+                        at = rec.r_offset - seg.vaddr
+                        img[at:at + 8] = (value & (1 << 64) - 1).to_bytes(8, "little")
+                        break
+                else:
+                    self.unloadable = f"dynamic relocation at {rec.r_offset:#x} outside every segment"
+                    return
 
     def kernel(self, name: str):
         k = self.co.kernel(name)
@@ -123,6 +168,8 @@ class Machine:
         """Run kernel ``name`` on ``grid`` work-items (x, y, z) in workgroups of
         ``block``; ``kernarg`` is the kernarg segment (hidden arguments included)."""
         k = self.kernel(name)
+        if self.unloadable:
+            raise CannotEmulate(f"kernel {name}", None, self.unloadable)
         kd = k.descriptor
         if k.code_offset is None and self.co.e_type != 1:
             raise EmulationError(f"{name}: {k.entry_problem or 'no code'}")

@@ -802,14 +802,33 @@ def _valu(inst, ctx):
         plain = not (absb or negb or opsel or clamp or omod or dst_hi or kind is not None)
         if not plain:
             return valu
-        # the common case: no modifiers, no SDWA/DPP (falls back when a denormal mode flushes)
+        # the common case: no modifiers, no SDWA/DPP (denormals flushed as the wave's modes say)
         tf = [(fetch[k], types[k]) for k in range(nsrc)]
         floats = dtype in V.FLOAT or any(t in V.FLOAT for t in types)
 
+        rtype = {"f32": np.float32, "f16": np.float16, "f64": np.float64}.get(dtype)
+
+        def flushed(w):
+            """The result under the wave's denormal modes (as typed_srcs and finish flush)."""
+            d32, d16 = w.mode_denorm32, w.mode_denorm16
+            vals = []
+            for g, t in tf:
+                v = V.typed(g(w), t)
+                if t in V.FLOAT and (d32 if t == "f32" else d16) in (0, 2):
+                    v = V.flush_denormals(v)
+                vals.append(v)
+            r = fn(*vals)
+            if rtype is not None:
+                r = np.asarray(r).astype(rtype, copy=False)
+                if (d32 if dtype == "f32" else d16) in (0, 1):
+                    r = V.flush_denormals(r)
+            return V.raw(r, dtype)
+
         def fast(w):
             if floats and (w.mode_denorm32 != 3 or w.mode_denorm16 != 3):
-                return valu(w)
-            res = V.raw(fn(*[V.typed(g(w), t) for g, t in tf]), dtype)
+                res = flushed(w)
+            else:
+                res = V.raw(fn(*[V.typed(g(w), t) for g, t in tf]), dtype)
             ex = w.exec
             if dwidth == 2:
                 lo, hi = V.split64(res)

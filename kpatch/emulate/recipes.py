@@ -278,6 +278,66 @@ def _discrete_distribution(ctx: Context, sig: tuple, name: str) -> dict:
                                     (24, Fill(cdf.astype("<f8").tobytes()))))}
 
 
+# -- MIOpen: naive (reference) convolutions ------------------------------------------------
+
+#: Convolution problems for runs 0, 1, 2 (cyclic): per spatial axis (d, h, w) the input
+#: size, filter size, stride, dilation and left pad; batch, groups, channels per group
+#: (c) and output channels per group (k).  Small, so that a workgroup's loops take a few
+#: thousand wave-instructions, and every grid the verifier launches (1-3 workgroups) is
+#: inside the problem's own grid (MIOpen launches n*k, n*c, g*k or g*n*ho/hi workgroups:
+#: at least 4 here).
+NAIVE_CONV_PROBLEMS = (
+    dict(n=2, g=2, c=2, k=2, size=(3, 4, 4), f=(2, 3, 3), s=(1, 1, 1), d=(1, 1, 1), p=(0, 1, 1),
+         alpha=1.0, beta=0.0),
+    dict(n=2, g=1, c=3, k=4, size=(2, 5, 5), f=(1, 2, 2), s=(1, 2, 2), d=(1, 1, 1), p=(0, 0, 0),
+         alpha=0.5, beta=2.0),
+    dict(n=2, g=3, c=1, k=2, size=(4, 6, 5), f=(2, 3, 2), s=(2, 1, 2), d=(1, 2, 1), p=(1, 1, 0),
+         alpha=1.0, beta=0.0),
+)
+
+
+def _packed_strides(dims: dict, order: str) -> list[int]:
+    """Strides of a packed tensor whose dimensions (name -> length) lie in
+    memory in ``order`` (outermost first), sorted ascending as MIOpen's
+    MakeStrideArray passes them (smallest, the innermost, at index 0)."""
+    out, step = [], 1
+    for name in reversed(order):
+        out.append(step)
+        step *= dims[name]
+    return sorted(out)
+
+
+def _naive_conv(ctx: Context, sig: tuple, name: str) -> dict:
+    # naive_conv_ab_{packed,nonpacked}_{fwd,bwd,wrw}_{nchw,nhwc,ncdhw,ndhwc}_<src>_<acc>_<dst>(
+    #     p_in, p_wei, double alpha, double beta, p_out, StridesND in_strides, wei_strides,
+    #     out_strides, [di,] hi, wi, n, k_per_group, c_per_group, [do,] ho, wo, [sz,] sy, sx,
+    #     [dz,] dy, dx, [pz,] py, px, [fz,] fy, fx, group): the strides are the packed tensors'
+    #     with C (K for weights) split into (G, C per group), sorted ascending; the tensors
+    #     themselves are the synthesised random buffers.
+    nhwc = "_nhwc_" in name or "_ndhwc_" in name
+    three = "_ncdhw_" in name or "_ndhwc_" in name
+    pr = NAIVE_CONV_PROBLEMS[ctx.run % len(NAIVE_CONV_PROBLEMS)]
+    axes = slice(0, 3) if three else slice(1, 3)
+    size, f, s, d, p = (pr[x][axes] for x in ("size", "f", "s", "d", "p"))
+    out = tuple((i + 2 * q - dd * (ff - 1) - 1) // ss + 1 for i, ff, ss, dd, q in zip(size, f, s, d, p))
+    sp = "zyx"[3 - len(size):]
+    n, g, c, k = pr["n"], pr["g"], pr["c"], pr["k"]
+    in_dims = dict(n=n, g=g, c=c, **dict(zip(sp, size)))
+    out_dims = dict(n=n, g=g, c=k, **dict(zip(sp, out)))
+    wei_dims = dict(g=g, k=k, c=c, **dict(zip(sp, f)))
+    act, wei = ("n" + sp + "gc", "gk" + sp + "c") if nhwc else ("ngc" + sp, "gkc" + sp)
+    width = 8 * (len(sp) + 3)
+
+    def strides(dims, order):
+        return Struct(width, _struct.pack(f"<{len(sp) + 3}Q", *_packed_strides(dims, order)))
+
+    ints = [*size, n, k, c, *out, *s, *d, *p, *f, g]
+    values = {2: _struct.pack("<d", pr["alpha"]), 3: _struct.pack("<d", pr["beta"]),
+              5: strides(in_dims, act), 6: strides(wei_dims, wei), 7: strides(out_dims, act)}
+    values.update({8 + i: v for i, v in enumerate(ints)})
+    return values
+
+
 _G, _B1, _B4, _B8, _B24 = ("g", 8), ("b", 1), ("b", 4), ("b", 8), ("b", 24)
 
 
@@ -347,6 +407,14 @@ RECIPES: tuple[Recipe, ...] = (
            _discrete_distribution,
            "rocRAND library/include/rocrand/rocrand_discrete_types.h (rocrand_discrete_distribution_st), "
            "library/src/rng/distribution/poisson.hpp"),
+    Recipe("miopen-naive-conv", re.compile(r"^naive_conv_ab_(non)?packed_(fwd|bwd|wrw)_(nchw|nhwc|ncdhw|ndhwc)_"),
+           ((_G, _G, _B8, _B8, _G, ("b", 40), ("b", 40), ("b", 40)) + (_B4,) * 16,
+            (_G, _G, _B8, _B8, _G, ("b", 48), ("b", 48), ("b", 48)) + (_B4,) * 22),
+           _naive_conv,
+           "MIOpen (github ROCm/MIOpen) src/kernels/gpu_reference_kernel/naive_conv.cpp (the kernels' "
+           "arguments and loops), src/solver/conv/conv_direct_naive_conv*.cpp and "
+           "src/include/miopen/solver/conv_direct_naive_conv.hpp (SplitStrideCtoGC, SplitWeiStrideKtoGK, "
+           "MakeStrideArray: strides split by group and sorted ascending)"),
     Recipe("tensile-gemm", re.compile(r"^Cijk_.*_ISA(?!000_)\d+_"),  # assembly kernels (source ones: ISA000)
            _tensile.signatures(),
            lambda ctx, sig, name: _tensile_arguments(_tensile.build, ctx, sig, name),

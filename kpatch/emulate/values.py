@@ -88,10 +88,26 @@ def join64(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
 
 
+#: Per float width in bytes: (bits dtype, magnitude mask, smallest normal's bits - 1, sign mask).
+_FLOAT_FIELDS = {2: (np.uint16, np.uint16(0x7FFF), np.uint16(0x03FF), np.uint16(0x8000)),
+                 4: (np.uint32, np.uint32(0x7FFFFFFF), np.uint32(0x007FFFFF), np.uint32(0x80000000)),
+                 8: (np.uint64, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x000FFFFFFFFFFFFF),
+                     np.uint64(0x8000000000000000))}
+_ONE = {2: np.uint16(1), 4: np.uint32(1), 8: np.uint64(1)}
+
+
 def flush_denormals(x: np.ndarray) -> np.ndarray:
-    """Denormal values replaced by zero of the same sign."""
-    tiny = np.finfo(x.dtype).tiny
-    return np.where(np.abs(x) < tiny, np.copysign(np.zeros_like(x), x), x).astype(x.dtype)
+    """Denormal values replaced by zero of the same sign (the sign bit alone
+    kept); ``x`` itself when no lane is denormal.  Denormal: magnitude bits
+    m with 0 < m < the smallest normal's (m - 1 below it minus one, unsigned:
+    0 wraps round)."""
+    x = np.asarray(x)
+    bt, mag, top, sm = _FLOAT_FIELDS[x.dtype.itemsize]
+    bits = x.view(bt)
+    den = ((bits & mag) - _ONE[x.dtype.itemsize]) < top
+    if not np.count_nonzero(den):
+        return x
+    return np.where(den, bits & sm, bits).astype(bt).view(x.dtype)
 
 
 def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -133,6 +149,13 @@ def fma_f16(a, b, c):
     return fma_via64(a, b, c, np.float16)
 
 
+#: Per float width in bytes (float32, float16): the float64 mantissa bits below
+#: that type's, the pattern of those bits half-way between two of its values, and
+#: its smallest normal magnitude.
+_ROUNDING = {w: (np.uint64((1 << (52 - np.finfo(t).nmant)) - 1), np.uint64(1 << (51 - np.finfo(t).nmant)),
+                 np.float64(np.finfo(t).tiny)) for w, t in ((4, np.float32), (2, np.float16))}
+
+
 def fma_via64(a, b, c, dtype):
     """a*b+c in float64 rounded to odd, then rounded once to ``dtype``
     (float32 or float16: the product of two such values is exact in float64,
@@ -141,6 +164,15 @@ def fma_via64(a, b, c, dtype):
     p = a * b.astype(np.float64)
     c = c.astype(np.float64)
     s = p + c
+    # The float64 sum rounded once to nearest gives the correctly rounded
+    # ``dtype`` result unless it landed exactly half-way between two
+    # ``dtype`` values (only then can the second rounding go the wrong way),
+    # or the result is below ``dtype``'s normal range (where its rounding point moves).
+    low_mask, half, tiny = _ROUNDING[np.dtype(dtype).itemsize]
+    if not ((s.view(np.uint64) & low_mask) == half).any():
+        mag = np.abs(s)
+        if not ((mag < tiny) & (mag != 0)).any():
+            return s.astype(dtype)
     bb = s - p
     err = (p - (s - bb)) + (c - bb)
     fin = np.isfinite(s) & np.isfinite(err)

@@ -17,8 +17,9 @@ leaves undefined; run ``r`` uses seed ``seed + r`` and a grid of ``1 + r %
 3`` workgroups.
 
 A kernel is **equal** when every run of both finished, all buffers
-(guard zones included) hold the same bytes, and some run wrote into an
-argument's buffer; **different** when some run wrote different bytes or
+(guard zones included) hold the same bytes, as do the changes each run made
+to the code object's writable segments (device globals), and some run wrote
+into an argument's buffer or a global; **different** when some run wrote different bytes or
 only one side faulted or stopped; **not verified** otherwise (something
 not emulated, arguments not synthesised, both sides faulting, no run of
 either side writing a byte: masked-off stores prove nothing).  Only
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kpatch.emulate.dispatch import Machine
+from kpatch.emulate.dispatch import GLOBAL_PREFIX, Machine
 from kpatch.emulate.errors import CannotEmulate, EmulationError
 from kpatch.emulate.launch import hidden_value, kernarg_segment
 from kpatch.emulate.memory import LazyBytes
@@ -54,6 +55,10 @@ LDS_BYTES = 65536
 DEFAULT_BLOCK = 256
 
 EQUAL, DIFFERENT, NOT_VERIFIED = "equal", "different", "not verified"
+#: The kernel is the same in both objects (see :func:`untouched`): not a verification target.
+UNTOUCHED = "untouched"
+#: Instructions through which a kernel reaches code or data other than its own bytes by address.
+_REACHING = ("s_getpc_b64", "s_setpc_b64", "s_swappc_b64", "s_call_b64", "s_rfe_b64")
 #: Every difference is an f32 word within the allowed ulp distance (approximations, ``max_ulp``).
 WITHIN = "within ulp"
 
@@ -217,12 +222,36 @@ def _execute(data: bytes, name: str, plan: Plan, seed: int, target: str | None, 
             values.append(v)
     dyn = max(0, LDS_BYTES - k.descriptor.group_segment_fixed_size)
     seg = kernarg_segment(md, values, plan.grid, plan.block, dyn)
+    initial = {b.name: b.data.copy() for b in m.memory.buffers if b.name.startswith(GLOBAL_PREFIX)}
     try:
         r = m.dispatch(name, seg, plan.grid, plan.block, limit=limit, dynamic_lds=dyn)
     except EmulationError as e:
         return e, 0, 0.0, 0
-    written = sum(b.written for b in m.memory.buffers if b.name.startswith("arg"))
-    return m.memory.image(), r.instructions, r.seconds, written
+    written = sum(b.written for b in m.memory.buffers if b.name.startswith(("arg", GLOBAL_PREFIX)))
+    return _changes_of_globals(m.memory.image(), initial), r.instructions, r.seconds, written
+
+
+def _changes_of_globals(image: list, initial: dict) -> list:
+    """A memory image whose writable code-object segments (device globals,
+    ``global@VADDR``) are reduced to what the run changed, as one entry
+    ``globals changed``: the address (in the code object) and new value of
+    each byte that differs from its loaded state.  What the two objects hold
+    there before the run, and where their writable segments lie, may
+    differ (the patcher moves ``.dynamic``) without the kernel being
+    different; what a kernel changes is compared where it lies."""
+    out, addrs, vals = [], [np.zeros(0, "<u8")], [np.zeros(0, np.uint8)]
+    for n, d in image:
+        if n in initial:
+            final = np.frombuffer(d, np.uint8)
+            at = np.nonzero(final != initial[n])[0]
+            addrs.append(at.astype("<u8") + np.uint64(int(n[len(GLOBAL_PREFIX):], 16)))
+            vals.append(final[at])
+        else:
+            out.append((n, d))
+    a = np.concatenate(addrs)  # always present, so both images have the same entries
+    order = np.argsort(a, kind="stable")
+    out.append(("globals changed", a[order].tobytes() + np.concatenate(vals)[order].tobytes()))
+    return out
 
 
 def comparable(a: list, b: list) -> tuple[list, list]:
@@ -369,10 +398,52 @@ def verify_kernel(orig: bytes, patched: bytes, name: str, *, runs: int = 3, seed
     return v
 
 
+def untouched(mo: Machine, mp: Machine, name: str) -> str | None:
+    """Why kernel ``name`` is the same in both loaded objects, or None when
+    that is not shown: its code (its function extent) has the same bytes
+    (and entry), its kernel descriptor the same bytes but for the entry
+    offset, and the code reaches nothing else (no branch leaves the extent;
+    no ``s_getpc``, ``s_setpc``, ``s_swappc``, ``s_call``: pc-relative data
+    or other functions might differ).  What it does then depends only on
+    those bytes and its arguments, wherever the code lies (both may move)."""
+    from kpatch.emulate.dispatch import LOAD_BASE
+    from kpatch.isa import decode_one
+    ea, eb = mo.co.function_extent(name), mp.co.function_extent(name)
+    ka, kb = mo.co.kernel(name), mp.co.kernel(name)
+    if None in (ea, eb, ka, kb) or ea.end - ea.start != eb.end - eb.start:
+        return None
+    if ka.entry - ea.start != kb.entry - eb.start:
+        return None
+    try:
+        code = mo.memory.read_scalar(LOAD_BASE + ea.start, ea.end - ea.start)
+        if code != mp.memory.read_scalar(LOAD_BASE + eb.start, eb.end - eb.start):
+            return None
+        da = mo.memory.read_scalar(LOAD_BASE + ka.descriptor_vaddr, 64)
+        db = mp.memory.read_scalar(LOAD_BASE + kb.descriptor_vaddr, 64)
+        if da[:16] + da[24:] != db[:16] + db[24:]:  # all but kernel_code_entry_byte_offset (where it is)
+            return None
+        at = 0
+        while at < len(code):
+            inst = decode_one(code[at:at + 24], mo.target, ea.start + at)
+            t = inst.branch_target
+            if inst.mnemonic in _REACHING or (t is not None and not ea.start <= t < ea.end):
+                return None
+            if inst.mnemonic == "s_endpgm" and at + inst.size < len(code) and not any(code[at + inst.size:]):
+                break  # the rest is padding
+            at += inst.size
+    except Exception:  # anything not decoded or read: not shown to be the same
+        return None
+    return (f"the same {ea.end - ea.start} bytes of position-independent code and the same descriptor "
+            f"settings in both, "
+            f"reaching nothing else: not a verification target")
+
+
 def verify(orig: bytes, patched: bytes, *, kernel: str | None = None, runs: int = 3, seed: int = 0,
            orig_target: str | None = None, patched_target: str | None = None,
-           limit: int = RUN_LIMIT, max_ulp: int | None = None) -> list[KernelVerdict]:
-    """A verdict for each kernel of ``orig`` (or the one named)."""
+           limit: int = RUN_LIMIT, max_ulp: int | None = None, skip_untouched: bool = False) -> list[KernelVerdict]:
+    """A verdict for each kernel of ``orig`` (or the one named); with
+    ``skip_untouched``, a kernel :func:`untouched` shows to be the same in
+    both is not run: its verdict is UNTOUCHED."""
     mo = Machine(orig, target=orig_target)
     mp = Machine(patched, target=patched_target)
     names = [k.name for k in mo.co.kernels]
@@ -384,6 +455,10 @@ def verify(orig: bytes, patched: bytes, *, kernel: str | None = None, runs: int 
     for name in names:
         if mp.co.kernel(name) is None:
             out.append(KernelVerdict(name, DIFFERENT, "the patched code object has no such kernel"))
+            continue
+        same = untouched(mo, mp, name) if skip_untouched else None
+        if same:
+            out.append(KernelVerdict(name, UNTOUCHED, same))
             continue
         out.append(verify_kernel(orig, patched, name, runs=runs, seed=seed, orig_target=orig_target,
                                  patched_target=patched_target, limit=limit, max_ulp=max_ulp))

@@ -94,3 +94,62 @@ def test_a_recipe_does_not_make_a_wrong_patch_pass(rocprim_pair):
                  lambda i: with_field(i, F.FLAT, "data", i.field("data") + 1))
     v = verify_kernel(a, bad, name, runs=2, patched_target="gfx1010", limit=150000)
     assert v.status == DIFFERENT and v.recipe == "rocprim-lookback-scan", v.detail
+
+
+# -- MIOpen's naive convolutions ------------------------------------------------------------
+
+MIOPEN_KDB = os.path.join(HERE, "..", "fixtures", "miopen", "gfx1030.kdb")
+
+
+@pytest.fixture(scope="module")
+def naive_conv_pair():
+    """MIOpen's naive_conv.cpp code object of the real-kernel DB and what the
+    override patch makes of it."""
+    from kpatch.diff.compare import collect_side
+    from kpatch.rewrite.patcher import patch_code_object
+    found, _ = collect_side(MIOPEN_KDB)
+    for f in found:
+        if any(k.name.startswith("naive_conv_ab_") for k in CodeObject(f.data).kernels):
+            res = patch_code_object(f.data, mode="override")
+            assert res.data is not None and res.data != f.data
+            return f.data, res.data
+    pytest.fail("no naive_conv code object in the MIOpen fixture")
+
+
+@pytest.mark.parametrize("name", ["naive_conv_ab_packed_bwd_ncdhw_float_double_float",
+                                  "naive_conv_ab_nonpacked_wrw_ndhwc_half_double_half"])
+def test_naive_conv_is_proven_with_its_recipe(naive_conv_pair, name, monkeypatch):
+    """With the recipe's small consistent problems (every run a few thousand
+    wave-instructions) the kernel is proven equal over three runs; with every
+    integer argument 8 (no recipe) its loops do not finish within the limit
+    (these two: 3-D backward and weight-gradient; others merely take long)."""
+    a, b = naive_conv_pair
+    v = verify_kernel(a, b, name, runs=3, patched_target="gfx1010", limit=150000)
+    assert v.status == EQUAL and v.recipe == "miopen-naive-conv", v.detail
+    assert max(v.instructions) < 150000
+    monkeypatch.setattr(recipes, "RECIPES", tuple(r for r in recipes.RECIPES if r.name != "miopen-naive-conv"))
+    v = verify_kernel(a, b, name, runs=1, patched_target="gfx1010", limit=150000)
+    assert v.status != EQUAL and not v.recipe
+
+
+def test_naive_conv_strides_are_miopens():
+    """The strides the recipe passes are MIOpen's: the packed tensor's, C
+    (K for weights) split into (G, C per group), sorted ascending.  NCHW
+    input n=2 g=2 c=2 h=4 w=4: w 1, h 4, c 16, g 32, n 64; NHWC: c 1, g 2,
+    w 4, h 16, n 64; KCYX weights g=2 k=2 c=2 3x3: x 1, y 3, c 9, k 18, g 36."""
+    act = dict(n=2, g=2, c=2, y=4, x=4)
+    assert recipes._packed_strides(act, "ngcyx") == [1, 4, 16, 32, 64]
+    assert recipes._packed_strides(act, "nyxgc") == [1, 2, 4, 16, 64]
+    assert recipes._packed_strides(dict(g=2, k=2, c=2, y=3, x=3), "gkcyx") == [1, 3, 9, 18, 36]
+    md = {".args": [{".value_kind": k, ".size": s} for k, s in
+                    [("global_buffer", 8)] * 2 + [("by_value", 8)] * 2 + [("global_buffer", 8)]
+                    + [("by_value", 40)] * 3 + [("by_value", 4)] * 16]}
+    r, sig = recipes.find("naive_conv_ab_packed_fwd_nchw_float_double_float", md)
+    import numpy as np
+    ctx = recipes.Context(0, 1, (256, 1, 1), np.random.default_rng(0), md)
+    vals = r.build(ctx, sig, "naive_conv_ab_packed_fwd_nchw_float_double_float")
+    # run 0: hi wi 4x4, 3x3 filter, stride 1, dilation 1, pad 1: ho wo 4x4
+    assert [vals[i] for i in range(8, 24)] == [4, 4, 2, 2, 2, 4, 4, 1, 1, 1, 1, 1, 1, 3, 3, 2]
+    import struct
+    assert struct.unpack("<5Q", vals[5].data) == (1, 4, 16, 32, 64)
+    assert struct.unpack("<5Q", vals[7].data) == (1, 4, 16, 32, 64)

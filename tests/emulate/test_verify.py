@@ -351,3 +351,43 @@ def test_a_kernel_that_writes_nothing_is_not_verified(tmp_path):
     ro = code(0, ", .is_const: true")
     v = verify_kernel(ro, ro, "masked", runs=1)
     assert v.status == NOT_VERIFIED and "no writable argument" in v.detail, v.detail
+
+
+# -- untouched kernels ----------------------------------------------------------------------
+
+def test_a_kernel_the_same_in_both_is_untouched():
+    """vecops' kernels against themselves are all the same bytes reaching
+    nothing else: UNTOUCHED (not run) when asked; one kernel changed (its
+    first global load's offset) is verified and DIFFERENT, the others stay
+    UNTOUCHED.  store_global (tests/emulate/data/global_store.hip) reads a
+    global through s_getpc: the same bytes, but not shown untouched (the data
+    it reaches might differ): it is run and equal."""
+    from kpatch.emulate.verify import UNTOUCHED
+    with open(os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco"), "rb") as f:
+        good = f.read()
+    names = [k.name for k in CodeObject(good).kernels]
+    vs = verify(good, good, runs=1, skip_untouched=True)
+    assert [v.status for v in vs] == [UNTOUCHED] * len(names), [(v.name, v.detail) for v in vs]
+    bad = mutate(good, "vec_add", lambda i: i.mnemonic == "global_load_dword",
+                 lambda i: with_field(i, F.FLAT, "offset", i.field("offset") ^ 4), target="gfx1030")
+    vs = {v.name: v for v in verify(good, bad, runs=1, skip_untouched=True)}
+    assert vs["vec_add"].status == DIFFERENT, vs["vec_add"].detail
+    assert all(v.status == UNTOUCHED for n, v in vs.items() if n != "vec_add")
+    with open(os.path.join(HERE, "data", "global_store.gfx1030.hsaco"), "rb") as f:
+        gs = f.read()
+    assert [v.status for v in verify(gs, gs, runs=1, skip_untouched=True)] == [EQUAL]
+
+
+def test_cli_reports_untouched_and_exits_0(tmp_path):
+    """rocPRIM's transform_kernel of empty_type (4 bytes: s_endpgm; writes
+    nothing) is the same in the original and in what apply writes: the CLI
+    says "untouched", not "not verified", and exits 0."""
+    src = os.path.join(FIXTURES, "rocprim", "rocprim_algos.gfx1030.hsaco")
+    out = str(tmp_path / "rp.hsaco")
+    p = kpatch("apply", "--mode", "override", src, "-o", out)
+    assert p.returncode == 0, p.stderr
+    name = next(k.name for k in CodeObject(read(src)).kernels if "transform_kernelILj256ELj16ENS_10empty_type" in k.name)
+    p = kpatch("verify", "--emulate", src, out, "--kernel", name, "--runs", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("untouched"), p.stdout
+    assert "0 not verified, 1 untouched" in p.stdout

@@ -19,3 +19,7 @@ for t in gfx1010 gfx1030; do
         -mwavefrontsize64 -O3 --rocm-device-lib-path=/usr/lib/x86_64-linux-gnu/amdgcn/bitcode \
         emu_w64.cl -o "emu_w64.$t.hsaco"
 done
+# a kernel storing through a device global whose initial value is a relocated address
+hipcc -std=c++17 -O3 --cuda-device-only --offload-arch=gfx1030 -c global_store.hip -o "$TMP/gs.bundle"
+/usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input="$TMP/gs.bundle" \
+    --targets="hipv4-amdgcn-amd-amdhsa--gfx1030" --output="global_store.gfx1030.hsaco"
