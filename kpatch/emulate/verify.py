@@ -402,7 +402,10 @@ def untouched(mo: Machine, mp: Machine, name: str) -> str | None:
     """Why kernel ``name`` is the same in both loaded objects, or None when
     that is not shown: its code (its function extent) has the same bytes
     (and entry), its kernel descriptor the same bytes but for the entry
-    offset, and the code reaches nothing else (no branch leaves the extent;
+    offset, every instruction decodes to the same instruction for both
+    sides' targets (the same bytes may mean another opcode on gfx1010: an
+    approximation such as legacy-fma-as-mad keeps the bytes and changes the
+    meaning), and the code reaches nothing else (no branch leaves the extent;
     no ``s_getpc``, ``s_setpc``, ``s_swappc``, ``s_call``: pc-relative data
     or other functions might differ).  What it does then depends only on
     those bytes and its arguments, wherever the code lies (both may move)."""
@@ -425,6 +428,10 @@ def untouched(mo: Machine, mp: Machine, name: str) -> str | None:
         at = 0
         while at < len(code):
             inst = decode_one(code[at:at + 24], mo.target, ea.start + at)
+            if mp.target != mo.target:  # the same bytes must mean the same instruction on both
+                other = decode_one(code[at:at + 24], mp.target, ea.start + at)
+                if inst.is_unknown or other.is_unknown or (inst.size, inst.text()) != (other.size, other.text()):
+                    return None
             t = inst.branch_target
             if inst.mnemonic in _REACHING or (t is not None and not ea.start <= t < ea.end):
                 return None
