@@ -127,7 +127,9 @@ class Tally:
 
 def reason_class(detail: str) -> str:
     """A verdict's detail without its addresses, numbers and names (for the histogram)."""
-    r = re.sub(r"0x[0-9a-fA-F]+", "ADDR", detail)
+    r = re.sub(r"(both stopped: original: (?:read|write)) of \d+ bytes at 0x[0-9a-f]+, outside every buffer "
+               r"\(at 0x[0-9a-f]+: (\w+)[^)]*\).*", r"\1 outside every buffer (\2)", detail)
+    r = re.sub(r"0x[0-9a-fA-F]+", "ADDR", r)
     r = re.sub(r"\brun \d+\b", "run N", r)
     r = re.sub(r"\(grid [^)]*\)", "", r)
     r = re.sub(r"\b\d+(\.\d+)?\b", "N", r)
@@ -363,6 +365,20 @@ def show(t: Tally) -> list:
     return lines
 
 
+def load(path: str) -> list:
+    """(corpus key, Tally) of each corpus of a --json file."""
+    with open(path) as f:
+        doc = json.load(f)
+    out = []
+    for c in doc["corpora"]:
+        t = Tally(c["name"], patched=c["patched"], errors=c.get("errors", []), seconds=c.get("seconds", 0.0),
+                  sampled=doc.get("sample") is not None)
+        t.records = [Record(Unit(os.path.join(ROOT, k["source"]), k["part"], k["kernel"]), k["status"], k["detail"],
+                            k.get("seconds", 0.0), k.get("recipe") or "") for k in c["kernels"]]
+        out.append((c["corpus"], t))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="rocblas,miopen,rocrand,rocsparse",
@@ -374,10 +390,18 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=1_000_000, help="wave-instructions per run and side (verify --limit)")
     ap.add_argument("--cache", default=CACHE, help="where apply's outputs are kept")
     ap.add_argument("--json", help="also write the figures and every verdict to this file")
+    ap.add_argument("--combine", nargs="+", metavar="JSON",
+                    help="run nothing: report the corpora of these --json files (separate runs) and their overall share")
     a = ap.parse_args(argv)
     wanted = set(a.corpus.split(",")) if a.corpus else set()
     tallies = []
-    for key, title, sources in corpora(wanted, a.object):
+    if a.combine:
+        wanted = set()
+        for path in a.combine:
+            for key, t in load(path):
+                print("\n".join(show(t)))
+                tallies.append((key, t))
+    for key, title, sources in corpora(wanted, a.object) if not a.combine else ():
         t = run_corpus(title, sources, n=a.sample, seed=a.seed, runs=a.runs, limit=a.limit, cache=a.cache,
                        progress=lambda s: print(s, file=sys.stderr, flush=True))
         print("\n".join(show(t)), flush=True)
