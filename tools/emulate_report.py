@@ -64,6 +64,7 @@ ROCBLAS = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linu
 MIOPEN = os.path.join(ROOT, "tests", "fixtures", "miopen", "gfx1030.kdb")
 LIBDIR = os.path.join(ROOT, "kdb_cache", "root", "usr", "lib", "x86_64-linux-gnu")
 CACHE = os.path.join(ROOT, "kdb_cache", "emulate")
+NOT_APPLIED = "not applied yet"
 STATUSES = ("equal", "within ulp", "different", "not verified")
 PROVEN = ("equal", "within ulp")
 
@@ -111,6 +112,7 @@ class Tally:
     patched: int = 0
     records: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # sources not applied yet (--cached-only): not in the population
     sampled: bool = False
     seconds: float = 0.0
 
@@ -204,13 +206,15 @@ def source_hash(path: str) -> str:
     return h.hexdigest()[:16]
 
 
-def apply_cached(src: Source, cache: str = CACHE) -> tuple[dict | None, str | None, str]:
+def apply_cached(src: Source, cache: str = CACHE, cached_only: bool = False) -> tuple[dict | None, str | None, str]:
     """(apply's JSON document, the patched output or None when apply wrote none, error text) of
-    ``src``, from the cache when there."""
+    ``src``, from the cache when there (only from there with ``cached_only``: else (None, None, "not applied"))."""
     os.makedirs(cache, exist_ok=True)
     base = os.path.join(cache, f"{source_hash(src.path)}-{os.path.basename(src.path)}")
     out = base + ".ukdb-dir" if src.db else base
     doc_path = base + ".json"
+    if not os.path.exists(doc_path) and cached_only:
+        return None, None, NOT_APPLIED
     if not os.path.exists(doc_path):
         args = ["apply", "--mode", "override", "--json"]
         if src.db:
@@ -293,13 +297,17 @@ def verify_unit(unit: Unit, pair: tuple[bytes, bytes] | None, *, runs: int, seed
 
 
 def run_corpus(name: str, sources: list, *, n: int | None, seed: int, runs: int, limit: int,
-               progress=None, cache: str = CACHE) -> Tally:
-    """Apply every source (cached), draw the sample from all their patched kernels, verify it."""
+               progress=None, cache: str = CACHE, cached_only: bool = False) -> Tally:
+    """Apply every source (cached), draw the sample from all their patched kernels, verify it
+    (``cached_only``: the sources applied before, the others listed in ``skipped``)."""
     t = Tally(name, sampled=n is not None)
     start = time.monotonic()
     outputs, population = {}, []
     for src in sources:
-        doc, out, err = apply_cached(src, cache)
+        doc, out, err = apply_cached(src, cache, cached_only)
+        if err == NOT_APPLIED:
+            t.skipped.append(src.path)
+            continue
         if doc is None:
             t.errors.append(f"{src.path}: {err}")
             continue
@@ -361,6 +369,9 @@ def show(t: Tally) -> list:
         if reasons:
             lines.append(f"   {status}:")
             lines += [f"      {n:5d}  {r}" for r, n in reasons.most_common()]
+    if t.skipped:
+        lines.append(f"   not applied yet (--cached-only), their kernels not in the population: {len(t.skipped)} "
+                     f"objects: {', '.join(os.path.basename(p) for p in t.skipped)}")
     lines += [f"   error: {e}" for e in t.errors[:10]]
     return lines
 
@@ -372,6 +383,7 @@ def load(path: str) -> list:
     out = []
     for c in doc["corpora"]:
         t = Tally(c["name"], patched=c["patched"], errors=c.get("errors", []), seconds=c.get("seconds", 0.0),
+                  skipped=[os.path.join(ROOT, p) for p in c.get("skipped", [])],
                   sampled=doc.get("sample") is not None)
         t.records = [Record(Unit(os.path.join(ROOT, k["source"]), k["part"], k["kernel"]), k["status"], k["detail"],
                             k.get("seconds", 0.0), k.get("recipe") or "") for k in c["kernels"]]
@@ -389,6 +401,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=1, help="runs per kernel (verify --runs)")
     ap.add_argument("--limit", type=int, default=1_000_000, help="wave-instructions per run and side (verify --limit)")
     ap.add_argument("--cache", default=CACHE, help="where apply's outputs are kept")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="only the sources applied before (the others are named, their kernels left out)")
     ap.add_argument("--json", help="also write the figures and every verdict to this file")
     ap.add_argument("--combine", nargs="+", metavar="JSON",
                     help="run nothing: report the corpora of these --json files (separate runs) and their overall share")
@@ -403,6 +417,7 @@ def main(argv=None) -> int:
                 tallies.append((key, t))
     for key, title, sources in corpora(wanted, a.object) if not a.combine else ():
         t = run_corpus(title, sources, n=a.sample, seed=a.seed, runs=a.runs, limit=a.limit, cache=a.cache,
+                       cached_only=a.cached_only,
                        progress=lambda s: print(s, file=sys.stderr, flush=True))
         print("\n".join(show(t)), flush=True)
         tallies.append((key, t))
@@ -418,6 +433,7 @@ def main(argv=None) -> int:
                        "overall": {"share": s, "low": lo, "high": hi, "patched": total},
                        "corpora": [{"corpus": key, "name": t.name, "patched": t.patched, "run": len(t.records),
                                     "counts": t.counts(), "share": share(t), "errors": t.errors,
+                                    "skipped": [os.path.relpath(p, ROOT) for p in t.skipped],
                                     "seconds": round(t.seconds, 1), "kernels": [r.to_json() for r in t.records]}
                                    for key, t in tallies]}, f, indent=1)
     return 0

@@ -115,3 +115,14 @@ def test_a_corpus_is_counted_from_apply_and_verify(tmp_path):
     assert [r.unit for r in t2.records] == report.sample([r.unit for r in t.records], 2, 5)
     lines = "\n".join(report.show(t2))
     assert "patched kernels 3, run 2 (sampled)" in lines and "95% Wilson interval" in lines
+
+
+def test_cached_only_leaves_out_sources_not_applied(tmp_path):
+    """--cached-only: a source with no cached apply is named, not applied, its kernels not counted."""
+    src = str(tmp_path / "vecops.hsaco")
+    shutil.copy(os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco"), src)
+    t = report.run_corpus("t", [report.Source(src)], n=None, seed=0, runs=1, limit=1000, cache=str(tmp_path / "c"),
+                          cached_only=True)
+    assert t.patched == 0 and t.records == [] and t.skipped == [src]
+    assert not os.listdir(tmp_path / "c")
+    assert "not applied yet (--cached-only)" in "\n".join(report.show(t))
