@@ -131,6 +131,7 @@ def reason_class(detail: str) -> str:
     """A verdict's detail without its addresses, numbers and names (for the histogram)."""
     r = re.sub(r"(both stopped: original: (?:read|write)) of \d+ bytes at 0x[0-9a-f]+, outside every buffer "
                r"\(at 0x[0-9a-f]+: (\w+)[^)]*\).*", r"\1 outside every buffer (\2)", detail)
+    r = re.sub(r"(both stopped: original: [^;]*); patched: .*", r"\1", r)  # the patched side's, alike
     r = re.sub(r"0x[0-9a-fA-F]+", "ADDR", r)
     r = re.sub(r"\brun \d+\b", "run N", r)
     r = re.sub(r"\(grid [^)]*\)", "", r)
