@@ -87,6 +87,9 @@ class Recipe:
     #: (kernel name, metadata) -> the workgroup size the kernel is launched with, or None for
     #: verify's default (the metadata's required or maximum size)
     block: Callable[[str, dict], tuple | None] | None = None
+    #: kernel name -> the workgroups the launch has in y (a Tensile GlobalSplitU kernel's
+    #: summation splits), or None for verify's one
+    groups_y: Callable[[str], int | None] | None = None
 
 
 class RecipeDoesNotHold(Exception):
@@ -426,5 +429,5 @@ RECIPES: tuple[Recipe, ...] = (
            lambda ctx, sig, name: _tensile_arguments(_tensile.build_source, ctx, sig, name),
            "Tensile (github ROCm/Tensile) Tensile/KernelWriterSource.py (functionSignature: the argument "
            "order), ContractionSolution.cpp (values, workgroup size WG0*WG1*WG2); see kpatch/emulate/tensile.py",
-           block=_tensile.launch_block),
+           block=_tensile.launch_block, groups_y=_tensile.launch_groups_y),
 )

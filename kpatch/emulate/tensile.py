@@ -39,8 +39,17 @@ one workgroup in y), K = 2 * DU + (0, 1, 5) (unroll loop and tail loop), batch 1
 dimensions padded to 16 elements past the rows.  Values are small
 integers (exact in every covered type, so the product is exactly what
 numpy computes).  With GlobalSplitU > 1 the real launch has GSU workgroups
-in y; the verifier runs the first (a part of a real launch, compared byte
-for byte, but not the whole GEMM).
+in y (ContractionSolution.cpp: ``numWorkGroups.y *= globalSplitU``), each
+summing its share of the unroll iterations (the last split with a
+remainder takes the tail loop; KernelWriterSource.py
+``calculateLoopNumIterGsu``): the recipe launches all of them
+(:func:`launch_groups_y`), so the comparison covers the whole GEMM.  The
+GlobalSplitU kernels of this library are HIP source kernels with the
+MultipleBuffer algorithm (``GSUAMB``): D and C are then a workspace of the
+compute type (plain pointers even when general-batched), each split writes
+its partial sum without alpha and beta to its own packed I x J slice
+(``GLOBAL_D + gsuSumIdx * strideW``, strides (I, I*J)), and a second kernel
+(not run here) reduces them; the slices must sum to numpy's A @ B.
 
 General-batched kernels (``_GB``: not strided-batched, so ``batchD``..
 arrays of pointers and ``offsetD``.. by value) get a one-entry array per
@@ -146,6 +155,15 @@ class Kernel:
     stagger_stride: int
     conj_a: bool = False  # "AlikC": A conjugated (complex types)
     conj_b: bool = False
+    gsu_algorithm: str = "SB"  # GlobalSplitUAlgorithm: "SB" SingleBuffer, "MB" MultipleBuffer (``GSUAMB``)
+
+    @property
+    def workspace(self) -> bool:
+        """GlobalSplitU > 1 with MultipleBuffer (Tensile's ``_GlobalAccumulation``): each split writes
+        its partial sum, without alpha or beta, into its own slice of a workspace that a second
+        kernel reduces (KernelWriterSource.py: ``GLOBAL_D(..) + gsuSumIdx * strideW``,
+        ``TYPE_MAC_WRITE: DST = REG``)."""
+        return self.gsu > 1 and self.gsu_algorithm == "MB"
 
 
 _NAME = re.compile(r"^Cijk_A(il|li)k(C?)_B(lj|jl)k(C?)_([A-Z0-9]+(?:_BH)?)(_GB)?_")
@@ -170,9 +188,10 @@ def parse(name: str) -> Kernel:
     mt = field("MT", r"(\d+)x(\d+)x(\d+)")
     wg_i = fields.index(next(f for f in fields if re.fullmatch(r"WG\d+", f)))
     wg = (int(fields[wg_i][2:]), int(fields[wg_i + 1]), int(fields[wg_i + 2]))
+    gsua = re.search(r"_GSUA(SB|MB)(?:_|$)", name)
     return Kernel(m.group(1), m.group(3), m.group(5), bool(m.group(6)), mt[0], mt[1], mt[2], wg,
                   field("WGM")[0], field("GSU")[0], field("SU")[0], field("SUS")[0],
-                  bool(m.group(2)), bool(m.group(4)))
+                  bool(m.group(2)), bool(m.group(4)), gsua.group(1) if gsua else "SB")
 
 
 def small_magic_number(x: int) -> int:
@@ -214,11 +233,15 @@ class GemmProblem:
     def expected(self, k: Kernel) -> np.ndarray:
         """alpha * op(A) @ op(B) + beta * C (op: conjugate for "AlikC"), computed by numpy in
         int64 / float64 / complex128, as an I x J array of D's element type stored (rounded once:
-        the recipe's values make the exact result representable before that rounding)."""
+        the recipe's values make the exact result representable before that rounding).  For a
+        workspace kernel (:attr:`Kernel.workspace`) op(A) @ op(B) alone, in the compute type: what
+        its splits' partial sums add up to."""
         ab, cd, _ = TYPES[k.types]
         am = decode(self.matrix_a(k), ab)
         bm = decode(self.matrix_b(k), ab)
         am, bm = (np.conj(am) if k.conj_a else am), (np.conj(bm) if k.conj_b else bm)
+        if k.workspace:
+            return encode(am @ bm, TYPES[k.types][2][0])
         cm = decode(self.c[:self.ldc * self.j].reshape(self.j, self.ldc).T[:self.i, :], cd)
         out = encode(self.alpha * (am @ bm) + self.beta * cm, cd)
         return decode(out, cd) if cd is BF16 else out  # bfloat16 compared by value, as the other floats
@@ -236,7 +259,12 @@ class GemmProblem:
         return self.b[:self.ldb * self.l].reshape(self.l, self.ldb)[:, :self.j]
 
     def result(self, d: bytes, k: Kernel) -> np.ndarray:
-        """The I x J result out of D's bytes (column-major, leading dimension ldc; bfloat16 as float64)."""
+        """The I x J result out of D's bytes (column-major, leading dimension ldc; bfloat16 as float64);
+        for a workspace kernel the sum of its GSU slices of I x J (compute type, packed: strideW = I * J)."""
+        if k.workspace:
+            t = TYPES[k.types][2][0]
+            ws = np.frombuffer(d, t)[:k.gsu * self.i * self.j].reshape(k.gsu, self.j, self.i)
+            return ws.sum(axis=0, dtype=t).T
         cd = TYPES[k.types][1]
         arr = np.frombuffer(d, np.uint16 if cd is BF16 else cd)[:self.ldc * self.j]
         out = arr.reshape(self.j, self.ldc).T[:self.i, :]
@@ -259,6 +287,8 @@ def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> GemmP
     rows_a, cols_a = (i, l) if k.a_order == "il" else (l, i)
     rows_b, cols_b = (l, j) if k.b_order == "lj" else (j, l)
     lda, ldb, ldc = _pad16(rows_a), _pad16(rows_b), _pad16(i)
+    if k.workspace:  # D and C are the workspace: GSU packed I x J slices of the compute type
+        ldc, cd = i, TYPES[k.types][2][0]
     def values(n: int, t, lo: int = -2, hi: int = 3):
         x = rng.integers(lo, hi, n)
         if t is not BF16 and np.issubdtype(np.dtype(t), np.complexfloating):
@@ -266,7 +296,8 @@ def problem(k: Kernel, groups: int, run: int, rng: np.random.Generator) -> GemmP
         return encode(x, t)
 
     a, b = values(lda * cols_a, ab), values(ldb * cols_b, ab)
-    c, dd = values(ldc * j, cd), values(ldc * j, cd, -100, 100)
+    slices = k.gsu if k.workspace else 1
+    c, dd = values(ldc * j * slices, cd), values(ldc * j * slices, cd, -100, 100)
     alpha, beta = ((2, -1), (1, 3), (-1, 0))[run % 3]
     return GemmProblem(i, j, l, lda, ldb, ldc, a, b, c, dd, alpha, beta)
 
@@ -308,6 +339,9 @@ def build(ctx, sig: tuple, name: str) -> dict:
         k = parse(name)
     except ValueError as e:
         raise DoesNotHold(f"recipe tensile-gemm does not hold: {e}") from None
+    if k.workspace:
+        raise DoesNotHold("recipe tensile-gemm does not hold: a GlobalSplitU MultipleBuffer assembly kernel "
+                          "(its workspace arguments are not covered)")
     names = tuple(a.get(".name") for a in (ctx.md or {}).get(".args", [])
                   if not a.get(".value_kind", "").startswith("hidden_"))
     want = argument_names(k.stagger_u > 0, k.wgm > 1, k.batched_pointers)
@@ -374,6 +408,17 @@ def source_signatures() -> tuple:
     return tuple(out)
 
 
+def launch_groups_y(name: str) -> int | None:
+    """The workgroups Tensile launches in y for a problem of one tile row: GlobalSplitU
+    (ContractionSolution.cpp: ``numWorkGroups.y *= globalSplitU``; the kernel takes its
+    summation split from the workgroup id in y), None for GSU 1 or a name it cannot read."""
+    try:
+        k = parse(name)
+    except ValueError:
+        return None
+    return k.gsu if k.gsu > 1 else None
+
+
 def launch_block(name: str, md: dict) -> tuple | None:
     """The workgroup size Tensile launches a kernel with: (WG0 * WG1 * WG2, 1, 1)
     (ContractionSolution.cpp: rv.workGroupSize.x is the product), None when the name has no WG."""
@@ -398,7 +443,9 @@ def build_source(ctx, sig: tuple, name: str) -> dict:
     out = {}
     for idx, n in enumerate("DCAB"):
         data = v["Address" + n]
-        if k.batched_pointers:
+        if k.workspace and n in "DC":  # the workspace: a plain pointer even for general-batched kernels
+            out[idx] = Value(False, False, data)
+        elif k.batched_pointers:
             elem = itemsize(TYPES[k.types][0 if n in "AB" else 1])
             out[idx] = Value(False, True, bytes(GB_OFFSETS[n] * elem) + data)
         else:

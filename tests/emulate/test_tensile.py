@@ -215,3 +215,37 @@ def test_a_one_wide_macro_tile_gets_a_problem_of_one_tile():
         assert p.j == 1 and -(-p.i // 64) == 1 + run % 3 and p.i > 0
     k = tensile.parse("Cijk_Ailk_Bjlk_SB_MT1x16x8_SE_GSU1_ISA000_SU0_SUS0_WG1_16_1_WGM1")
     assert tensile.problem(k, 3, 2, np.random.default_rng(0)).i == 3
+
+
+def test_global_split_u_kernels_run_every_split_and_the_splits_sum_to_the_gemm():
+    """GlobalSplitU > 1 (MultipleBuffer, Tensile's HIP source kernels): the launch has GSU
+    workgroups in y, each writes its partial sum (no alpha, no beta) into its own packed
+    I x J slice of the compute-type workspace, and the slices add up to numpy's A @ B
+    (runs 1 and 2: a summation tail, which only one split takes)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(LIBRARY, "TensileLibrary_Type_*_fallback_gfx1030.hsaco"))):
+        data = read(path)
+        ks = [k for k in CodeObject(data).kernels if re.search(r"_GSU([2-9]|\d\d+)_GSUAMB_", k.name)]
+        found += [(data, k) for k in ks[:1]]
+        if len(found) == 2:
+            break
+    if not found:
+        pytest.skip(f"rocBLAS library not fetched ({LIBRARY}: run tools/fetch_sid.sh)")
+    for data, k in found:
+        kk = tensile.parse(k.name)
+        assert kk.workspace and kk.gsu > 1
+        for run in (1, 2):
+            plan = synthesise(k.metadata, run, 0, k.name)
+            assert plan.recipe == "tensile-gemm-source" and plan.grid[1] == kk.gsu * plan.block[1], plan.grid
+            image, _, _, _ = _execute(data, k.name, plan, 0, None, limit=4_000_000)
+            assert not isinstance(image, Exception), image
+            p = tensile.problem(kk, plan.grid[0] // plan.block[0], run, np.random.default_rng(run * 7919))
+            d = dict(image)["arg0"][GUARD_BYTES:GUARD_BYTES + p.d.nbytes]  # a plain pointer, even when _GB_
+            ws = np.frombuffer(bytes(d), np.float32).reshape(kk.gsu, p.j, p.i)
+            am = tensile.decode(p.matrix_a(kk), tensile.TYPES[kk.types][0])
+            bm = tensile.decode(p.matrix_b(kk), tensile.TYPES[kk.types][0])
+            assert tensile.TYPES[kk.types][2][0] is np.float32  # the compute type of these kernels
+            want = am @ bm  # numpy, float64
+            assert np.array_equal(ws.astype(np.float64).sum(axis=0).T, want), (k.name, run)
+            # the first split alone is not the GEMM (its share of the unroll loop only)
+            assert not np.array_equal(ws[0].astype(np.float64).T, want), (k.name, run)
