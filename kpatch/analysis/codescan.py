@@ -42,7 +42,7 @@ import numpy as np
 
 from kpatch.codeobject import CodeObject
 from kpatch.isa.decodememo import decode_ranges
-from kpatch.analysis.facts import FACTS, encoding_ids
+from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
                                   UNMODELLED, UNMODELLED_MNEMONICS, kind)
 from kpatch.isa.instruction import Instruction
@@ -219,6 +219,9 @@ class TextScan:
     #: s_setpc_b64 index -> the indices of every instruction it may jump to (bounded
     #: jumps only; a return to a caller adds none)
     jumps: dict[int, frozenset[int]] = field(default_factory=dict)
+    #: the encoding ids of the instructions, by address (None: not worked out
+    #: with numpy), for the analysis of the same code (:func:`kpatch.analysis.facts.known_ids`)
+    known: KnownIds | None = None
     _starts: list[int] = field(default_factory=list)
 
     def unit_at(self, address: int) -> int | None:
@@ -485,6 +488,7 @@ class _Control:
         else:
             eids = encoding_ids(insts, scan.target, addresses=addresses, code=data[:len(data) // 4 * 4],
                                 base=start, ends=ends)
+            scan.known = KnownIds(scan.target, addresses, dword_counts(addresses, ends), eids)
         roles = FACTS.column("scan-role", _scan_role, dtype=np.int8)[eids]
         at = np.flatnonzero(roles)
         self.at = at.tolist()

@@ -28,7 +28,7 @@ from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
 from kpatch.isa.decodememo import decode_memo, decode_ranges
-from kpatch.analysis.facts import facts_of
+from kpatch.analysis.facts import FactsView, KnownIds, known_ids
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
@@ -118,8 +118,9 @@ def _analyse(co, target: str) -> Report:
     ranges = function_ranges(co)
     scan = scan_text(co, source)
     jumps = bounded_jumps(scan)
+    known = scan.known if scan is not None else None
     scan = _without_instructions(scan)  # (the context holds them while the detectors run)
-    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps)
+    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps, known=known)
     _function_reports(report, ctx, run_detectors(ctx))
     if scan is not None:
         _relocation_verdicts(report, scan)
@@ -192,9 +193,10 @@ def _relocation_verdicts(report: Report, scan: TextScan) -> None:
             rep.verdict = Verdict(UNPATCHABLE, rep.verdict.rules, tuple(dict.fromkeys(reasons)))
 
 
-def unit_context(co, source: str, processor: str, ranges, jumps=()) -> Context:
+def unit_context(co, source: str, processor: str, ranges, jumps=(), known: KnownIds | None = None) -> Context:
     """Decode the functions, identify their encodings, build the CFG
-    (``jumps``: see :func:`bounded_jumps`)."""
+    (``jumps``: see :func:`bounded_jumps`; ``known``: the encoding ids the
+    scan of ``.text`` gave, :attr:`TextScan.known`)."""
     insts, spans = build_unit(co, source, ranges)
     addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
     ends = np.full(len(insts), -1, dtype=np.int64)
@@ -202,8 +204,8 @@ def unit_context(co, source: str, processor: str, ranges, jumps=()) -> Context:
         if s.end > s.start:
             ends[s.end - 1] = s.address + s.size
     text = co.text
-    facts = facts_of(insts, source, addresses=addresses, code=text[:len(text) // 4 * 4],
-                     base=co.text_vaddr or 0, ends=ends)
+    facts = FactsView(known_ids(known, insts, source, addresses, text[:len(text) // 4 * 4], co.text_vaddr or 0,
+                                ends))
     cfg = build_cfg(insts, facts, [s.start for s in spans], addresses, jumps)
     ctx = Context(co, cfg, source, processor, spans)
     ctx.addresses = addresses

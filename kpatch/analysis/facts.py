@@ -350,6 +350,9 @@ class FactsCache:
         self.clear()
 
     def clear(self) -> None:
+        #: how many times the cache was emptied: eids handed out in one
+        #: generation mean nothing in the next (see :func:`known_ids`)
+        self.generation = getattr(self, "generation", -1) + 1
         self.maps: dict[str, dict[bytes, int]] = {}  # target -> bytes -> eid
         self.hashes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # target -> (sorted hashes, their xids)
         self.all: list[Facts] = []  # by eid
@@ -527,16 +530,59 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     if code is None or addresses is None or ends is None or not n or base % 4 or len(code) % 4:
         return _ids_by_bytes(insts, table, range(n), out)
     words = np.frombuffer(code, dtype="<u4")
-    nxt = np.empty(n, dtype=np.int64)
-    nxt[:-1] = addresses[1:]
-    run_end = ends >= 0
-    nxt[run_end] = ends[run_end]
-    sizes = (nxt - addresses) >> 2
+    sizes = dword_counts(addresses, ends)
     offs = (addresses - base) >> 2
     if sizes.min() < 1 or sizes.max() > MAX_DWORDS or offs.min() < 0 or offs.max() + 1 > len(words):
         return _ids_by_bytes(insts, table, range(n), out)
     rows = _rows(words, offs, sizes)
     return FACTS.lookup_hashes(target, _hash(rows), rows, insts, table)
+
+
+def dword_counts(addresses: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The dword count of each instruction of runs of code (``addresses``
+    and ``ends`` as for :func:`encoding_ids`): up to the next one's
+    address, or to its run's end."""
+    nxt = np.empty(len(addresses), dtype=np.int64)
+    nxt[:-1] = addresses[1:]
+    run_end = ends >= 0
+    nxt[run_end] = ends[run_end]
+    return (nxt - addresses) >> 2
+
+
+class KnownIds:
+    """The eids :func:`encoding_ids` gave the instructions of a whole
+    section (one generation of :data:`FACTS`), by address, for
+    :func:`known_ids`: their ``addresses`` (strictly increasing), dword
+    ``sizes`` and ``eids``."""
+
+    __slots__ = ("target", "addresses", "sizes", "eids", "generation")
+
+    def __init__(self, target: str, addresses: np.ndarray, sizes: np.ndarray, eids: np.ndarray):
+        self.target, self.addresses, self.sizes, self.eids = target, addresses, sizes, eids
+        self.generation = FACTS.generation
+
+
+def known_ids(known: KnownIds | None, insts, target: str, addresses: np.ndarray, code: bytes, base: int,
+              ends: np.ndarray) -> np.ndarray:
+    """:func:`encoding_ids` of ``insts`` (arguments as there), taking the
+    eid of each instruction that ``known`` holds at the same address with
+    the same dword count (so the same bytes of the same code: an eid is a
+    function of the bytes) -- one search per instruction instead of a hash
+    and a table lookup.  The others go through :func:`encoding_ids`."""
+    FACTS.table(target)  # (may empty the cache: then nothing known is valid)
+    n = len(insts)
+    if (known is None or known.target != target or known.generation != FACTS.generation or not n
+            or not len(known.addresses)):
+        return encoding_ids(insts, target, addresses=addresses, code=code, base=base, ends=ends)
+    sizes = dword_counts(addresses, ends)
+    ka = known.addresses
+    j = np.minimum(np.searchsorted(ka, addresses), len(ka) - 1)
+    same = (ka[j] == addresses) & (known.sizes[j] == sizes)
+    out = known.eids[j]
+    other = np.flatnonzero(~same)
+    if other.size:
+        out[other] = _ids_by_bytes(insts, FACTS.table(target), other.tolist(), np.zeros(n, dtype=np.int64))[other]
+    return out
 
 
 def _ids_by_bytes(insts, table: dict, which, out: np.ndarray) -> np.ndarray:
