@@ -264,6 +264,77 @@ def vgpr_blind_key(inst) -> tuple | None:
     return d.target, w, d.raw[n:]
 
 
+_UNSET = object()
+_BLIND_SLOTS: dict[tuple, int] = {}  # (id(OpInfo), kind) -> row of _BLIND (-1: no key)
+_BLIND_INFO: list = []  # the OpInfo of each row (keeps their ids)
+_BLIND = np.zeros((0, 5), dtype=np.uint64)  # per row: fmt size, ~always-VGPR bits, 3 source offsets (64: none)
+
+
+def _blind_slot(d) -> int:
+    """The :data:`_BLIND` row of a decoded encoding's opcode (-1: it has no
+    :func:`vgpr_blind_key`; -2: not one the rows describe)."""
+    global _BLIND
+    fmt = d.fmt
+    if fmt is None or d.kind is not None or fmt.name not in _VGPR_BLIND_FORMATS:
+        slot = -1
+    else:
+        always, sources = _vgpr_fields(fmt, d.info)
+        if len(sources) > 3 or fmt.size > 8:
+            slot = -2  # (none such in GFX10: one by one)
+        else:
+            slot = len(_BLIND_INFO)
+            _BLIND_INFO.append(d.info)
+            row = [fmt.size, ~always & 0xFFFFFFFFFFFFFFFF, *sources, *[64] * (3 - len(sources))]
+            _BLIND = np.vstack([_BLIND, np.array([row], dtype=np.uint64)])
+    _BLIND_SLOTS[(id(d.info), d.kind)] = slot
+    return slot
+
+
+def blind_keys(insts: list, raws: list[bytes]) -> list:
+    """:func:`vgpr_blind_key` of each of ``insts`` (``raws``: their bytes),
+    the masking done with numpy over per-opcode rows of field bits (the same
+    keys, element for element)."""
+    n = len(insts)
+    if not n:
+        return []
+    ds = [ins.d for ins in insts]
+    get = _BLIND_SLOTS.get
+    slots = [get((id(d.info), d.kind)) for d in ds]
+    for k in [k for k, sl in enumerate(slots) if sl is None]:
+        slots[k] = _BLIND_SLOTS.get((id(ds[k].info), ds[k].kind))
+        if slots[k] is None:
+            slots[k] = _blind_slot(ds[k])
+    sl = np.array(slots, dtype=np.int64)
+    ok = np.flatnonzero(sl >= 0)
+    out: list = [None] * n
+    for k in np.flatnonzero(sl == -2).tolist():
+        out[k] = vgpr_blind_key(insts[k])
+    if not ok.size:
+        return out
+    oks = ok.tolist()
+    tab = _BLIND[sl[ok]]
+    size = tab[:, 0].astype(np.int64)
+    if (np.fromiter((len(raws[k]) for k in oks), dtype=np.int64, count=len(oks)) < size).any():
+        for k in oks:  # (an encoding shorter than its format: the one-by-one rule)
+            out[k] = vgpr_blind_key(insts[k])
+        return out
+    first = b"".join(raws[k][:8].ljust(8, b"\0") for k in oks)
+    w = np.frombuffer(first, dtype="<u8").copy()
+    w[size == 4] &= np.uint64(0xFFFFFFFF)
+    w &= tab[:, 1]
+    one, byte = np.uint64(1), np.uint64(0xFF)
+    for j in range(3):
+        lo = tab[:, 2 + j]
+        has = lo < 64
+        lo = np.where(has, lo, 0)
+        clear = has & (((w >> lo) >> np.uint64(8)) & one).astype(bool)
+        w[clear] &= ~(byte << lo[clear])
+    for k, x, n_ in zip(oks, w.tolist(), size.tolist()):
+        d = ds[k]
+        out[k] = (d.target, x, d.raw[n_:])
+    return out
+
+
 def _vgpr_fields(fmt, info) -> tuple[int, tuple[int, ...]]:
     """(bits of the fields that always name VGPRs, offsets of the 9-bit
     source fields) of an opcode's base form."""
@@ -378,11 +449,13 @@ class FactsCache:
             e = table[raw] = self.new(inst)
         return e
 
-    def new(self, inst) -> int:
+    def new(self, inst, key=_UNSET) -> int:
         """The eid of an encoding not seen yet: that of an encoding that
         differs from it only in VGPR numbers (and hit no encoding check),
-        else the number of new facts worked out from it."""
-        key = vgpr_blind_key(inst)
+        else the number of new facts worked out from it (``key``: its
+        :func:`vgpr_blind_key`, when known)."""
+        if key is _UNSET:
+            key = vgpr_blind_key(inst)
         if key is not None:
             e = self.templates.get(key)
             if e is not None:
@@ -394,6 +467,20 @@ class FactsCache:
             f.hz = {}
             self.templates[key] = e
         return e
+
+    def _eids_of_new(self, insts: list, raws: list[bytes], table: dict[bytes, int]) -> list[int]:
+        """:meth:`eid_of` of each of ``insts`` (``raws``: their bytes), with
+        their :func:`vgpr_blind_key` worked out together (:func:`blind_keys`)."""
+        out = []
+        append = out.append
+        get = table.get
+        new = self.new
+        for ins, raw, key in zip(insts, raws, blind_keys(insts, raws)):
+            e = get(raw)
+            if e is None:
+                e = table[raw] = new(ins, key)
+            append(e)
+        return out
 
     def lookup_hashes(self, target: str, h: np.ndarray, rows: np.ndarray, insts,
                       table: dict[bytes, int]) -> np.ndarray:
@@ -423,10 +510,10 @@ class FactsCache:
             order = np.argsort(first)
             at = miss[first[order]]  # first occurrence of each new hash, in instruction order
             first_insts = [insts[k] for k in at.tolist()]
-            eids = [self.eid_of(ins, table) for ins in first_insts]
+            raws = [ins.raw for ins in first_insts]
+            eids = self._eids_of_new(first_insts, raws, table)
             # are the rows exactly the encoding (not so for an instruction cut
             # short, or one the addresses given do not bound)?
-            raws = [ins.raw for ins in first_insts]
             real = np.frombuffer(b"".join(r[:4 * MAX_DWORDS].ljust(4 * MAX_DWORDS, b"\0") for r in raws),
                                  dtype="<u4").reshape(len(raws), MAX_DWORDS)
             whole = ((np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) == 4 * rows[at, 0])
