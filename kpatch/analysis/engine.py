@@ -61,10 +61,11 @@ def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
     base = co.text_vaddr or 0
     extents = co.function_extents()
     seen = {e.name: e for e in extents if e.kind == "kernel"}
+    has_text = bool(co.text)  # (a copy of the section: once)
     out = []
     for k in co.kernels:  # no code at all, or not in .text: unseen, never "ok"
         e = seen.get(k.name)
-        out.append((k.name, "kernel", k, e.start - base, e.end - base) if e is not None and co.text
+        out.append((k.name, "kernel", k, e.start - base, e.end - base) if e is not None and has_text
                    else (k.name, "kernel", k, -1, -1))
     return out + [(e.name, "function", None, e.start - base, e.end - base) for e in extents if e.kind == "function"]
 

@@ -475,10 +475,14 @@ class FactsCache:
         append = out.append
         get = table.get
         new = self.new
+        template = self.templates.get
         for ins, raw, key in zip(insts, raws, blind_keys(insts, raws)):
             e = get(raw)
             if e is None:
-                e = table[raw] = new(ins, key)
+                e = template(key) if key is not None else None  # (most: a VGPR variant seen before)
+                if e is None:
+                    e = new(ins, key)
+                table[raw] = e
             append(e)
         return out
 

@@ -89,3 +89,17 @@ def test_one_hash_lookup_per_object(monkeypatch):
     co = next(_objects(0))
     analyse(co)
     assert len(calls) == 1
+
+
+def test_function_ranges_copies_text_once(monkeypatch):
+    """function_ranges reads ``.text`` (a copy of the section) once, not once per kernel."""
+    from kpatch.analysis.engine import function_ranges
+    from kpatch.codeobject.model import CodeObject as Model
+
+    co = next(_objects(0))
+    assert len(co.kernels) >= 2
+    calls = []
+    real = Model.text
+    monkeypatch.setattr(Model, "text", property(lambda self: calls.append(1) or real.fget(self)))
+    assert len(function_ranges(co)) >= len(co.kernels)
+    assert len(calls) <= 1
