@@ -314,10 +314,15 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     unit_of: list[int] = []
     problems: list[RelocationProblem] = []
     bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
+    whole: list[tuple[list, int]] = []  # (list decode_ranges gave, its first index) kept whole
     for ui, (u, got) in enumerate(zip(units, bodies)):
         if not u.sized:
-            got = got[:_trim_padding(got)]
+            keep = _trim_padding(got)
+            if keep < len(got):
+                got = got[:keep]
             u.end = got[-1].address + got[-1].size if got else u.start
+        if got is bodies[ui]:
+            whole.append((got, len(insts)))
         u.first, u.count = len(insts), len(got)
         insts.extend(got)
         unit_of.extend([ui] * len(got))
@@ -334,6 +339,8 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     for ui in range(len(units)):
         scan.edges[ui] = set()
     control = _Control(scan, data, start)
+    if scan.known is not None:
+        scan.known.lists = {id(got): (got, first) for got, first in whole}
     for ui, u in enumerate(units):
         if u.start % 4 or u.end % 4:
             _problem(scan, ui, u.start, "A", "undecodable",

@@ -28,7 +28,7 @@ from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
 from kpatch.isa.decodememo import decode_memo, decode_ranges
-from kpatch.analysis.facts import FactsView, KnownIds, known_ids
+from kpatch.analysis.facts import FactsView, KnownIds, known_ids, known_unit
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
@@ -74,10 +74,11 @@ def _not_analysable(name: str, kind: str, address, size: int, reason: str) -> Fu
     return FunctionReport(name, kind, address, size, verdict=Verdict(UNPATCHABLE, (), (reason,)), unseen=(reason,))
 
 
-def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
+def build_unit(co, source: str, ranges, parts: list | None = None) -> tuple[list, list[FunctionSpan]]:
     """Decode every function range (sorted by address; all in one go, see
     :func:`decode_ranges`) into one instruction list; return it and the
-    functions' spans."""
+    functions' spans (``parts``, if given, receives the list of each span's
+    instructions as :func:`decode_ranges` gave it)."""
     text = co.text
     base = co.text_vaddr or 0
     ordered = sorted(ranges, key=lambda r: (r[3], r[1] != "kernel"))
@@ -88,6 +89,8 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
     for (name, kind, kernel, a, _), (_, b), got in zip(ordered, bounds, decoded):
         start = len(insts)
         insts.extend(got)
+        if parts is not None:
+            parts.append(got)
         spans.append(FunctionSpan(name, kind, kernel, start, len(insts), base + a, b - a))
     return insts, spans
 
@@ -198,15 +201,20 @@ def unit_context(co, source: str, processor: str, ranges, jumps=(), known: Known
     """Decode the functions, identify their encodings, build the CFG
     (``jumps``: see :func:`bounded_jumps`; ``known``: the encoding ids the
     scan of ``.text`` gave, :attr:`TextScan.known`)."""
-    insts, spans = build_unit(co, source, ranges)
-    addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
-    ends = np.full(len(insts), -1, dtype=np.int64)
-    for s in spans:
-        if s.end > s.start:
-            ends[s.end - 1] = s.address + s.size
-    text = co.text
-    facts = FactsView(known_ids(known, insts, source, addresses, text[:len(text) // 4 * 4], co.text_vaddr or 0,
-                                ends))
+    parts: list[list] = []
+    insts, spans = build_unit(co, source, ranges, parts)
+    got = known_unit(known, parts, source)  # (the scan's columns, when it decoded the same lists)
+    if got is not None:
+        addresses, eids = got
+    else:
+        addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
+        ends = np.full(len(insts), -1, dtype=np.int64)
+        for s in spans:
+            if s.end > s.start:
+                ends[s.end - 1] = s.address + s.size
+        text = co.text
+        eids = known_ids(known, insts, source, addresses, text[:len(text) // 4 * 4], co.text_vaddr or 0, ends)
+    facts = FactsView(eids)
     cfg = build_cfg(insts, facts, [s.start for s in spans], addresses, jumps)
     ctx = Context(co, cfg, source, processor, spans)
     ctx.addresses = addresses

@@ -646,11 +646,35 @@ class KnownIds:
     :func:`known_ids`: their ``addresses`` (strictly increasing), dword
     ``sizes`` and ``eids``."""
 
-    __slots__ = ("target", "addresses", "sizes", "eids", "generation")
+    __slots__ = ("target", "addresses", "sizes", "eids", "generation", "lists")
 
     def __init__(self, target: str, addresses: np.ndarray, sizes: np.ndarray, eids: np.ndarray):
         self.target, self.addresses, self.sizes, self.eids = target, addresses, sizes, eids
         self.generation = FACTS.generation
+        #: id -> (list, index of its first instruction here) of the lists of
+        #: instructions (as :func:`kpatch.isa.decodememo.decode_ranges` returned
+        #: them) that these instructions hold whole, back to back
+        self.lists: dict[int, tuple[list, int]] = {}
+
+
+def known_unit(known: KnownIds | None, parts: list[list], target: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(addresses, eids) of the instructions of ``parts`` one after the
+    other, when every part is one of the lists ``known`` holds whole (the
+    decode memo hands the same list for the same code) and its eids are of
+    the current generation of :data:`FACTS`; else None."""
+    if known is None or known.target != target or not parts:
+        return None
+    FACTS.table(target)  # (may empty the cache: then nothing known is valid)
+    if known.generation != FACTS.generation:
+        return None
+    firsts = []
+    for part in parts:
+        got = known.lists.get(id(part))
+        if got is None or got[0] is not part:
+            return None
+        firsts.append(got[1])
+    idx = np.concatenate([np.arange(f, f + len(p), dtype=np.int64) for f, p in zip(firsts, parts)])
+    return known.addresses[idx], known.eids[idx]
 
 
 def known_ids(known: KnownIds | None, insts, target: str, addresses: np.ndarray, code: bytes, base: int,

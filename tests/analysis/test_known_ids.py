@@ -17,7 +17,7 @@ from conftest import FIXTURES, ROOT
 from kpatch.analysis import analyse
 from kpatch.analysis.codescan import scan_text
 from kpatch.analysis.engine import build_unit, decode_family, function_ranges
-from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, known_ids
+from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, known_ids, known_unit
 from kpatch.codeobject import CodeObject
 from kpatch.isa.decodememo import decode_memo
 
@@ -36,9 +36,9 @@ def _objects(corpus: int = 2):
         sys.path.pop(0)
 
 
-def _unit(co):
+def _unit(co, parts=None):
     source = decode_family(co.target.processor)
-    insts, spans = build_unit(co, source, [r for r in function_ranges(co) if r[3] >= 0])
+    insts, spans = build_unit(co, source, [r for r in function_ranges(co) if r[3] >= 0], parts)
     addresses = np.array([i.address for i in insts], dtype=np.int64)
     ends = np.full(len(insts), -1, dtype=np.int64)
     for s in spans:
@@ -51,13 +51,18 @@ def test_known_ids_are_the_eids_of_the_bytes():
     for co in _objects():
         with decode_memo():
             FACTS.clear()
-            source, insts, addresses, ends = _unit(co)
-            scan = scan_text(co, source)
+            scan = scan_text(co, source := decode_family(co.target.processor))
+            parts: list = []
+            source, insts, addresses, ends = _unit(co, parts)
             assert scan.known is not None
             text = co.text[:len(co.text) // 4 * 4]
             got = known_ids(scan.known, insts, source, addresses, text, co.text_vaddr, ends)
             by_bytes = encoding_ids(insts, source)  # each instruction by its own bytes
             assert got.tolist() == by_bytes.tolist()
+            # the same lists as the scan's: its columns, sliced
+            whole = known_unit(scan.known, parts, source)
+            assert whole is not None
+            assert whole[0].tolist() == addresses.tolist() and whole[1].tolist() == by_bytes.tolist()
 
 
 def test_a_different_size_or_an_emptied_cache_is_not_taken():
@@ -72,9 +77,15 @@ def test_a_different_size_or_an_emptied_cache_is_not_taken():
         bad = KnownIds(source, addresses, sizes + 1, wrong)  # another decoding at each address
         assert known_ids(bad, insts, source, addresses, text, co.text_vaddr, ends).tolist() == right
         stale = KnownIds(source, addresses, sizes, wrong)
+        parts: list = []
+        _unit(co, parts)
+        stale.lists = {id(p): (p, 0) for p in parts}
+        assert known_unit(stale, parts[:1], source) is not None  # (this generation)
         FACTS.clear()  # (the eids of the last generation mean nothing now)
         right = encoding_ids(insts, source).tolist()
         assert known_ids(stale, insts, source, addresses, text, co.text_vaddr, ends).tolist() == right
+        assert known_unit(stale, parts[:1], source) is None
+        assert known_unit(KnownIds(source, addresses, sizes, wrong), parts, source) is None  # (lists not its own)
 
 
 def test_one_hash_lookup_per_object(monkeypatch):
