@@ -268,8 +268,11 @@ def _alignment(address: int) -> int:
     return a
 
 
-def scan_text(co: CodeObject, target: str) -> TextScan | None:
-    """Units and PC-relative constructs of the object's ``.text`` (None if it has none)."""
+def scan_text(co: CodeObject, target: str, keep_ids: bool = False) -> TextScan | None:
+    """Units and PC-relative constructs of the object's ``.text`` (None if it
+    has none); with ``keep_ids`` also the encoding ids of the instructions
+    (:attr:`TextScan.known`, for the analysis of the same code: 16 bytes per
+    instruction more, so only when asked)."""
     text = co.section(".text")
     if text is None or text.size == 0:
         return None
@@ -288,7 +291,7 @@ def scan_text(co: CodeObject, target: str) -> TextScan | None:
             continue
         units.append(TextUnit(e.name, e.start, e.end, e.kind, align=_alignment(e.start), sized=e.sized))
     units = _add_anonymous_code(units, data, start, end)
-    return _decode_units(co, text.index, start, end, data, target, units)
+    return _decode_units(co, text.index, start, end, data, target, units, keep_ids)
 
 
 def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int) -> list[TextUnit]:
@@ -309,7 +312,7 @@ def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int
     return out
 
 
-def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
+def _decode_units(co, text_index, start, end, data, target, units, keep_ids: bool = False) -> TextScan:
     insts: list[Instruction] = []
     unit_of: list[int] = []
     problems: list[RelocationProblem] = []
@@ -339,7 +342,9 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     for ui in range(len(units)):
         scan.edges[ui] = set()
     control = _Control(scan, data, start)
-    if scan.known is not None:
+    if not keep_ids:
+        scan.known = None
+    elif scan.known is not None:
         scan.known.lists = {id(got): (got, first) for got, first in whole}
     for ui, u in enumerate(units):
         if u.start % 4 or u.end % 4:

@@ -120,7 +120,7 @@ def _analyse(co, target: str) -> Report:
             report.kernels.append(_not_analysable(k.name, "kernel", k.entry, k.code_size or 0, why))
         return report
     ranges = function_ranges(co)
-    scan = scan_text(co, source)
+    scan = scan_text(co, source, keep_ids=True)
     jumps = bounded_jumps(scan)
     known = scan.known if scan is not None else None
     scan = _without_instructions(scan)  # (the context holds them while the detectors run)

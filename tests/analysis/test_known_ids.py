@@ -51,10 +51,11 @@ def test_known_ids_are_the_eids_of_the_bytes():
     for co in _objects():
         with decode_memo():
             FACTS.clear()
-            scan = scan_text(co, source := decode_family(co.target.processor))
+            scan = scan_text(co, source := decode_family(co.target.processor), keep_ids=True)
             parts: list = []
             source, insts, addresses, ends = _unit(co, parts)
             assert scan.known is not None
+            assert scan_text(co, source).known is None  # (the rewriter's scans keep no ids)
             text = co.text[:len(co.text) // 4 * 4]
             got = known_ids(scan.known, insts, source, addresses, text, co.text_vaddr, ends)
             by_bytes = encoding_ids(insts, source)  # each instruction by its own bytes
