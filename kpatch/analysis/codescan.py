@@ -42,7 +42,7 @@ import numpy as np
 
 from kpatch.codeobject import CodeObject
 from kpatch.isa.decodememo import decode_ranges
-from kpatch.analysis.facts import FACTS, encoding_ids
+from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
                                   UNMODELLED, UNMODELLED_MNEMONICS, kind)
 from kpatch.isa.instruction import Instruction
@@ -219,6 +219,9 @@ class TextScan:
     #: s_setpc_b64 index -> the indices of every instruction it may jump to (bounded
     #: jumps only; a return to a caller adds none)
     jumps: dict[int, frozenset[int]] = field(default_factory=dict)
+    #: the encoding ids of the instructions, by address (None: not worked out
+    #: with numpy), for the analysis of the same code (:func:`kpatch.analysis.facts.known_ids`)
+    known: KnownIds | None = None
     _starts: list[int] = field(default_factory=list)
 
     def unit_at(self, address: int) -> int | None:
@@ -265,8 +268,11 @@ def _alignment(address: int) -> int:
     return a
 
 
-def scan_text(co: CodeObject, target: str) -> TextScan | None:
-    """Units and PC-relative constructs of the object's ``.text`` (None if it has none)."""
+def scan_text(co: CodeObject, target: str, keep_ids: bool = False) -> TextScan | None:
+    """Units and PC-relative constructs of the object's ``.text`` (None if it
+    has none); with ``keep_ids`` also the encoding ids of the instructions
+    (:attr:`TextScan.known`, for the analysis of the same code: 16 bytes per
+    instruction more, so only when asked)."""
     text = co.section(".text")
     if text is None or text.size == 0:
         return None
@@ -285,7 +291,7 @@ def scan_text(co: CodeObject, target: str) -> TextScan | None:
             continue
         units.append(TextUnit(e.name, e.start, e.end, e.kind, align=_alignment(e.start), sized=e.sized))
     units = _add_anonymous_code(units, data, start, end)
-    return _decode_units(co, text.index, start, end, data, target, units)
+    return _decode_units(co, text.index, start, end, data, target, units, keep_ids)
 
 
 def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int) -> list[TextUnit]:
@@ -306,15 +312,20 @@ def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int
     return out
 
 
-def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
+def _decode_units(co, text_index, start, end, data, target, units, keep_ids: bool = False) -> TextScan:
     insts: list[Instruction] = []
     unit_of: list[int] = []
     problems: list[RelocationProblem] = []
     bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
+    whole: list[tuple[list, int]] = []  # (list decode_ranges gave, its first index) kept whole
     for ui, (u, got) in enumerate(zip(units, bodies)):
         if not u.sized:
-            got = got[:_trim_padding(got)]
+            keep = _trim_padding(got)
+            if keep < len(got):
+                got = got[:keep]
             u.end = got[-1].address + got[-1].size if got else u.start
+        if got is bodies[ui]:
+            whole.append((got, len(insts)))
         u.first, u.count = len(insts), len(got)
         insts.extend(got)
         unit_of.extend([ui] * len(got))
@@ -331,6 +342,10 @@ def _decode_units(co, text_index, start, end, data, target, units) -> TextScan:
     for ui in range(len(units)):
         scan.edges[ui] = set()
     control = _Control(scan, data, start)
+    if not keep_ids:
+        scan.known = None
+    elif scan.known is not None:
+        scan.known.lists = {id(got): (got, first) for got, first in whole}
     for ui, u in enumerate(units):
         if u.start % 4 or u.end % 4:
             _problem(scan, ui, u.start, "A", "undecodable",
@@ -485,6 +500,7 @@ class _Control:
         else:
             eids = encoding_ids(insts, scan.target, addresses=addresses, code=data[:len(data) // 4 * 4],
                                 base=start, ends=ends)
+            scan.known = KnownIds(scan.target, addresses, dword_counts(addresses, ends), eids)
         roles = FACTS.column("scan-role", _scan_role, dtype=np.int8)[eids]
         at = np.flatnonzero(roles)
         self.at = at.tolist()

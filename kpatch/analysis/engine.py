@@ -28,7 +28,7 @@ from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
 from kpatch.isa.decodememo import decode_memo, decode_ranges
-from kpatch.analysis.facts import facts_of
+from kpatch.analysis.facts import FactsView, KnownIds, known_ids, known_unit
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
@@ -61,10 +61,11 @@ def function_ranges(co) -> list[tuple[str, str, object, int, int]]:
     base = co.text_vaddr or 0
     extents = co.function_extents()
     seen = {e.name: e for e in extents if e.kind == "kernel"}
+    has_text = bool(co.text)  # (a copy of the section: once)
     out = []
     for k in co.kernels:  # no code at all, or not in .text: unseen, never "ok"
         e = seen.get(k.name)
-        out.append((k.name, "kernel", k, e.start - base, e.end - base) if e is not None and co.text
+        out.append((k.name, "kernel", k, e.start - base, e.end - base) if e is not None and has_text
                    else (k.name, "kernel", k, -1, -1))
     return out + [(e.name, "function", None, e.start - base, e.end - base) for e in extents if e.kind == "function"]
 
@@ -73,10 +74,11 @@ def _not_analysable(name: str, kind: str, address, size: int, reason: str) -> Fu
     return FunctionReport(name, kind, address, size, verdict=Verdict(UNPATCHABLE, (), (reason,)), unseen=(reason,))
 
 
-def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
+def build_unit(co, source: str, ranges, parts: list | None = None) -> tuple[list, list[FunctionSpan]]:
     """Decode every function range (sorted by address; all in one go, see
     :func:`decode_ranges`) into one instruction list; return it and the
-    functions' spans."""
+    functions' spans (``parts``, if given, receives the list of each span's
+    instructions as :func:`decode_ranges` gave it)."""
     text = co.text
     base = co.text_vaddr or 0
     ordered = sorted(ranges, key=lambda r: (r[3], r[1] != "kernel"))
@@ -87,6 +89,8 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
     for (name, kind, kernel, a, _), (_, b), got in zip(ordered, bounds, decoded):
         start = len(insts)
         insts.extend(got)
+        if parts is not None:
+            parts.append(got)
         spans.append(FunctionSpan(name, kind, kernel, start, len(insts), base + a, b - a))
     return insts, spans
 
@@ -116,10 +120,11 @@ def _analyse(co, target: str) -> Report:
             report.kernels.append(_not_analysable(k.name, "kernel", k.entry, k.code_size or 0, why))
         return report
     ranges = function_ranges(co)
-    scan = scan_text(co, source)
+    scan = scan_text(co, source, keep_ids=True)
     jumps = bounded_jumps(scan)
+    known = scan.known if scan is not None else None
     scan = _without_instructions(scan)  # (the context holds them while the detectors run)
-    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps)
+    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps, known=known)
     _function_reports(report, ctx, run_detectors(ctx))
     if scan is not None:
         _relocation_verdicts(report, scan)
@@ -192,18 +197,24 @@ def _relocation_verdicts(report: Report, scan: TextScan) -> None:
             rep.verdict = Verdict(UNPATCHABLE, rep.verdict.rules, tuple(dict.fromkeys(reasons)))
 
 
-def unit_context(co, source: str, processor: str, ranges, jumps=()) -> Context:
+def unit_context(co, source: str, processor: str, ranges, jumps=(), known: KnownIds | None = None) -> Context:
     """Decode the functions, identify their encodings, build the CFG
-    (``jumps``: see :func:`bounded_jumps`)."""
-    insts, spans = build_unit(co, source, ranges)
-    addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
-    ends = np.full(len(insts), -1, dtype=np.int64)
-    for s in spans:
-        if s.end > s.start:
-            ends[s.end - 1] = s.address + s.size
-    text = co.text
-    facts = facts_of(insts, source, addresses=addresses, code=text[:len(text) // 4 * 4],
-                     base=co.text_vaddr or 0, ends=ends)
+    (``jumps``: see :func:`bounded_jumps`; ``known``: the encoding ids the
+    scan of ``.text`` gave, :attr:`TextScan.known`)."""
+    parts: list[list] = []
+    insts, spans = build_unit(co, source, ranges, parts)
+    got = known_unit(known, parts, source)  # (the scan's columns, when it decoded the same lists)
+    if got is not None:
+        addresses, eids = got
+    else:
+        addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
+        ends = np.full(len(insts), -1, dtype=np.int64)
+        for s in spans:
+            if s.end > s.start:
+                ends[s.end - 1] = s.address + s.size
+        text = co.text
+        eids = known_ids(known, insts, source, addresses, text[:len(text) // 4 * 4], co.text_vaddr or 0, ends)
+    facts = FactsView(eids)
     cfg = build_cfg(insts, facts, [s.start for s in spans], addresses, jumps)
     ctx = Context(co, cfg, source, processor, spans)
     ctx.addresses = addresses

@@ -264,6 +264,77 @@ def vgpr_blind_key(inst) -> tuple | None:
     return d.target, w, d.raw[n:]
 
 
+_UNSET = object()
+_BLIND_SLOTS: dict[tuple, int] = {}  # (id(OpInfo), kind) -> row of _BLIND (-1: no key)
+_BLIND_INFO: list = []  # the OpInfo of each row (keeps their ids)
+_BLIND = np.zeros((0, 5), dtype=np.uint64)  # per row: fmt size, ~always-VGPR bits, 3 source offsets (64: none)
+
+
+def _blind_slot(d) -> int:
+    """The :data:`_BLIND` row of a decoded encoding's opcode (-1: it has no
+    :func:`vgpr_blind_key`; -2: not one the rows describe)."""
+    global _BLIND
+    fmt = d.fmt
+    if fmt is None or d.kind is not None or fmt.name not in _VGPR_BLIND_FORMATS:
+        slot = -1
+    else:
+        always, sources = _vgpr_fields(fmt, d.info)
+        if len(sources) > 3 or fmt.size > 8:
+            slot = -2  # (none such in GFX10: one by one)
+        else:
+            slot = len(_BLIND_INFO)
+            _BLIND_INFO.append(d.info)
+            row = [fmt.size, ~always & 0xFFFFFFFFFFFFFFFF, *sources, *[64] * (3 - len(sources))]
+            _BLIND = np.vstack([_BLIND, np.array([row], dtype=np.uint64)])
+    _BLIND_SLOTS[(id(d.info), d.kind)] = slot
+    return slot
+
+
+def blind_keys(insts: list, raws: list[bytes]) -> list:
+    """:func:`vgpr_blind_key` of each of ``insts`` (``raws``: their bytes),
+    the masking done with numpy over per-opcode rows of field bits (the same
+    keys, element for element)."""
+    n = len(insts)
+    if not n:
+        return []
+    ds = [ins.d for ins in insts]
+    get = _BLIND_SLOTS.get
+    slots = [get((id(d.info), d.kind)) for d in ds]
+    for k in [k for k, sl in enumerate(slots) if sl is None]:
+        slots[k] = _BLIND_SLOTS.get((id(ds[k].info), ds[k].kind))
+        if slots[k] is None:
+            slots[k] = _blind_slot(ds[k])
+    sl = np.array(slots, dtype=np.int64)
+    ok = np.flatnonzero(sl >= 0)
+    out: list = [None] * n
+    for k in np.flatnonzero(sl == -2).tolist():
+        out[k] = vgpr_blind_key(insts[k])
+    if not ok.size:
+        return out
+    oks = ok.tolist()
+    tab = _BLIND[sl[ok]]
+    size = tab[:, 0].astype(np.int64)
+    if (np.fromiter((len(raws[k]) for k in oks), dtype=np.int64, count=len(oks)) < size).any():
+        for k in oks:  # (an encoding shorter than its format: the one-by-one rule)
+            out[k] = vgpr_blind_key(insts[k])
+        return out
+    first = b"".join(raws[k][:8].ljust(8, b"\0") for k in oks)
+    w = np.frombuffer(first, dtype="<u8").copy()
+    w[size == 4] &= np.uint64(0xFFFFFFFF)
+    w &= tab[:, 1]
+    one, byte = np.uint64(1), np.uint64(0xFF)
+    for j in range(3):
+        lo = tab[:, 2 + j]
+        has = lo < 64
+        lo = np.where(has, lo, 0)
+        clear = has & (((w >> lo) >> np.uint64(8)) & one).astype(bool)
+        w[clear] &= ~(byte << lo[clear])
+    for k, x, n_ in zip(oks, w.tolist(), size.tolist()):
+        d = ds[k]
+        out[k] = (d.target, x, d.raw[n_:])
+    return out
+
+
 def _vgpr_fields(fmt, info) -> tuple[int, tuple[int, ...]]:
     """(bits of the fields that always name VGPRs, offsets of the 9-bit
     source fields) of an opcode's base form."""
@@ -350,6 +421,9 @@ class FactsCache:
         self.clear()
 
     def clear(self) -> None:
+        #: how many times the cache was emptied: eids handed out in one
+        #: generation mean nothing in the next (see :func:`known_ids`)
+        self.generation = getattr(self, "generation", -1) + 1
         self.maps: dict[str, dict[bytes, int]] = {}  # target -> bytes -> eid
         self.hashes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # target -> (sorted hashes, their xids)
         self.all: list[Facts] = []  # by eid
@@ -375,11 +449,13 @@ class FactsCache:
             e = table[raw] = self.new(inst)
         return e
 
-    def new(self, inst) -> int:
+    def new(self, inst, key=_UNSET) -> int:
         """The eid of an encoding not seen yet: that of an encoding that
         differs from it only in VGPR numbers (and hit no encoding check),
-        else the number of new facts worked out from it."""
-        key = vgpr_blind_key(inst)
+        else the number of new facts worked out from it (``key``: its
+        :func:`vgpr_blind_key`, when known)."""
+        if key is _UNSET:
+            key = vgpr_blind_key(inst)
         if key is not None:
             e = self.templates.get(key)
             if e is not None:
@@ -391,6 +467,24 @@ class FactsCache:
             f.hz = {}
             self.templates[key] = e
         return e
+
+    def _eids_of_new(self, insts: list, raws: list[bytes], table: dict[bytes, int]) -> list[int]:
+        """:meth:`eid_of` of each of ``insts`` (``raws``: their bytes), with
+        their :func:`vgpr_blind_key` worked out together (:func:`blind_keys`)."""
+        out = []
+        append = out.append
+        get = table.get
+        new = self.new
+        template = self.templates.get
+        for ins, raw, key in zip(insts, raws, blind_keys(insts, raws)):
+            e = get(raw)
+            if e is None:
+                e = template(key) if key is not None else None  # (most: a VGPR variant seen before)
+                if e is None:
+                    e = new(ins, key)
+                table[raw] = e
+            append(e)
+        return out
 
     def lookup_hashes(self, target: str, h: np.ndarray, rows: np.ndarray, insts,
                       table: dict[bytes, int]) -> np.ndarray:
@@ -420,10 +514,10 @@ class FactsCache:
             order = np.argsort(first)
             at = miss[first[order]]  # first occurrence of each new hash, in instruction order
             first_insts = [insts[k] for k in at.tolist()]
-            eids = [self.eid_of(ins, table) for ins in first_insts]
+            raws = [ins.raw for ins in first_insts]
+            eids = self._eids_of_new(first_insts, raws, table)
             # are the rows exactly the encoding (not so for an instruction cut
             # short, or one the addresses given do not bound)?
-            raws = [ins.raw for ins in first_insts]
             real = np.frombuffer(b"".join(r[:4 * MAX_DWORDS].ljust(4 * MAX_DWORDS, b"\0") for r in raws),
                                  dtype="<u4").reshape(len(raws), MAX_DWORDS)
             whole = ((np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) == 4 * rows[at, 0])
@@ -527,16 +621,83 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     if code is None or addresses is None or ends is None or not n or base % 4 or len(code) % 4:
         return _ids_by_bytes(insts, table, range(n), out)
     words = np.frombuffer(code, dtype="<u4")
-    nxt = np.empty(n, dtype=np.int64)
-    nxt[:-1] = addresses[1:]
-    run_end = ends >= 0
-    nxt[run_end] = ends[run_end]
-    sizes = (nxt - addresses) >> 2
+    sizes = dword_counts(addresses, ends)
     offs = (addresses - base) >> 2
     if sizes.min() < 1 or sizes.max() > MAX_DWORDS or offs.min() < 0 or offs.max() + 1 > len(words):
         return _ids_by_bytes(insts, table, range(n), out)
     rows = _rows(words, offs, sizes)
     return FACTS.lookup_hashes(target, _hash(rows), rows, insts, table)
+
+
+def dword_counts(addresses: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The dword count of each instruction of runs of code (``addresses``
+    and ``ends`` as for :func:`encoding_ids`): up to the next one's
+    address, or to its run's end."""
+    nxt = np.empty(len(addresses), dtype=np.int64)
+    nxt[:-1] = addresses[1:]
+    run_end = ends >= 0
+    nxt[run_end] = ends[run_end]
+    return (nxt - addresses) >> 2
+
+
+class KnownIds:
+    """The eids :func:`encoding_ids` gave the instructions of a whole
+    section (one generation of :data:`FACTS`), by address, for
+    :func:`known_ids`: their ``addresses`` (strictly increasing), dword
+    ``sizes`` and ``eids``."""
+
+    __slots__ = ("target", "addresses", "sizes", "eids", "generation", "lists")
+
+    def __init__(self, target: str, addresses: np.ndarray, sizes: np.ndarray, eids: np.ndarray):
+        self.target, self.addresses, self.sizes, self.eids = target, addresses, sizes, eids
+        self.generation = FACTS.generation
+        #: id -> (list, index of its first instruction here) of the lists of
+        #: instructions (as :func:`kpatch.isa.decodememo.decode_ranges` returned
+        #: them) that these instructions hold whole, back to back
+        self.lists: dict[int, tuple[list, int]] = {}
+
+
+def known_unit(known: KnownIds | None, parts: list[list], target: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(addresses, eids) of the instructions of ``parts`` one after the
+    other, when every part is one of the lists ``known`` holds whole (the
+    decode memo hands the same list for the same code) and its eids are of
+    the current generation of :data:`FACTS`; else None."""
+    if known is None or known.target != target or not parts:
+        return None
+    FACTS.table(target)  # (may empty the cache: then nothing known is valid)
+    if known.generation != FACTS.generation:
+        return None
+    firsts = []
+    for part in parts:
+        got = known.lists.get(id(part))
+        if got is None or got[0] is not part:
+            return None
+        firsts.append(got[1])
+    idx = np.concatenate([np.arange(f, f + len(p), dtype=np.int64) for f, p in zip(firsts, parts)])
+    return known.addresses[idx], known.eids[idx]
+
+
+def known_ids(known: KnownIds | None, insts, target: str, addresses: np.ndarray, code: bytes, base: int,
+              ends: np.ndarray) -> np.ndarray:
+    """:func:`encoding_ids` of ``insts`` (arguments as there), taking the
+    eid of each instruction that ``known`` holds at the same address with
+    the same dword count (so the same bytes of the same code: an eid is a
+    function of the bytes) -- one search per instruction instead of a hash
+    and a table lookup.  The others go through :func:`encoding_ids`."""
+    FACTS.table(target)  # (may empty the cache: then nothing known is valid)
+    n = len(insts)
+    if (known is None or known.target != target or known.generation != FACTS.generation or not n
+            or not len(known.addresses)):
+        return encoding_ids(insts, target, addresses=addresses, code=code, base=base, ends=ends)
+    sizes = dword_counts(addresses, ends)
+    ka = known.addresses
+    j = np.minimum(np.searchsorted(ka, addresses), len(ka) - 1)
+    same = (ka[j] == addresses) & (known.sizes[j] == sizes)
+    out = known.eids[j]
+    other = np.flatnonzero(~same)
+    if other.size:
+        out[other] = _ids_by_bytes(insts, FACTS.table(target), other.tolist(), np.zeros(n, dtype=np.int64))[other]
+    return out
 
 
 def _ids_by_bytes(insts, table: dict, which, out: np.ndarray) -> np.ndarray:

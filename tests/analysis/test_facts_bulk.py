@@ -70,3 +70,45 @@ def test_numpy_path_matches_the_bytes_even_on_hash_collisions(monkeypatch):
     got = _numpy_ids(code, insts).tolist()
     assert got == by_bytes
     assert _numpy_ids(code, insts).tolist() == by_bytes  # a second time, through the sorted hashes
+
+
+def test_blind_keys_in_bulk_are_the_one_by_one_keys():
+    """blind_keys (numpy over per-opcode field rows) gives vgpr_blind_key's
+    key for every distinct encoding of a fixture, the llvm-mc list above
+    and the first corpus object (VALU with literals, DS, FLAT, SDWA/DPP and
+    scalar forms among them)."""
+    import os
+    import sys
+
+    from conftest import FIXTURES, ROOT
+    from kpatch.analysis.codescan import scan_text
+    from kpatch.analysis.facts import blind_keys, vgpr_blind_key
+    from kpatch.codeobject import CodeObject
+    from kpatch.isa.decodememo import decode_memo
+
+    objs = []
+    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
+        objs.append(CodeObject.from_bytes(fh.read()))
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        from isa_corpus import gfx1030_objects
+        for _, blob in gfx1030_objects(("librocrand.so.1.1",)):
+            objs.append(CodeObject.from_bytes(blob))
+            break
+    finally:
+        sys.path.pop(0)
+    _, insts = _insts()
+    groups = [insts]
+    keyed = 0
+    for co in objs:
+        with decode_memo():
+            scan = scan_text(co, "gfx1030")
+            seen = {}
+            for ins in scan.insts:
+                seen.setdefault(ins.raw, ins)
+            groups.append(list(seen.values()))
+            for group in groups:
+                want = [vgpr_blind_key(i) for i in group]
+                assert blind_keys(group, [i.raw for i in group]) == want
+                keyed += sum(k is not None for k in want)
+    assert keyed > 100

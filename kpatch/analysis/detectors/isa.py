@@ -17,6 +17,7 @@ from kpatch.analysis.facts import M_LOCAL, UNKNOWN, Facts, register_encoding_che
 from kpatch.analysis.findings import Finding
 from kpatch.isa import decode_one
 from kpatch.isa.dots import int_dot
+from kpatch.isa.tables import OpInfo, load
 
 #: saddr value of GFX10.3 scratch "ST" mode (neither VGPR nor SGPR address)
 SCRATCH_ST_SADDR = 0x7F
@@ -47,6 +48,8 @@ def _gfx1010_reading(f: Facts):
         return ("UnsupportedInstruction", f"{inst.text()}: HW_REG_SHADER_CYCLES does not exist on gfx1010")
     if f.cls & UNKNOWN:
         return None  # reported by _own_target
+    if _read_alike(inst.target).get(id(inst.d.info)) is inst.d.info:
+        return None  # gfx1010's decoder reads it exactly as the source's (see _read_alike)
     other = decode_one(inst.raw, "gfx1010")
     if other.is_unknown or other.size != inst.size:
         dot = int_dot(inst.mnemonic, inst.format, inst.d.fields)
@@ -63,6 +66,36 @@ def _gfx1010_reading(f: Facts):
             return ("OpcodeReuse", f"{text} (gfx1030) is {other.text()} on gfx1010")
         return ("OpcodeReuse", f"{text} (gfx1030) is {other.text()} on gfx1010", None)
     return None
+
+
+#: Name tables the decoder's text reads only for an opcode's immediate of
+#: that style (:func:`kpatch.isa.special.imm_text`); the others (DPP
+#: controls, buffer formats, export targets) any opcode of a format may read.
+_IMM_NAMES = frozenset({"hwreg", "sendmsg"})
+_ALIKE: dict[str, dict[int, OpInfo]] = {}
+
+
+def _read_alike(target: str) -> dict[int, OpInfo]:
+    """The opcodes (id -> OpInfo of ``target``'s tables) whose encodings
+    gfx1010 decodes exactly as ``target`` does, so that decoding them again
+    would give the same instruction: gfx1010's entry for the same format and
+    opcode key is equal to ``target``'s (mnemonic, operand forms, SDWA/DPP
+    forms, zero fields, literal and image sizing -- everything measuring,
+    validating and printing an encoding reads from the opcode), and every
+    name table the printing may read for it is the same on both targets.
+    The decoder's one other target test, scratch "ST" mode on gfx1010, is
+    :func:`_gfx1010_reading`'s own check, made first."""
+    got = _ALIKE.get(target)
+    if got is None:
+        got = _ALIKE[target] = {}
+        src, dst = load(target), load("gfx1010")
+        differ = {k for k in src.names.keys() | dst.names.keys() if src.names.get(k) != dst.names.get(k)}
+        if differ <= _IMM_NAMES:  # (else every opcode is decoded again)
+            for fmt, ops in src.ops.items():
+                for key, info in ops.items():
+                    if info.imm not in differ and dst.get(fmt, key) == info:
+                        got[id(info)] = info
+    return got
 
 
 #: how an integer dot product gfx1010 can compute exactly is fixed

@@ -1,0 +1,117 @@
+"""The analysis identifies each instruction's encoding once per code object
+(issue 14): unit_context takes the eids the scan of ``.text`` worked out
+(``TextScan.known``, by address and dword count) instead of hashing every
+instruction again, and gets exactly the eids each instruction's own bytes
+give; an instruction the scan decoded otherwise (another size at that
+address) or eids from an emptied cache are not taken."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import kpatch.analysis.facts as facts_mod
+from conftest import FIXTURES, ROOT
+from kpatch.analysis import analyse
+from kpatch.analysis.codescan import scan_text
+from kpatch.analysis.engine import build_unit, decode_family, function_ranges
+from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, known_ids, known_unit
+from kpatch.codeobject import CodeObject
+from kpatch.isa.decodememo import decode_memo
+
+
+def _objects(corpus: int = 2):
+    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
+        yield CodeObject.from_bytes(fh.read())
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        from isa_corpus import gfx1030_objects
+        for k, (_, blob) in enumerate(gfx1030_objects(("librocrand.so.1.1",))):
+            if k >= corpus:
+                break
+            yield CodeObject.from_bytes(blob)
+    finally:
+        sys.path.pop(0)
+
+
+def _unit(co, parts=None):
+    source = decode_family(co.target.processor)
+    insts, spans = build_unit(co, source, [r for r in function_ranges(co) if r[3] >= 0], parts)
+    addresses = np.array([i.address for i in insts], dtype=np.int64)
+    ends = np.full(len(insts), -1, dtype=np.int64)
+    for s in spans:
+        if s.end > s.start:
+            ends[s.end - 1] = s.address + s.size
+    return source, insts, addresses, ends
+
+
+def test_known_ids_are_the_eids_of_the_bytes():
+    for co in _objects():
+        with decode_memo():
+            FACTS.clear()
+            scan = scan_text(co, source := decode_family(co.target.processor), keep_ids=True)
+            parts: list = []
+            source, insts, addresses, ends = _unit(co, parts)
+            assert scan.known is not None
+            assert scan_text(co, source).known is None  # (the rewriter's scans keep no ids)
+            text = co.text[:len(co.text) // 4 * 4]
+            got = known_ids(scan.known, insts, source, addresses, text, co.text_vaddr, ends)
+            by_bytes = encoding_ids(insts, source)  # each instruction by its own bytes
+            assert got.tolist() == by_bytes.tolist()
+            # the same lists as the scan's: its columns, sliced
+            whole = known_unit(scan.known, parts, source)
+            assert whole is not None
+            assert whole[0].tolist() == addresses.tolist() and whole[1].tolist() == by_bytes.tolist()
+
+
+def test_a_different_size_or_an_emptied_cache_is_not_taken():
+    co = next(_objects(0))
+    with decode_memo():
+        FACTS.clear()
+        source, insts, addresses, ends = _unit(co)
+        text = co.text[:len(co.text) // 4 * 4]
+        right = encoding_ids(insts, source).tolist()
+        wrong = np.full(len(insts), 10**9, dtype=np.int64)
+        sizes = dword_counts(addresses, ends)
+        bad = KnownIds(source, addresses, sizes + 1, wrong)  # another decoding at each address
+        assert known_ids(bad, insts, source, addresses, text, co.text_vaddr, ends).tolist() == right
+        stale = KnownIds(source, addresses, sizes, wrong)
+        parts: list = []
+        _unit(co, parts)
+        stale.lists = {id(p): (p, 0) for p in parts}
+        assert known_unit(stale, parts[:1], source) is not None  # (this generation)
+        FACTS.clear()  # (the eids of the last generation mean nothing now)
+        right = encoding_ids(insts, source).tolist()
+        assert known_ids(stale, insts, source, addresses, text, co.text_vaddr, ends).tolist() == right
+        assert known_unit(stale, parts[:1], source) is None
+        assert known_unit(KnownIds(source, addresses, sizes, wrong), parts, source) is None  # (lists not its own)
+
+
+def test_one_hash_lookup_per_object(monkeypatch):
+    calls = []
+    real = facts_mod.FactsCache.lookup_hashes
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(facts_mod.FactsCache, "lookup_hashes", counted)
+    co = next(_objects(0))
+    analyse(co)
+    assert len(calls) == 1
+
+
+def test_function_ranges_copies_text_once(monkeypatch):
+    """function_ranges reads ``.text`` (a copy of the section) once, not once per kernel."""
+    from kpatch.analysis.engine import function_ranges
+    from kpatch.codeobject.model import CodeObject as Model
+
+    co = next(_objects(0))
+    assert len(co.kernels) >= 2
+    calls = []
+    real = Model.text
+    monkeypatch.setattr(Model, "text", property(lambda self: calls.append(1) or real.fget(self)))
+    assert len(function_ranges(co)) >= len(co.kernels)
+    assert len(calls) <= 1
