@@ -60,6 +60,12 @@ ENUMS = {
     "rocsparse_pointer_mode_": (0, 1),
 }
 
+#: Kernels whose index base is a plain int parameter (not the enum): the
+#: kernel's name -> the parameter's index.  rocSPARSE 5.3
+#: library/src/conversion/csr2dense_device.h (csr2dense_kernel,
+#: csc2dense_kernel: ``rocsparse_int base`` first).
+INT_INDEX_BASE = {"csr2dense_kernel": 0, "csc2dense_kernel": 0}
+
 #: rocSPARSE's complex type: two of its template argument (float or double).
 COMPLEX = "rocsparse_complex_num"
 
@@ -278,6 +284,8 @@ def build(ctx, name: str) -> dict:
                                 f"{len(explicit)} explicit arguments in the metadata")
     size = SIZES[ctx.run % len(SIZES)]
     base = ctx.run % 2
+    m = re.match(r"_ZL(\d+)", name)
+    int_base = INT_INDEX_BASE.get(name[m.end():m.end() + int(m.group(1))] if m else "", None)
     out = {}
     for i, (t, a) in enumerate(zip(params, explicit)):
         kind, n = a.get(".value_kind", ""), a.get(".size", 0)
@@ -297,7 +305,7 @@ def build(ctx, name: str) -> dict:
             values = ENUMS[t.name]
             out[i] = base if t.name == "rocsparse_index_base_" else values[(ctx.run + i) % len(values)]
         elif t.kind == "int":
-            out[i] = size
+            out[i] = base if i == int_base else size
         elif t.kind == "bool":
             out[i] = (ctx.run + i) % 2
         else:

@@ -237,3 +237,14 @@ def test_other_families_are_not_claimed():
         except recipes.RecipeDoesNotHold:
             pass
         assert found is None or found[0].name != "rocsparse", name
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_an_int_index_base_gets_the_base(run):
+    """rocSPARSE 5.3's csr2dense_kernel takes its index base as a plain int
+    (csr2dense_device.h: ``rocsparse_int base`` first): it gets the base the
+    index arrays are shifted by, not the size every other int gets."""
+    name = "_ZL16csr2dense_kernelILi16ELi32ElifEviT2_S0_PKT3_PKT1_PKS0_PS1_S4_16rocsparse_order_"
+    g, b4, b8 = ("global_buffer", 8), ("by_value", 4), ("by_value", 8)
+    plan = synthesise(_md([b4, b4, b4, g, g, g, g, b8, b4]), run, 0, name)
+    assert plan.values[0] == run % 2 and plan.values[1] == plan.values[2] == plan.values[7] == sparse.SIZES[run]
