@@ -39,6 +39,7 @@ from typing import Callable
 
 import numpy as np
 
+from kpatch.emulate import sparse as _sparse
 from kpatch.emulate import tensile as _tensile
 
 
@@ -80,7 +81,8 @@ class Recipe:
 
     name: str
     pattern: re.Pattern
-    signatures: tuple  # of tuples of (value kind initial "g"/"b", size) per explicit argument
+    signatures: tuple | None  # of tuples of (value kind initial "g"/"b", size) per explicit argument;
+    #   None: the recipe checks the arguments itself (raises RecipeDoesNotHold from build)
     build: Callable[[Context, tuple, str], dict]  # (context, matched signature, kernel name) -> {index: value}
     source: str
     notes: str = field(default="")
@@ -109,7 +111,7 @@ def find(name: str, md: dict) -> tuple[Recipe, tuple] | None:
     for r in RECIPES:
         if r.pattern.search(name):
             sig = signature(md)
-            if sig not in r.signatures:
+            if r.signatures is not None and sig not in r.signatures:
                 raise RecipeDoesNotHold(f"recipe {r.name} does not hold: the kernel's arguments are "
                                         f"{_show(sig)}, the recipe expects {' or '.join(_show(s) for s in r.signatures)}")
             return r, sig
@@ -430,4 +432,9 @@ RECIPES: tuple[Recipe, ...] = (
            "Tensile (github ROCm/Tensile) Tensile/KernelWriterSource.py (functionSignature: the argument "
            "order), ContractionSolution.cpp (values, workgroup size WG0*WG1*WG2); see kpatch/emulate/tensile.py",
            block=_tensile.launch_block, groups_y=_tensile.launch_groups_y),
+    Recipe("rocsparse", re.compile(r"^_ZL.*rocsparse_"),  # internal-linkage rocSPARSE kernels
+           None,
+           lambda ctx, sig, name: _sparse.build(ctx, name),
+           "rocSPARSE (github ROCm/rocSPARSE) library/include/rocsparse-types.h (enum values); the "
+           "parameter types from the kernel's mangled name (Itanium C++ ABI); see kpatch/emulate/sparse.py"),
 )

@@ -23,3 +23,10 @@ done
 hipcc -std=c++17 -O3 --cuda-device-only --offload-arch=gfx1030 -c global_store.hip -o "$TMP/gs.bundle"
 /usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input="$TMP/gs.bundle" \
     --targets="hipv4-amdgcn-amd-amdhsa--gfx1030" --output="global_store.gfx1030.hsaco"
+# rocSPARSE-like kernels (names carry rocSPARSE's types) for the rocsparse recipe's tests
+hipcc -std=c++17 -O3 --cuda-device-only --offload-arch=gfx1010 --offload-arch=gfx1030 \
+    -c sparse_kernels.hip -o "$TMP/sp.bundle"
+for t in gfx1010 gfx1030; do
+    /usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input="$TMP/sp.bundle" \
+        --targets="hipv4-amdgcn-amd-amdhsa--$t" --output="sparse_kernels.$t.hsaco"
+done

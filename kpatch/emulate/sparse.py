@@ -1,0 +1,317 @@
+"""rocSPARSE kernels' arguments from their mangled names.
+
+rocSPARSE's kernels carry no argument names in their metadata, but their
+(Itanium-mangled) names give every parameter's type: in
+``_ZL12axpyi_kernelILj256EifPKfEvT0_T2_PKT1_PKS2_PS4_21rocsparse_index_base_``
+the template arguments are <256u, int, float, const float*> and the
+parameters (int nnz, const float* alpha, const float* x_val, const int*
+x_ind, float* y, rocsparse_index_base).  :func:`parameters` is a small
+demangler for exactly what such names hold (builtin types, class and enum
+names with template arguments, ``P``/``K``/``V``, template parameters
+``T_``/``Tn_``, substitutions ``S_``/``Sn_``, integer and enum literals); it
+refuses (:class:`NotParsed`) anything else.
+
+:func:`build` (the ``rocsparse`` recipe of :mod:`kpatch.emulate.recipes`)
+then makes index structures valid: every pointer to an integer type is an
+array that is at once a valid CSR/COO/BSR row-pointer array and a valid
+column/row-index array for matrices of the run's small size ``s`` (values
+non-decreasing from the index base, at most ``base + s - 1``); every
+by-value integer is ``s`` (sizes, leading dimensions, block dimensions all
+agree); rocSPARSE enums take valid values (the index base the arrays are
+shifted by, an operation, a direction ...); floating scalars small numbers;
+bools 0 or 1.  Other pointers (values, vectors, dense matrices) are the
+usual random buffers.  A parameter list that does not line up with the
+metadata's explicit arguments (count, kinds, sizes), or an enum whose
+values are not known here, gives no arguments at all.
+
+Enum values: rocSPARSE (github ROCm/rocSPARSE) library/include/rocsparse-types.h.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Builtin type codes: (kind, size, signed).
+BUILTINS = {
+    "c": ("int", 1, True), "a": ("int", 1, True), "h": ("int", 1, False),
+    "s": ("int", 2, True), "t": ("int", 2, False), "i": ("int", 4, True), "j": ("int", 4, False),
+    "l": ("int", 8, True), "m": ("int", 8, False), "x": ("int", 8, True), "y": ("int", 8, False),
+    "b": ("bool", 1, False), "f": ("float", 4, True), "d": ("float", 8, True), "v": ("void", 0, False),
+}
+
+#: rocSPARSE enums passed by value and the values valid for them (rocsparse-types.h).
+ENUMS = {
+    "rocsparse_index_base_": (0, 1),
+    "rocsparse_operation_": (111, 112, 113),
+    "rocsparse_direction_": (0, 1),
+    "rocsparse_order_": (0, 1),
+    "rocsparse_diag_type_": (0, 1),
+    "rocsparse_fill_mode_": (0, 1),
+    "rocsparse_action_": (0, 1),
+    "rocsparse_matrix_type_": (0, 1, 2, 3),
+    "rocsparse_storage_mode_": (0, 1),
+    "rocsparse_hyb_partition_": (0, 1, 2),
+    "rocsparse_analysis_policy_": (0, 1),
+    "rocsparse_solve_policy_": (0,),
+    "rocsparse_pointer_mode_": (0, 1),
+}
+
+#: Kernels whose index base is a plain int parameter (not the enum): the
+#: kernel's name -> the parameter's index.  rocSPARSE 5.3
+#: library/src/conversion/csr2dense_device.h (csr2dense_kernel,
+#: csc2dense_kernel: ``rocsparse_int base`` first).
+INT_INDEX_BASE = {"csr2dense_kernel": 0, "csc2dense_kernel": 0}
+
+#: rocSPARSE's complex type: two of its template argument (float or double).
+COMPLEX = "rocsparse_complex_num"
+
+#: Matrix sizes of runs 0, 1, 2, 3 (cyclic): every by-value integer and the
+#: bound of every index array.
+SIZES = (4, 2, 3, 1)
+#: Entries of each index array the recipe writes (the rest of its buffer is zero).
+INDEX_ENTRIES = 4096
+
+
+class NotParsed(Exception):
+    """A mangled name this demangler does not read."""
+
+
+@dataclass(frozen=True)
+class Type:
+    """A parameter type: ``kind`` is int, bool, float, void, enum (``name``),
+    class (``name``, template ``args``), ptr (``to``), value (a literal
+    template argument, ``size`` its value)."""
+
+    kind: str
+    size: int = 0
+    signed: bool = False
+    name: str = ""
+    args: tuple = ()
+    to: "Type | None" = None
+    const: bool = False
+
+
+class _Parser:
+    def __init__(self, s: str):
+        self.s, self.i = s, 0
+        self.subs: list[Type] = []
+        self.targs: list[Type] = []
+
+    def peek(self, n: int = 1) -> str:
+        return self.s[self.i:self.i + n]
+
+    def take(self, text: str) -> bool:
+        if self.s.startswith(text, self.i):
+            self.i += len(text)
+            return True
+        return False
+
+    def fail(self, what: str):
+        raise NotParsed(f"{what} at {self.i} of {self.s}")
+
+    def number(self) -> int:
+        m = re.compile(r"n?\d+").match(self.s, self.i)
+        if not m:
+            self.fail("no number")
+        self.i = m.end()
+        t = m.group()
+        return -int(t[1:]) if t[0] == "n" else int(t)
+
+    def source_name(self) -> str:
+        m = re.compile(r"\d+").match(self.s, self.i)
+        if not m:
+            self.fail("no source name")
+        n = int(m.group())
+        self.i = m.end()
+        name = self.s[self.i:self.i + n]
+        if len(name) != n:
+            self.fail("short source name")
+        self.i += n
+        return name
+
+    def seq_id(self, close: str) -> int:
+        """The index a ``S_``/``Sn_`` or ``T_``/``Tn_`` names (base 36, ``_`` first)."""
+        if self.take(close):
+            return 0
+        m = re.compile(r"[0-9A-Z]+").match(self.s, self.i)
+        if not m or not self.s.startswith(close, m.end()):
+            self.fail("bad sequence id")
+        self.i = m.end() + len(close)
+        return int(m.group(), 36) + 1
+
+    def template_args(self) -> tuple:
+        if not self.take("I"):
+            self.fail("no template arguments")
+        out = []
+        while not self.take("E"):
+            if self.take("L"):
+                t = self.type()
+                value = self.number()
+                if not self.take("E"):
+                    self.fail("literal not closed")
+                out.append(Type("value", value, name=t.name or t.kind))
+            elif self.peek() in ("X", "J"):
+                self.fail("expression or pack template argument")
+            else:
+                out.append(self.type())
+        return tuple(out)
+
+    def type(self) -> Type:
+        c = self.peek()
+        if c in BUILTINS:
+            self.i += 1
+            k, n, sg = BUILTINS[c]
+            return Type(k, n, sg)
+        if c == "P":
+            self.i += 1
+            t = Type("ptr", 8, to=self.type())
+            self.subs.append(t)
+            return t
+        if c in ("K", "V"):
+            self.i += 1
+            inner = self.type()
+            t = Type(inner.kind, inner.size, inner.signed, inner.name, inner.args, inner.to, const=True)
+            self.subs.append(t)
+            return t
+        if c == "T":
+            self.i += 1
+            k = self.seq_id("_")
+            if k >= len(self.targs):
+                self.fail("template parameter out of range")
+            t = self.targs[k]
+            self.subs.append(t)
+            return t
+        if c == "S":
+            self.i += 1
+            if self.peek() not in "_0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ" or not self.peek():
+                self.fail("special substitution")
+            k = self.seq_id("_")
+            if k >= len(self.subs):
+                self.fail("substitution out of range")
+            t = self.subs[k]
+            if self.peek() == "I":  # a substituted template name with its arguments
+                t = Type("class", name=t.name, args=self.template_args())
+                self.subs.append(t)
+            return t
+        if c.isdigit():
+            name = self.source_name()
+            if name in ENUMS or (name.startswith("rocsparse_") and name.endswith("_") and self.peek() != "I"):
+                t = Type("enum", 4, name=name)
+                self.subs.append(t)
+                return t
+            t = Type("class", name=name)
+            self.subs.append(t)
+            if self.peek() == "I":
+                t = Type("class", name=name, args=self.template_args())
+                self.subs.append(t)
+            return t
+        self.fail(f"type code {c!r}")
+
+
+def parameters(mangled: str) -> tuple[Type, ...]:
+    """The parameter types of function ``mangled`` (``_Z`` or ``_ZL``, an
+    unscoped name, optionally a template), or NotParsed."""
+    p = _Parser(mangled)
+    if not p.take("_Z"):
+        p.fail("not a mangled name")
+    p.take("L")
+    if not p.peek().isdigit():
+        p.fail("not an unscoped name")
+    name = p.source_name()
+    if p.peek() == "I":
+        p.subs.append(Type("class", name=name))
+        p.targs = list(p.template_args())
+        p.type()  # the return type
+    params = []
+    while p.i < len(p.s):
+        params.append(p.type())
+    if params == [Type("void")]:
+        params = []
+    return tuple(params)
+
+
+def claims(name: str) -> bool:
+    """Kernels this recipe is for: internal-linkage rocSPARSE kernels (a
+    rocSPARSE type in the name)."""
+    return name.startswith("_ZL") and "rocsparse_" in name
+
+
+def _scalar_bytes(t: Type, rng) -> bytes | None:
+    """A small random floating value (or complex pair) of type ``t``, None if not one."""
+    if t.kind == "float":
+        v = float(rng.uniform(-2, 2))
+        return struct.pack("<f" if t.size == 4 else "<d", v)
+    if t.kind == "class" and t.name == COMPLEX and len(t.args) == 1 and t.args[0].kind == "float":
+        fmt = "<2f" if t.args[0].size == 4 else "<2d"
+        return struct.pack(fmt, *rng.uniform(-2, 2, 2))
+    return None
+
+
+def _size_of(t: Type) -> int | None:
+    if t.kind in ("int", "bool", "float", "enum", "ptr"):
+        return t.size
+    if t.kind == "class" and t.name == COMPLEX and len(t.args) == 1 and t.args[0].kind == "float":
+        return 2 * t.args[0].size
+    return None
+
+
+def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
+    """``entries`` integers that are at once a CSR/BSR row-pointer array and a
+    column (row) index array for ``size`` x ``size`` matrices with index base
+    ``base``: the first is ``base``, each next one the same or one more, none
+    past ``base + size - 1``."""
+    steps = np.concatenate([[0], rng.integers(0, 2, entries - 1)])
+    a = base + np.minimum(np.cumsum(steps), max(size - 1, 0))
+    return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
+
+
+def build(ctx, name: str) -> dict:
+    """{explicit argument index: value} for rocSPARSE kernel ``name`` (see the
+    module's docstring); RecipeDoesNotHold when its name is not read or does
+    not line up with the metadata."""
+    from kpatch.emulate.recipes import Fill, RecipeDoesNotHold
+    try:
+        params = parameters(name)
+    except NotParsed as e:
+        raise RecipeDoesNotHold(f"recipe rocsparse does not hold: the name is not read: {e}") from None
+    explicit = [a for a in (ctx.md or {}).get(".args", []) if not a.get(".value_kind", "").startswith("hidden_")]
+    if len(params) != len(explicit):
+        raise RecipeDoesNotHold(f"recipe rocsparse does not hold: {len(params)} parameters in the name, "
+                                f"{len(explicit)} explicit arguments in the metadata")
+    size = SIZES[ctx.run % len(SIZES)]
+    base = ctx.run % 2
+    m = re.match(r"_ZL(\d+)", name)
+    int_base = INT_INDEX_BASE.get(name[m.end():m.end() + int(m.group(1))] if m else "", None)
+    out = {}
+    for i, (t, a) in enumerate(zip(params, explicit)):
+        kind, n = a.get(".value_kind", ""), a.get(".size", 0)
+        if t.kind == "ptr":
+            if kind != "global_buffer" or n != 8:
+                raise RecipeDoesNotHold(f"recipe rocsparse does not hold: parameter {i} is a pointer, "
+                                        f"the metadata says {kind} of {n} bytes")
+            if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
+                out[i] = Fill(index_array(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
+            continue  # other pointers: the usual random buffer
+        if kind != "by_value" or _size_of(t) != n:
+            raise RecipeDoesNotHold(f"recipe rocsparse does not hold: parameter {i} ({t.kind} {t.name}) "
+                                    f"does not match the metadata's {kind} of {n} bytes")
+        if t.kind == "enum":
+            if t.name not in ENUMS:
+                raise RecipeDoesNotHold(f"recipe rocsparse does not hold: no valid values known for {t.name}")
+            values = ENUMS[t.name]
+            out[i] = base if t.name == "rocsparse_index_base_" else values[(ctx.run + i) % len(values)]
+        elif t.kind == "int":
+            out[i] = base if i == int_base else size
+        elif t.kind == "bool":
+            out[i] = (ctx.run + i) % 2
+        else:
+            v = _scalar_bytes(t, ctx.rng)
+            if v is None:
+                raise RecipeDoesNotHold(f"recipe rocsparse does not hold: parameter {i} ({t.kind} {t.name}) "
+                                        f"has no known value")
+            out[i] = v
+    return out

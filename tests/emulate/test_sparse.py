@@ -1,0 +1,250 @@
+"""The rocsparse recipe (kpatch/emulate/sparse.py): parameter types read from
+rocSPARSE kernels' mangled names, index arrays valid as CSR/COO row pointers
+and indices at once, rocSPARSE enums given valid values.
+
+The demangler is checked against llvm-cxxfilt-16 on real rocSPARSE 5.3
+kernel names (librocsparse.so.0.1 of Debian bookworm).  The kernels run are
+rocSPARSE-like ones written for this test (data/sparse_kernels.hip, built by
+data/build.sh with Debian's hipcc): their outputs in the emulator, on the
+ORIGINAL gfx1030 code with the synthesised inputs, must equal what numpy
+computes from the same inputs; the gfx1010 build of the same source is
+proven equal to it, and a mutant (one store's data register changed) is
+DIFFERENT.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from kpatch.emulate import recipes, sparse
+from kpatch.emulate.verify import (DIFFERENT, EQUAL, GUARD_BYTES, CannotSynthesise, _execute, synthesise,
+                                   verify_kernel)
+
+HERE = os.path.dirname(__file__)
+OBJ = {t: os.path.join(HERE, "data", f"sparse_kernels.{t}.hsaco") for t in ("gfx1030", "gfx1010")}
+AXPYI = "_ZL12axpyi_kernelILj256EifEvT0_T1_PKS1_PKS0_PS1_21rocsparse_index_base_"
+GTHR = "_ZL11gthr_kernelILj256EldEvT0_PKT1_PS1_PKS0_21rocsparse_index_base_"
+SCTR = "_ZL11sctr_kernelILj256EifEvT0_PKT1_PKS0_PS1_21rocsparse_index_base_"
+CSRMV = "_ZL19csrmv_scalar_kernelILj256EiifEvT1_T2_PKT0_PKS0_PKS1_S8_S1_PS1_21rocsparse_index_base_"
+
+#: Real rocSPARSE 5.3 kernel names (librocsparse.so.0.1, Debian bookworm).
+REAL = [
+    "_ZL12axpyi_kernelILj256EifPKfEvT0_T2_PKT1_PKS2_PS4_21rocsparse_index_base_",
+    "_ZL19gebsrmvn_2xn_kernelILj128ELj15ELj64E21rocsparse_complex_numIfES1_Evi20rocsparse_direction_T3_PKiS5_"
+    "PKT2_S8_S3_PS6_21rocsparse_index_base_",
+    "_ZL16sddmm_csx_kernelILi512ELi1EL20rocsparse_direction_1EllfPKfEv20rocsparse_operation_S3_16rocsparse_order_"
+    "S4_T3_S4_S4_T2_T5_PKT4_S3_S9_S3_S5_PS7_PKS4_PKS3_21rocsparse_index_base_PS4_",
+    "_ZL16csr2dense_kernelILi16ELi32ElifEviT2_S0_PKT3_PKT1_PKS0_PS1_S4_16rocsparse_order_",
+    "_ZL12csrsv_kernelILj1024ELj32ELb0Eii21rocsparse_complex_numIfEPKS1_EvT3_T5_PKT2_PKS4_PKT4_SD_PSB_PiPS4_iSG_"
+    "21rocsparse_index_base_20rocsparse_fill_mode_20rocsparse_diag_type_",
+    "_ZL11sctr_kernelILj512EiiEvT0_PKT1_PKS0_PS1_21rocsparse_index_base_",
+]
+
+
+def _text(t: sparse.Type) -> str:
+    """A parameter type as llvm-cxxfilt writes it."""
+    names = {("int", 1, True): "signed char", ("int", 1, False): "unsigned char", ("int", 2, True): "short",
+             ("int", 2, False): "unsigned short", ("int", 4, True): "int", ("int", 4, False): "unsigned int",
+             ("int", 8, True): "long", ("int", 8, False): "unsigned long"}
+    if t.kind == "ptr":
+        return _text(t.to) + "*"
+    base = {"bool": "bool", "void": "void", "enum": t.name}.get(t.kind)
+    if t.kind == "int":
+        base = names[(t.kind, t.size, t.signed)]
+    elif t.kind == "float":
+        base = "float" if t.size == 4 else "double"
+    elif t.kind == "class":
+        base = t.name + (f"<{', '.join(_text(a) for a in t.args)}>" if t.args else "")
+    return base + (" const" if t.const else "")
+
+
+@pytest.mark.skipif(shutil.which("llvm-cxxfilt-16") is None, reason="needs llvm-cxxfilt-16")
+@pytest.mark.parametrize("name", REAL + [AXPYI, CSRMV])
+def test_parameters_are_llvm_cxxfilts(name):
+    """Every parameter type read from the name is the one llvm-cxxfilt-16
+    prints (substitutions, template parameters, const pointers, enums,
+    complex class templates)."""
+    out = subprocess.run(["llvm-cxxfilt-16", name], capture_output=True, text=True, check=True).stdout.strip()
+    inner = out[out.rindex(">(") + 2:-1] if ">(" in out else out[out.index("(") + 1:-1]
+    want = [p.strip() for p in inner.replace(", ", ",").split(",")]
+    # template arguments inside a parameter (complex_num<float>) hold no comma here
+    assert [_text(t) for t in sparse.parameters(name)] == want
+
+
+@pytest.mark.parametrize("bad", ["_ZN9rocsparse6kernelEv", "_ZL6kernelIXadL_Z1fEEEvv", "_ZL6kernelSt4pair",
+                                 "_ZL6kernelPKS3_", "_ZL6kernelDh", "not_mangled"])
+def test_what_is_not_read_is_refused(bad):
+    with pytest.raises(sparse.NotParsed):
+        sparse.parameters(bad)
+
+
+def _md(kinds):
+    return {".args": [{".value_kind": k, ".size": s, ".offset": 8 * i, ".address_space": "global"}
+                      for i, (k, s) in enumerate(kinds)]}
+
+
+def test_a_name_that_does_not_line_up_with_the_metadata_gives_no_arguments():
+    """sctr's five parameters against four explicit arguments, or an int
+    where the metadata has a pointer: 'recipe rocsparse does not hold'."""
+    g, b4 = ("global_buffer", 8), ("by_value", 4)
+    with pytest.raises(CannotSynthesise, match="recipe rocsparse does not hold: 5 parameters"):
+        synthesise(_md([b4, g, g, g]), 0, 0, SCTR)
+    with pytest.raises(CannotSynthesise, match="recipe rocsparse does not hold: parameter 0"):
+        synthesise(_md([g, g, g, g, b4]), 0, 0, SCTR)
+    unknown = "_ZL6kernelILj64EfEvPT0_21rocsparse_spmv_stage_"
+    with pytest.raises(CannotSynthesise, match="no valid values known for rocsparse_spmv_stage_"):
+        synthesise(_md([g, b4]), 0, 0, unknown)
+
+
+def test_index_arrays_are_row_pointers_and_indices_at_once():
+    """Starting at the base, steps of 0 or 1, never past base + s - 1: a
+    CSR row-pointer array (non-decreasing, ptr[0] = base, ptr[m] - base <=
+    s - 1 entries) and column indices inside an s x s matrix."""
+    rng = np.random.default_rng(3)
+    for s, base in [(4, 0), (2, 1), (3, 1), (1, 0)]:
+        a = np.frombuffer(sparse.index_array(s, base, 500, 4, rng), "<i4")
+        assert a[0] == base and (np.diff(a) >= 0).all() and (np.diff(a) <= 1).all()
+        assert a.min() >= base and a.max() <= base + s - 1
+
+
+def _inputs(plan, image, i, dtype, n):
+    """Argument i's first n elements before (from the plan) and after (from the run's image)."""
+    name = f"arg{i}"
+    before = next(d for nm, d in plan.buffers if nm == name)
+    after = next(d for nm, d in image if nm == name)
+
+    def read(d):
+        if hasattr(d, "page"):
+            raw = d.page(0).tobytes()
+        elif isinstance(d, (bytes, bytearray)):
+            raw = bytes(d)
+        else:
+            raw = np.asarray(d, np.uint8).tobytes()
+        return np.frombuffer(raw[GUARD_BYTES:GUARD_BYTES + n * np.dtype(dtype).itemsize], dtype).copy()
+    return read(before), read(after)
+
+
+def _run(name, run):
+    with open(OBJ["gfx1030"], "rb") as f:
+        data = f.read()
+    from kpatch.emulate.dispatch import Machine
+    md = Machine(data).kernel(name).metadata
+    plan = synthesise(md, run, 5, name)
+    assert plan.recipe == "rocsparse"
+    image = _execute(data, name, plan, 5, None)[0]
+    assert not isinstance(image, Exception), image
+    return plan, image
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_axpyi_matches_numpy(run):
+    """y[x_ind[i] - base] += alpha * x_val[i] for i < nnz, with the recipe's
+    nnz = s, index base run % 2 and alpha from the name's float."""
+    plan, image = _run(AXPYI, run)
+    nnz, alpha, base = plan.values[0], np.frombuffer(plan.values[1], "<f4")[0], plan.values[5]
+    assert (nnz, base) == (sparse.SIZES[run % 4], run % 2)
+    xv, _ = _inputs(plan, image, 2, "<f4", nnz)
+    xi, _ = _inputs(plan, image, 3, "<i4", nnz)
+    y0, y1 = _inputs(plan, image, 4, "<f4", 64)
+    # one wave: every lane loads y, adds, stores; of equal indices the higher lane's store is
+    # the one left (numpy's fancy assignment keeps the last too); the add may be fused (fma)
+    j = xi - base
+    with np.errstate(all="ignore"):
+        plain, fused = y0.copy(), y0.copy()
+        plain[j] = y0[j] + np.float32(alpha) * xv
+        fused[j] = (y0[j].astype(np.float64) + np.float64(alpha) * xv.astype(np.float64)).astype(np.float32)
+    ok = (y1.view("<u4") == plain.view("<u4")) | (y1.view("<u4") == fused.view("<u4"))
+    assert ok.all(), (y1, plain, fused)
+    untouched = np.setdiff1d(np.arange(64), xi - base)
+    assert np.array_equal(y1[untouched], y0[untouched])
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_gthr_and_sctr_match_numpy(run):
+    plan, image = _run(GTHR, run)
+    nnz, base = plan.values[0], plan.values[4]
+    y, _ = _inputs(plan, image, 1, "<f8", 64)
+    xi, _ = _inputs(plan, image, 3, "<i8", nnz)
+    _, xv = _inputs(plan, image, 2, "<f8", nnz)
+    assert np.array_equal(xv.view("<u8"), y[xi - base].view("<u8"))
+    plan, image = _run(SCTR, run)
+    nnz, base = plan.values[0], plan.values[4]
+    xv, _ = _inputs(plan, image, 1, "<u4", nnz)
+    xi, _ = _inputs(plan, image, 2, "<i4", nnz)
+    y0, y1 = _inputs(plan, image, 3, "<u4", 64)
+    want = y0.copy()
+    want[xi - base] = xv  # numpy: the last of equal indices wins, as the higher lane's store does
+    assert np.array_equal(y1, want)
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_csrmv_matches_numpy(run):
+    """y = alpha * A x + beta * y with A the CSR matrix the recipe's arrays
+    make (row pointers and column indices from the same construction)."""
+    plan, image = _run(CSRMV, run)
+    m, base = plan.values[0], plan.values[8]
+    alpha, beta = (np.frombuffer(plan.values[i], "<f4")[0] for i in (1, 6))
+    ptr, _ = _inputs(plan, image, 2, "<i4", m + 1)
+    col, _ = _inputs(plan, image, 3, "<i4", 64)
+    val, _ = _inputs(plan, image, 4, "<f4", 64)
+    x, _ = _inputs(plan, image, 5, "<f4", 64)
+    y0, y1 = _inputs(plan, image, 7, "<f4", m)
+    assert ptr[0] == base and (col[:ptr[m] - base] - base < m).all()
+    with np.errstate(all="ignore"):
+        for r in range(m):
+            s = np.float32(0)
+            for j in range(ptr[r] - base, ptr[r + 1] - base):
+                s = np.float32(s + np.float32(val[j] * x[col[j] - base]))
+            want = np.float32(np.float32(alpha * s) + np.float32(beta * y0[r]))
+            got = y1[r]
+            # the compiler may contract to fma: allow one rounding of difference
+            assert got == want or abs(float(got) - float(want)) <= 2 * np.spacing(abs(want)) or \
+                (np.isnan(got) and np.isnan(want)), (r, got, want)
+
+
+@pytest.mark.parametrize("name", [AXPYI, GTHR, SCTR, CSRMV])
+def test_gfx1010_build_is_proven_equal_and_a_mutant_is_different(name):
+    """The gfx1010 build of the same source is proven equal to the gfx1030
+    one with the recipe's inputs (three runs); the gfx1010 build with its
+    first global store's data register changed is DIFFERENT."""
+    from kpatch.isa import formats as F
+    from tests.emulate.test_verify import mutate, with_field
+    with open(OBJ["gfx1030"], "rb") as f:
+        a = f.read()
+    with open(OBJ["gfx1010"], "rb") as f:
+        b = f.read()
+    v = verify_kernel(a, b, name, runs=3, patched_target="gfx1010")
+    assert v.status == EQUAL and v.recipe == "rocsparse", v.detail
+    bad = mutate(b, name, lambda i: i.mnemonic.startswith("global_store"),
+                 lambda i: with_field(i, F.FLAT, "data", i.field("data") + 1))
+    v = verify_kernel(a, bad, name, runs=3, patched_target="gfx1010")
+    assert v.status == DIFFERENT, v.detail
+
+
+def test_other_families_are_not_claimed():
+    """Tensile, rocPRIM, MIOpen and rocRAND names are not the rocsparse recipe's."""
+    md = _md([("global_buffer", 8)])
+    for name in ("_ZN7rocprim6detail18scan_digits_kernelILj6EjEEvPT0_", "naive_conv_ab_packed_fwd_nchw_float",
+                 "_ZL10rocblas_fooILi1EEvPf", "Cijk_Ailk_Bljk_SB_MT64x64x8_ISA000_foo"):
+        found = None
+        try:
+            found = recipes.find(name, md)
+        except recipes.RecipeDoesNotHold:
+            pass
+        assert found is None or found[0].name != "rocsparse", name
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_an_int_index_base_gets_the_base(run):
+    """rocSPARSE 5.3's csr2dense_kernel takes its index base as a plain int
+    (csr2dense_device.h: ``rocsparse_int base`` first): it gets the base the
+    index arrays are shifted by, not the size every other int gets."""
+    name = "_ZL16csr2dense_kernelILi16ELi32ElifEviT2_S0_PKT3_PKT1_PKS0_PS1_S4_16rocsparse_order_"
+    g, b4, b8 = ("global_buffer", 8), ("by_value", 4), ("by_value", 8)
+    plan = synthesise(_md([b4, b4, b4, g, g, g, g, b8, b4]), run, 0, name)
+    assert plan.values[0] == run % 2 and plan.values[1] == plan.values[2] == plan.values[7] == sparse.SIZES[run]
