@@ -1178,6 +1178,9 @@ def _ds(inst, ctx):
     mo = re.fullmatch(r"ds_(add|sub|rsub|inc|dec|min|max|and|or|xor|mskor|cmpst|wrxchg)(_rtn)?_(u32|i32|b32|f32)", m)
     if mo:
         return _ds_atomic(inst, ctx, mo.group(1), bool(mo.group(2)), mo.group(3), off)
+    mo = re.fullmatch(r"ds_(add|sub|rsub|inc|dec|min|max|and|or|xor|mskor|cmpst|wrxchg)(_rtn)?_(u64|i64|b64)", m)
+    if mo:
+        return _ds_atomic64(inst, ctx, mo.group(1), bool(mo.group(2)), mo.group(3) == "i64", off)
     if m == "ds_nop":
         return _nop
     raise CannotEmulate(m, inst.address)
@@ -1233,6 +1236,27 @@ def _ds_atomic(inst, ctx, op, rtn, t, off):
     return atom
 
 
+def _ds_atomic64(inst, ctx, op, rtn, signed, off):
+    """The 64-bit integer DS atomics (``ds_OP[_rtn]_{u64,i64,b64}``): each
+    data operand and the returned old value are VGPR pairs; lanes in order."""
+    f = inst.d.fields
+    a, d0, d1, vd = f["addr"], f["data0"], f["data1"], f["vdst"]
+    fn = _ATOMIC64[op]
+
+    def atom(w):
+        for lane in np.nonzero(w.exec)[0]:
+            ad = np.array([int(w.v[a][lane]) + off], np.int64)
+            o = from_bytes(w.lds.read(ad, 8), 2)[0]
+            old = int(o[0]) | (int(o[1]) << 32)
+            x = int(w.v[d0][lane]) | (int(w.v[d0 + 1][lane]) << 32)
+            y = int(w.v[d1][lane]) | (int(w.v[d1 + 1][lane]) << 32)
+            new = fn(old, x, y, signed) & _M64
+            w.lds.write(ad, to_bytes(np.array([[new & _M32, new >> 32]], np.uint32), 8))
+            if rtn:
+                w.v[vd][lane], w.v[vd + 1][lane] = old & _M32, old >> 32
+    return atom
+
+
 def _f32(x):
     return float(np.array([x], np.uint32).view(np.float32)[0])
 
@@ -1267,6 +1291,35 @@ _ATOMIC32 = {
     "mskor": lambda o, d, d1, s, fl: (o & ~d) | d1,
     "cmpst": lambda o, d, d1, s, fl: d1 if o == d else o,  # DS: data0 is compare, data1 the new value
     "wrxchg": lambda o, d, d1, s, fl: d, "swap": lambda o, d, d1, s, fl: d,
+}
+
+_M64 = (1 << 64) - 1
+
+
+def _min64(o, d, s):
+    return min(_sext(o, 64), _sext(d, 64)) if s else min(o, d)
+
+
+def _max64(o, d, s):
+    return max(_sext(o, 64), _sext(d, 64)) if s else max(o, d)
+
+
+#: The 64-bit integer atomics, (old, data, data1, signed) -> new, as the GFX10
+#: ISA defines them (DS and FLAT/GLOBAL name some differently: ds ``cmpst``
+#: compares with data0 and stores data1; flat ``cmpswap`` stores data[0:1] when
+#: the old value equals data[2:3], which the caller passes as data1).
+_ATOMIC64 = {
+    "add": lambda o, d, d1, s: o + d, "sub": lambda o, d, d1, s: o - d, "rsub": lambda o, d, d1, s: d - o,
+    "inc": lambda o, d, d1, s: 0 if o >= d else o + 1,
+    "dec": lambda o, d, d1, s: d if (o == 0 or o > d) else o - 1,
+    "min": lambda o, d, d1, s: _min64(o, d, s), "max": lambda o, d, d1, s: _max64(o, d, s),
+    "smin": lambda o, d, d1, s: _min64(o, d, True), "smax": lambda o, d, d1, s: _max64(o, d, True),
+    "umin": lambda o, d, d1, s: _min64(o, d, False), "umax": lambda o, d, d1, s: _max64(o, d, False),
+    "and": lambda o, d, d1, s: o & d, "or": lambda o, d, d1, s: o | d, "xor": lambda o, d, d1, s: o ^ d,
+    "mskor": lambda o, d, d1, s: (o & ~d) | d1,
+    "cmpst": lambda o, d, d1, s: d1 if o == d else o,
+    "cmpswap": lambda o, d, d1, s: d if o == d1 else o,
+    "wrxchg": lambda o, d, d1, s: d, "swap": lambda o, d, d1, s: d,
 }
 
 
@@ -1348,7 +1401,7 @@ def _flat(inst, ctx):
     if mo and mo.group(2) in _ATOMIC32 or (mo and mo.group(2) in ("cmpswap", "swap", "add_f32")):
         op = mo.group(2)
         if mo.group(3):
-            raise CannotEmulate(m, inst.address, "64-bit atomics")
+            return _flat_atomic64(inst, m, op, mo.group(1), saddr, va, vdata, vd, off)
         rtn = bool(f["glc"])
         fl = op == "add_f32"
         fn = _ATOMIC32["add"] if fl else (
@@ -1376,6 +1429,34 @@ def _flat(inst, ctx):
                     w.v[vd][lane] = old
         return atom
     raise CannotEmulate(m, inst.address)
+
+
+def _flat_atomic64(inst, m, op, space, saddr, va, vdata, vd, off):
+    """``(flat|global)_atomic_OP_x2``: 64-bit data in VGPR pairs (cmpswap: the
+    new value in data[0:1], the compare value in data[2:3]); with GLC the old
+    value returns to vdst[0:1]; lanes in order."""
+    if op not in _ATOMIC64 or op in ("min", "max", "cmpst", "wrxchg", "mskor", "rsub"):
+        raise CannotEmulate(m, inst.address)
+    fn = _ATOMIC64[op]
+    rtn = bool(inst.d.fields["glc"])
+
+    def atom(w):
+        for lane in np.nonzero(w.exec)[0]:
+            if space == "global" and saddr != NULL and saddr != 0x7F:
+                a = np.array([(w.s[saddr] | (w.s[saddr + 1] << 32)) + int(w.v[va][lane]) + off], np.uint64)
+            else:
+                a = np.array([(int(w.v[va][lane]) | (int(w.v[va + 1][lane]) << 32)) + off], np.uint64)
+            if space == "flat" and (int(a[0]) >> 32) in (SHARED_APERTURE_HI, PRIVATE_APERTURE_HI):
+                raise CannotEmulate(m, inst.address, "flat atomic to LDS or private memory")
+            o = from_bytes(w.memory.read(a, 8), 2)[0]
+            old = int(o[0]) | (int(o[1]) << 32)
+            d = int(w.v[vdata][lane]) | (int(w.v[vdata + 1][lane]) << 32)
+            d1 = (int(w.v[vdata + 2][lane]) | (int(w.v[vdata + 3][lane]) << 32)) if op == "cmpswap" else 0
+            new = fn(old, d, d1, False) & _M64
+            w.memory.write(a, to_bytes(np.array([[new & _M32, new >> 32]], np.uint32), 8))
+            if rtn:
+                w.v[vd][lane], w.v[vd + 1][lane] = old & _M32, old >> 32
+    return atom
 
 
 def _vmem_loaded(w, ex, vd, b, size, signed, d16, d16_hi):

@@ -351,3 +351,75 @@ def test_lds_d16_reads_and_writes_keep_the_other_half(tmp_path):
     assert out[:32].tolist() == ((x & 0xFFFF0000) | hi16).tolist()
     assert out[32:64].tolist() == ((hi16 << 16) | (x & 0xFFFF)).tolist()
     assert out[64:].tolist() == ((x & 0xFFFF0000) | sext).tolist()
+
+
+ATOM64 = D16.replace("dsd16", "atom64").replace("""    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    global_load_dword v1, v2, s[4:5]
+    v_lshlrev_b32 v3, 1, v0
+    s_waitcnt vmcnt(0)
+    ds_write_b16_d16_hi v3, v1
+    ds_write_b8_d16_hi v0, v1 offset:128
+    s_waitcnt lgkmcnt(0)
+    v_mov_b32 v4, v1
+    v_mov_b32 v5, v1
+    v_mov_b32 v6, v1
+    ds_read_u16_d16 v4, v3
+    ds_read_u16_d16_hi v5, v3
+    ds_read_i8_d16 v6, v0 offset:128
+    s_waitcnt lgkmcnt(0)
+    global_store_dword v2, v4, s[6:7]
+    global_store_dword v2, v5, s[6:7] offset:128
+    global_store_dword v2, v6, s[6:7] offset:256
+""", """    v_lshlrev_b32 v2, 3, v0
+    s_waitcnt lgkmcnt(0)
+    global_load_dwordx2 v[4:5], v2, s[4:5]
+    global_load_dwordx2 v[6:7], v2, s[4:5] offset:256
+    global_load_dwordx2 v[14:15], v2, s[4:5] offset:512
+    s_waitcnt vmcnt(0)
+    global_atomic_add_x2 v[8:9], v2, v[4:5], s[6:7] glc
+    global_atomic_cmpswap_x2 v[10:11], v2, v[4:7], s[6:7] offset:256 glc
+    ds_write_b64 v2, v[14:15]
+    s_waitcnt lgkmcnt(0)
+    ds_cmpst_rtn_b64 v[12:13], v2, v[6:7], v[4:5]
+    s_waitcnt lgkmcnt(0)
+    ds_read_b64 v[16:17], v2
+    s_waitcnt vmcnt(0) lgkmcnt(0)
+    global_store_dwordx2 v2, v[8:9], s[4:5] offset:1024
+    global_store_dwordx2 v2, v[10:11], s[4:5] offset:1280
+    global_store_dwordx2 v2, v[12:13], s[4:5] offset:1536
+    global_store_dwordx2 v2, v[16:17], s[4:5] offset:1792
+""").replace(".vgpr_count: 8", ".vgpr_count: 24").replace("amdhsa_next_free_vgpr 8", "amdhsa_next_free_vgpr 24")
+
+
+def test_64_bit_atomics_follow_the_isa(tmp_path):
+    """global_atomic_add_x2 and global_atomic_cmpswap_x2 (new value in
+    data[0:1], compare value in data[2:3]) and ds_cmpst_rtn_b64 (compare with
+    data0, store data1) on 64-bit values, with the old value returned (GLC /
+    _rtn), computed here from the GFX10 ISA's definitions with Python ints."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    code = open(assemble(tmp_path, "atom64", ATOM64), "rb").read()
+    rng = np.random.default_rng(11)
+    q = lambda n: rng.integers(0, 1 << 63, n, dtype=np.uint64) * 2 + rng.integers(0, 2, n, dtype=np.uint64)  # noqa: E731
+    x = np.zeros(256, np.uint64)
+    a, b, c = q(32), q(32), q(32)
+    c[::2] = b[::2]  # the LDS compare matches in even lanes
+    x[:32], x[32:64], x[64:96] = a, b, c
+    out = np.zeros(64, np.uint64)
+    out[:32] = q(32)
+    out[32:] = q(32)
+    out[32::2] = b[::2]  # the global compare matches in even lanes
+    before = out.copy()
+    r = run(code, "atom64", [x.view(np.uint32).copy(), out.view(np.uint32).copy(), 0], (32,), (32,))
+    got_x, got_out = r.array(0).view(np.uint64), r.array(1).view(np.uint64)
+    m64 = (1 << 64) - 1
+    for lane in range(32):
+        ai, bi, ci = int(a[lane]), int(b[lane]), int(c[lane])
+        o_add, o_cas = int(before[lane]), int(before[32 + lane])
+        assert int(got_out[lane]) == (o_add + ai) & m64
+        assert int(got_out[32 + lane]) == (ai if o_cas == bi else o_cas)
+        assert int(got_x[128 + lane]) == o_add  # add's old value
+        assert int(got_x[160 + lane]) == o_cas  # cmpswap's old value
+        assert int(got_x[192 + lane]) == ci  # ds_cmpst's old value
+        assert int(got_x[224 + lane]) == (ai if ci == bi else ci)
