@@ -91,19 +91,24 @@ def build_unit(co, source: str, ranges) -> tuple[list, list[FunctionSpan]]:
     return insts, spans
 
 
-def analyse(co, target: str = "gfx1010") -> Report:
+def analyse(co, target: str = "gfx1010", only=None) -> Report:
     """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
     for running on ``target``.
+
+    ``only`` (a set of kernel and device-function names): analyse only those
+    and report only them.  Each function has its own graph, so their findings
+    and ``unseen`` are exactly those of a whole analysis; their verdicts are
+    not (a kernel that calls takes the verdicts of the functions reported).
 
     Threads: the decode memo is per thread, but the decoder's caches
     (:func:`kpatch.isa.decoder.cache_for`) and the ELF symbol memo are shared
     by the process and not locked; call this from one thread at a time (kpatch
     runs parallel work in processes)."""
     with no_gc(), decode_memo():  # (the scan of .text and the functions decode the same code)
-        return _analyse(co, target)
+        return _analyse(co, target, only)
 
 
-def _analyse(co, target: str) -> Report:
+def _analyse(co, target: str, only=None) -> Report:
     if target not in SUPPORTED_TARGETS:
         raise UsageError(f"kpatch analyses code for {', '.join(SUPPORTED_TARGETS)}, not {target!r}")
     processor = co.target.processor if co.target is not None else ""
@@ -118,6 +123,8 @@ def _analyse(co, target: str) -> Report:
     ranges = function_ranges(co)
     scan = scan_text(co, source)
     jumps = bounded_jumps(scan)
+    if only is not None:
+        ranges, jumps = _only(co, ranges, jumps, only)
     scan = _without_instructions(scan)  # (the context holds them while the detectors run)
     ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps)
     _function_reports(report, ctx, run_detectors(ctx))
@@ -134,6 +141,19 @@ def _analyse(co, target: str) -> Report:
     order = {k.name: i for i, k in enumerate(co.kernels)}
     report.kernels.sort(key=lambda k: order.get(k.name, 0))
     return report
+
+
+def _only(co, ranges, jumps, only):
+    """The ranges named in ``only``, and the jumps whose source lies in one of them."""
+    ranges = [r for r in ranges if r[0] in only]
+    base = co.text_vaddr or 0
+    spans = sorted((base + a, base + b) for _, _, _, a, b in ranges if a >= 0)
+    starts = [a for a, _ in spans]
+
+    def inside(address: int) -> bool:
+        i = bisect.bisect_right(starts, address) - 1
+        return i >= 0 and address < spans[i][1]
+    return ranges, [j for j in jumps if inside(j[0])]
 
 
 #: Rule sets whose fixes change headers only (no code moves, so what pins the
