@@ -70,9 +70,8 @@ DEFAULT_RULE_SETS = {
     "harden": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
 }
 #: Objects from this size on have the garbage of their first analysis
-#: collected before the patched object is verified (a full collection costs
-#: about half a second with the decode caches; for a small object it would
-#: cost more than it frees).
+#: collected before the patched object is verified (for a small object it
+#: would cost more than it frees).
 _COLLECT_FROM = 4 << 20
 #: The modes the rules engine patches for: one per default rule set.
 MODES = tuple(DEFAULT_RULE_SETS)
@@ -453,7 +452,11 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     del contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan
     forget_decodes()
     if len(data) >= _COLLECT_FROM:
-        gc.collect()  # (the collector is paused: the original's reference cycles, e.g. its ELF reader)
+        # the collector is paused: the original's reference cycles (e.g. its
+        # ELF reader) were all made in this call, so they are in the youngest
+        # generation; a full collection would also traverse the decode caches
+        # (a second or more in a long `apply --db`) for nothing
+        gc.collect(0)
     problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept, before=clean)
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))
