@@ -19,6 +19,7 @@ Code objects for other processors cannot run on gfx1010 at all.
 from __future__ import annotations
 
 import bisect
+from itertools import accumulate
 from operator import attrgetter
 
 import numpy as np
@@ -126,8 +127,10 @@ def _analyse(co, target: str, only=None) -> Report:
     if only is not None:
         ranges, jumps = _only(co, ranges, jumps, only)
     scan = _without_instructions(scan)  # (the context holds them while the detectors run)
-    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps)
-    _function_reports(report, ctx, run_detectors(ctx))
+    for batch in _batches([r for r in ranges if r[3] >= 0]):
+        ctx = unit_context(co, source, processor, batch, jumps=_jumps_from(co, batch, jumps))
+        _function_reports(report, ctx, run_detectors(ctx))
+    ctx = None
     if scan is not None:
         _relocation_verdicts(report, scan)
     why = "kernel code not found in .text" if co.text else "the code object has no .text section (no code)"
@@ -143,17 +146,48 @@ def _analyse(co, target: str, only=None) -> Report:
     return report
 
 
+#: Functions are analysed in batches of about this many bytes of code, in
+#: address order: each function has its own graph, so a batch's findings are
+#: those of the whole analysis, and the working memory (facts, graph,
+#: dataflow) is a batch's, not the whole object's (a Tensile library's
+#: ``.text`` is up to 18 MB).
+BATCH_BYTES = 1 << 20
+
+
+def _batches(ranges):
+    """``ranges`` (as :func:`function_ranges` gives them) in address order, in
+    runs of at most :data:`BATCH_BYTES` bytes of code (a larger function is a
+    batch of its own)."""
+    batch, size = [], 0
+    for r in sorted(ranges, key=lambda r: (r[3], r[1] != "kernel")):
+        if batch and size + r[4] - r[3] > BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(r)
+        size += r[4] - r[3]
+    if batch:
+        yield batch
+
+
 def _only(co, ranges, jumps, only):
     """The ranges named in ``only``, and the jumps whose source lies in one of them."""
     ranges = [r for r in ranges if r[0] in only]
+    return ranges, _jumps_from(co, ranges, jumps)
+
+
+def _jumps_from(co, ranges, jumps):
+    """The ``jumps`` whose source lies in one of ``ranges``."""
+    if not jumps:
+        return jumps
     base = co.text_vaddr or 0
     spans = sorted((base + a, base + b) for _, _, _, a, b in ranges if a >= 0)
     starts = [a for a, _ in spans]
+    reach = list(accumulate((b for _, b in spans), max))  # (ranges may overlap)
 
     def inside(address: int) -> bool:
         i = bisect.bisect_right(starts, address) - 1
-        return i >= 0 and address < spans[i][1]
-    return ranges, [j for j in jumps if inside(j[0])]
+        return i >= 0 and address < reach[i]
+    return [j for j in jumps if inside(j[0])]
 
 
 #: Rule sets whose fixes change headers only (no code moves, so what pins the
