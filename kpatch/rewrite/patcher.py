@@ -362,7 +362,7 @@ def _refused(names: list[str], reason: str, note: str | None = None, **extra) ->
 
 def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
     sets = select_rule_sets(mode, rule_sets, extra_rule_files)
-    co = CodeObject.from_bytes(data)
+    co = CodeObject.from_bytes(data, lossless=False)  # (its metadata is read, never written: headers.py writes)
     names = [k.name for k in co.kernels]
     prov = read_provenance(data)
     if prov is not None:
@@ -646,7 +646,7 @@ def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list
     every later function, whose branches and ``s_getpc`` literals relocation
     rewrites, so an untouched function's bytes can change: then it is
     analysed again."""
-    co = CodeObject.from_bytes(new)
+    co = CodeObject.from_bytes(new, lossless=False)
     skip = {n for n, o in outcomes.items() if o.status == "refused"}
     if before is not None:
         skip |= before.same_in(co)
