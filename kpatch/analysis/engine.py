@@ -5,7 +5,8 @@ kernels may call them): take its bytes where
 :meth:`~kpatch.codeobject.CodeObject.function_extents` says it lies
 (without the ``s_code_end`` padding that follows the last function) and
 decode them as the code object's own ISA (gfx1010 for gfx101x objects,
-gfx1030 for gfx103x).  All functions go into one control-flow graph (no
+gfx1030 for gfx103x).  The functions go, a batch of them at a time
+(:data:`BATCH_BYTES`), into one control-flow graph (no
 edge crosses a function boundary: a function with a branch that leaves it,
 or lands inside an instruction, is unpatchable, since the code it reaches
 that way is not analysed on its path), every detector runs once over it,
