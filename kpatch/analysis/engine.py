@@ -5,7 +5,8 @@ kernels may call them): take its bytes where
 :meth:`~kpatch.codeobject.CodeObject.function_extents` says it lies
 (without the ``s_code_end`` padding that follows the last function) and
 decode them as the code object's own ISA (gfx1010 for gfx101x objects,
-gfx1030 for gfx103x).  All functions go into one control-flow graph (no
+gfx1030 for gfx103x).  The functions go, a batch of them at a time
+(:data:`BATCH_BYTES`), into one control-flow graph (no
 edge crosses a function boundary: a function with a branch that leaves it,
 or lands inside an instruction, is unpatchable, since the code it reaches
 that way is not analysed on its path), every detector runs once over it,
@@ -19,6 +20,7 @@ Code objects for other processors cannot run on gfx1010 at all.
 from __future__ import annotations
 
 import bisect
+from itertools import accumulate
 from operator import attrgetter
 
 import numpy as np
@@ -95,19 +97,24 @@ def build_unit(co, source: str, ranges, parts: list | None = None) -> tuple[list
     return insts, spans
 
 
-def analyse(co, target: str = "gfx1010") -> Report:
+def analyse(co, target: str = "gfx1010", only=None) -> Report:
     """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
     for running on ``target``.
+
+    ``only`` (a set of kernel and device-function names): analyse only those
+    and report only them.  Each function has its own graph, so their findings
+    and ``unseen`` are exactly those of a whole analysis; their verdicts are
+    not (a kernel that calls takes the verdicts of the functions reported).
 
     Threads: the decode memo is per thread, but the decoder's caches
     (:func:`kpatch.isa.decoder.cache_for`) and the ELF symbol memo are shared
     by the process and not locked; call this from one thread at a time (kpatch
     runs parallel work in processes)."""
     with no_gc(), decode_memo():  # (the scan of .text and the functions decode the same code)
-        return _analyse(co, target)
+        return _analyse(co, target, only)
 
 
-def _analyse(co, target: str) -> Report:
+def _analyse(co, target: str, only=None) -> Report:
     if target not in SUPPORTED_TARGETS:
         raise UsageError(f"kpatch analyses code for {', '.join(SUPPORTED_TARGETS)}, not {target!r}")
     processor = co.target.processor if co.target is not None else ""
@@ -123,9 +130,13 @@ def _analyse(co, target: str) -> Report:
     scan = scan_text(co, source, keep_ids=True)
     jumps = bounded_jumps(scan)
     known = scan.known if scan is not None else None
+    if only is not None:
+        ranges, jumps = _only(co, ranges, jumps, only)
     scan = _without_instructions(scan)  # (the context holds them while the detectors run)
-    ctx = unit_context(co, source, processor, [r for r in ranges if r[3] >= 0], jumps=jumps, known=known)
-    _function_reports(report, ctx, run_detectors(ctx))
+    for batch in _batches([r for r in ranges if r[3] >= 0]):
+        ctx = unit_context(co, source, processor, batch, jumps=_jumps_from(co, batch, jumps), known=known)
+        _function_reports(report, ctx, run_detectors(ctx))
+    ctx = None
     if scan is not None:
         _relocation_verdicts(report, scan)
     why = "kernel code not found in .text" if co.text else "the code object has no .text section (no code)"
@@ -139,6 +150,50 @@ def _analyse(co, target: str) -> Report:
     order = {k.name: i for i, k in enumerate(co.kernels)}
     report.kernels.sort(key=lambda k: order.get(k.name, 0))
     return report
+
+
+#: Functions are analysed in batches of about this many bytes of code, in
+#: address order: each function has its own graph, so a batch's findings are
+#: those of the whole analysis, and the working memory (facts, graph,
+#: dataflow) is a batch's, not the whole object's (a Tensile library's
+#: ``.text`` is up to 18 MB).
+BATCH_BYTES = 1 << 20
+
+
+def _batches(ranges):
+    """``ranges`` (as :func:`function_ranges` gives them) in address order, in
+    runs of at most :data:`BATCH_BYTES` bytes of code (a larger function is a
+    batch of its own)."""
+    batch, size = [], 0
+    for r in sorted(ranges, key=lambda r: (r[3], r[1] != "kernel")):
+        if batch and size + r[4] - r[3] > BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(r)
+        size += r[4] - r[3]
+    if batch:
+        yield batch
+
+
+def _only(co, ranges, jumps, only):
+    """The ranges named in ``only``, and the jumps whose source lies in one of them."""
+    ranges = [r for r in ranges if r[0] in only]
+    return ranges, _jumps_from(co, ranges, jumps)
+
+
+def _jumps_from(co, ranges, jumps):
+    """The ``jumps`` whose source lies in one of ``ranges``."""
+    if not jumps:
+        return jumps
+    base = co.text_vaddr or 0
+    spans = sorted((base + a, base + b) for _, _, _, a, b in ranges if a >= 0)
+    starts = [a for a, _ in spans]
+    reach = list(accumulate((b for _, b in spans), max))  # (ranges may overlap)
+
+    def inside(address: int) -> bool:
+        i = bisect.bisect_right(starts, address) - 1
+        return i >= 0 and address < reach[i]
+    return [j for j in jumps if inside(j[0])]
 
 
 #: Rule sets whose fixes change headers only (no code moves, so what pins the

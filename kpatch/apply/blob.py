@@ -80,7 +80,7 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
     FormatError if ``code`` is not a code object, or its metadata note or
     kernel descriptors cannot be read (nothing is patched in an object not
     wholly understood)."""
-    co = CodeObject.from_bytes(code)
+    co = CodeObject.from_bytes(code, lossless=False)  # (read only: the C MessagePack reader)
     co.metadata  # noqa: B018 - read now: a note that does not decode is this blob's error
     co.kernels  # noqa: B018
     names = co.legacy_kernel_names if co.is_legacy else [k.name for k in co.kernels]

@@ -98,6 +98,15 @@ class RecipeDoesNotHold(Exception):
     """A kernel matches a recipe's name but not its arguments."""
 
 
+def _rocsparse(ctx, name: str) -> dict:
+    """kpatch.emulate.sparse's arguments, its buffers as Fills."""
+    try:
+        out = _sparse.build(ctx, name)
+    except _sparse.DoesNotHold as e:
+        raise RecipeDoesNotHold(str(e)) from None
+    return {i: Fill(v.head) if isinstance(v, _sparse.Buffer) else v for i, v in out.items()}
+
+
 def signature(md: dict) -> tuple:
     """The explicit arguments of a kernel as (value kind initial, size)."""
     return tuple((a.get(".value_kind", "?")[:1], a.get(".size", 0)) for a in md.get(".args", [])
@@ -434,7 +443,7 @@ RECIPES: tuple[Recipe, ...] = (
            block=_tensile.launch_block, groups_y=_tensile.launch_groups_y),
     Recipe("rocsparse", re.compile(r"^_ZL.*rocsparse_"),  # internal-linkage rocSPARSE kernels
            None,
-           lambda ctx, sig, name: _sparse.build(ctx, name),
+           lambda ctx, sig, name: _rocsparse(ctx, name),
            "rocSPARSE (github ROCm/rocSPARSE) library/include/rocsparse-types.h (enum values); the "
            "parameter types from the kernel's mangled name (Itanium C++ ABI); see kpatch/emulate/sparse.py"),
 )

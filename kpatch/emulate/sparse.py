@@ -259,6 +259,19 @@ def _size_of(t: Type) -> int | None:
     return None
 
 
+class DoesNotHold(Exception):
+    """The kernel's name or metadata do not fit the rocSPARSE recipe
+    (:mod:`kpatch.emulate.recipes` reports it as its RecipeDoesNotHold)."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A global buffer whose first bytes are ``head`` (the recipe module
+    makes it a Fill): this module imports nothing of kpatch."""
+
+    head: bytes
+
+
 def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
     """``entries`` integers that are at once a CSR/BSR row-pointer array and a
     column (row) index array for ``size`` x ``size`` matrices with index base
@@ -270,17 +283,16 @@ def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes
 
 
 def build(ctx, name: str) -> dict:
-    """{explicit argument index: value} for rocSPARSE kernel ``name`` (see the
-    module's docstring); RecipeDoesNotHold when its name is not read or does
-    not line up with the metadata."""
-    from kpatch.emulate.recipes import Fill, RecipeDoesNotHold
+    """{explicit argument index: value (a :class:`Buffer` for an index array)}
+    for rocSPARSE kernel ``name`` (see the module's docstring); DoesNotHold
+    when its name is not read or does not line up with the metadata."""
     try:
         params = parameters(name)
     except NotParsed as e:
-        raise RecipeDoesNotHold(f"recipe rocsparse does not hold: the name is not read: {e}") from None
+        raise DoesNotHold(f"recipe rocsparse does not hold: the name is not read: {e}") from None
     explicit = [a for a in (ctx.md or {}).get(".args", []) if not a.get(".value_kind", "").startswith("hidden_")]
     if len(params) != len(explicit):
-        raise RecipeDoesNotHold(f"recipe rocsparse does not hold: {len(params)} parameters in the name, "
+        raise DoesNotHold(f"recipe rocsparse does not hold: {len(params)} parameters in the name, "
                                 f"{len(explicit)} explicit arguments in the metadata")
     size = SIZES[ctx.run % len(SIZES)]
     base = ctx.run % 2
@@ -291,17 +303,17 @@ def build(ctx, name: str) -> dict:
         kind, n = a.get(".value_kind", ""), a.get(".size", 0)
         if t.kind == "ptr":
             if kind != "global_buffer" or n != 8:
-                raise RecipeDoesNotHold(f"recipe rocsparse does not hold: parameter {i} is a pointer, "
+                raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} is a pointer, "
                                         f"the metadata says {kind} of {n} bytes")
             if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
-                out[i] = Fill(index_array(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
+                out[i] = Buffer(index_array(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
             continue  # other pointers: the usual random buffer
         if kind != "by_value" or _size_of(t) != n:
-            raise RecipeDoesNotHold(f"recipe rocsparse does not hold: parameter {i} ({t.kind} {t.name}) "
+            raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} ({t.kind} {t.name}) "
                                     f"does not match the metadata's {kind} of {n} bytes")
         if t.kind == "enum":
             if t.name not in ENUMS:
-                raise RecipeDoesNotHold(f"recipe rocsparse does not hold: no valid values known for {t.name}")
+                raise DoesNotHold(f"recipe rocsparse does not hold: no valid values known for {t.name}")
             values = ENUMS[t.name]
             out[i] = base if t.name == "rocsparse_index_base_" else values[(ctx.run + i) % len(values)]
         elif t.kind == "int":
@@ -311,7 +323,7 @@ def build(ctx, name: str) -> dict:
         else:
             v = _scalar_bytes(t, ctx.rng)
             if v is None:
-                raise RecipeDoesNotHold(f"recipe rocsparse does not hold: parameter {i} ({t.kind} {t.name}) "
+                raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} ({t.kind} {t.name}) "
                                         f"has no known value")
             out[i] = v
     return out

@@ -242,7 +242,7 @@ def perform(data: bytes, kernel_actions: list[tuple[tuple, list]], object_action
 
 
 def _perform_kernel(data: bytes, kernel_actions: list[tuple[tuple, list]]) -> bytes:
-    co = CodeObject.from_bytes(data)
+    co = CodeObject.from_bytes(data, lossless=False)  # (descriptors; the metadata is written from the next one)
     by_symbol: dict[str, object] = {}
     for k in co.kernels:  # first match wins, as in CodeObject.kernel
         by_symbol.setdefault(k.name, k)
@@ -274,7 +274,7 @@ def _perform_kernel(data: bytes, kernel_actions: list[tuple[tuple, list]]) -> by
 
 
 def _perform_object(data: bytes, object_actions: tuple) -> bytes:
-    co = CodeObject.from_bytes(data)
+    co = CodeObject.from_bytes(data, lossless=False)  # (read only: set_metadata writes)
     t = co.target
     if t is None:
         raise UsageError("the code object has no target id to change")

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from kpatch.analysis import analyse
+from kpatch.analysis.engine import function_ranges
+from kpatch.analysis.flow import COND, END, FALL, JUMP, TRAP, kind as flow_kind
 from kpatch.isa.decodememo import decode_memo, forget as forget_decodes
 from kpatch.isa.decoder import no_gc
 from kpatch.codeobject import CodeObject
@@ -68,9 +70,8 @@ DEFAULT_RULE_SETS = {
     "harden": ("gfx1010-hazards", "gfx1010-isa", "cu-mode", "vsharp-llc-noalloc"),
 }
 #: Objects from this size on have the garbage of their first analysis
-#: collected before the patched object is verified (a full collection costs
-#: about half a second with the decode caches; for a small object it would
-#: cost more than it frees).
+#: collected before the patched object is verified (for a small object it
+#: would cost more than it frees).
 _COLLECT_FROM = 4 << 20
 #: The modes the rules engine patches for: one per default rule set.
 MODES = tuple(DEFAULT_RULE_SETS)
@@ -361,7 +362,7 @@ def _refused(names: list[str], reason: str, note: str | None = None, **extra) ->
 
 def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
     sets = select_rule_sets(mode, rule_sets, extra_rule_files)
-    co = CodeObject.from_bytes(data)
+    co = CodeObject.from_bytes(data, lossless=False)  # (its metadata is read, never written: headers.py writes)
     names = [k.name for k in co.kernels]
     prov = read_provenance(data)
     if prov is not None:
@@ -411,6 +412,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         into[kr.name] = KernelOutcome(kr.name, "patched" if rules else "untouched", "", rules)
 
     calls = bool(report.functions) or any(r.calls for r in report.kernels)
+    clean = Unchanged.of(co, report, mode)
     # the analysis is not read again: release it (and, through its findings,
     # its context: every instruction's facts and control flow) before the
     # rewriter scans the code again; the loop's last unit holds it too
@@ -450,8 +452,12 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     del contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan
     forget_decodes()
     if len(data) >= _COLLECT_FROM:
-        gc.collect()  # (the collector is paused: the original's reference cycles, e.g. its ELF reader)
-    problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept)
+        # the collector is paused: the original's reference cycles (e.g. its
+        # ELF reader) were all made in this call, so they are in the youngest
+        # generation; a full collection would also traverse the decode caches
+        # (a second or more in a long `apply --db`) for nothing
+        gc.collect(0)
+    problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept, before=clean)
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))
     return PatchResult(new, [outcomes[n] for n in names], relocations=relocated, provenance=rec,
@@ -619,22 +625,33 @@ def _all_or_nothing(outcomes: dict[str, KernelOutcome], fn_outcomes: dict[str, K
     return PatchResult(None, kernels, note=why, functions=fns)
 
 
-def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list[Rule] = ()) -> list[str]:
+def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list[Rule] = (),
+           before: Unchanged | None = None) -> list[str]:
     """Findings left in the kernels and device functions that were not
     refused, which the chosen rule sets should have removed (``kept``:
     approximation rules that leave their instruction as it is).  A kernel or
     function the patched object has that ``outcomes`` does not name is a
     problem too: nothing unseen is called clean.
 
-    The whole object is analysed again, not only the functions the patch
-    touched: a function's verdict is not its own (a kernel that calls
-    through computed addresses takes every device function's verdict, and
-    one place that pins addresses makes every function that moves code
-    unpatchable), and inserted code moves every later function, whose
-    branches and ``s_getpc`` literals relocation rewrites -- so an
-    untouched function's bytes can change too."""
-    co = CodeObject.from_bytes(new)
-    report = analyse(co, MADE_SAFE_FOR)
+    Every kernel and device function is analysed again except the refused
+    ones (their findings are not read) and those ``before`` shows were clean
+    in the original and are exactly as they were (:meth:`Unchanged.same_in`):
+    each function has its own control-flow graph, so the findings and
+    unseen control flow of one depend only on its own code (and, for a
+    kernel, its descriptor's WGP mode and the object's target), which is
+    what ``same_in`` compares.  Verdicts are not read: they are not a
+    function's own (a kernel that calls through computed addresses takes
+    every device function's verdict, and one place that pins addresses
+    makes every function that moves code unpatchable).  Inserted code moves
+    every later function, whose branches and ``s_getpc`` literals relocation
+    rewrites, so an untouched function's bytes can change: then it is
+    analysed again."""
+    co = CodeObject.from_bytes(new, lossless=False)
+    skip = {n for n, o in outcomes.items() if o.status == "refused"}
+    if before is not None:
+        skip |= before.same_in(co)
+    names = {r[0] for r in function_ranges(co)}
+    report = analyse(co, MADE_SAFE_FOR, only=names - skip if skip & names else None)
     problems = []
     for kr in (*report.kernels, *report.functions):
         o = outcomes.get(kr.name)
@@ -652,6 +669,81 @@ def verify(new: bytes, outcomes: dict[str, KernelOutcome], mode: str, kept: list
                 continue
             problems.append(f"{kr.name}: {f.cls} at {f.address:#x}")
     return problems
+
+
+#: The control-flow kinds (:mod:`kpatch.analysis.flow`) whose effect does not
+#: depend on where the code lies: branch targets are relative to the branch.
+_POSITION_FREE = frozenset({FALL, JUMP, COND, END, TRAP})
+
+
+@dataclass
+class Unchanged:
+    """The kernels and device functions of an original object that its
+    analysis found clean (what :func:`verify` would accept), with what their
+    analysis depends on: the object's target, each one's address and bytes
+    (:meth:`CodeObject.function_extents`), a kernel's descriptor WGP mode."""
+
+    target_id: str | None
+    units: dict[str, tuple[str, int, bytes, object]]  # name -> (kind, address, code, wgp_mode)
+
+    @classmethod
+    def of(cls, co: CodeObject, report, mode: str) -> Unchanged:
+        """The clean units of ``co`` by its analysis ``report``."""
+        text, base = co.text or b"", co.text_vaddr or 0
+        extents = {e.name: e for e in co.function_extents()}
+        units = {}
+        for kr in (*report.kernels, *report.functions):
+            e = extents.get(kr.name)
+            if e is None or kr.unseen or any(not (mode == "override" and f.cls in OVERRIDE_ACCEPTS)
+                                             for f in kr.findings):
+                continue
+            units[kr.name] = (e.kind, e.start, bytes(text[e.start - base:e.end - base]), _wgp_mode(co, e))
+        return cls(co.target_id, units)
+
+    def same_in(self, co: CodeObject) -> set[str]:
+        """The names of the units that are in ``co`` exactly as they were: same
+        target, same kind, same bytes, same WGP mode for a kernel, and at the
+        same address or with only position-free instructions (no ``s_getpc_b64``,
+        calls, ``s_setpc_b64`` or PC changes kpatch does not model: their
+        effect depends on where the code lies)."""
+        if co.target_id != self.target_id or not self.units:
+            return set()
+        text, base = co.text or b"", co.text_vaddr or 0
+        out = set()
+        for e in co.function_extents():
+            was = self.units.get(e.name)
+            if was is None or was[0] != e.kind or was[2] != text[e.start - base:e.end - base]:
+                continue
+            if was[3] != _wgp_mode(co, e):
+                continue
+            if was[1] != e.start and not _position_free(was[2], e.start):
+                continue
+            out.add(e.name)
+        return out
+
+
+def _wgp_mode(co: CodeObject, extent):
+    """The WGP mode of the kernel ``extent`` names (None: a device function,
+    or a descriptor without one)."""
+    if extent.kind != "kernel":
+        return None
+    k = next((k for k in co.kernels if k.name == extent.name), None)
+    try:
+        return bool(k.descriptor.wgp_mode)
+    except Exception:  # no descriptor, or a layout without WGP_MODE
+        return None
+
+
+def _position_free(code: bytes, address: int) -> bool:
+    """Whether ``code`` (at ``address``) decodes whole into known instructions
+    whose effect does not depend on where they lie."""
+    try:
+        insts = decode(code, SOURCE_ISA, address)
+    except Exception:  # undecodable: not proven
+        return False
+    return (sum(i.size for i in insts) == len(code)
+            and all(not i.is_unknown and flow_kind(i) in _POSITION_FREE and i.mnemonic != "s_getpc_b64"
+                    for i in insts))
 
 
 def _kept(co: CodeObject, kept: list[Rule], f) -> bool:
