@@ -214,6 +214,27 @@ def identify_words(keys: list[int], ndw: int, cache: DecodeCache) -> list[Decode
     return out
 
 
+def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of unsigned integer keys
+    (uint32 or uint64), sorted by a radix sort on 16-bit digits (numpy's
+    stable sort of 16-bit values is one): 2-3 times faster on 32-bit keys
+    than np.unique's comparison sort."""
+    n = len(keys)
+    if n < 2:
+        return keys.copy(), np.zeros(n, np.intp)
+    order = np.argsort(keys.astype(np.uint16), kind="stable")
+    for shift in range(16, 8 * keys.itemsize, 16):
+        digit = (keys >> keys.dtype.type(shift)).astype(np.uint16)[order]
+        order = order[np.argsort(digit, kind="stable")]
+    ordered = keys[order]
+    first = np.empty(n, bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(n, np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
 def words_of(data: bytes) -> np.ndarray:
     """The little-endian dwords of ``data`` (trailing partial dword dropped)."""
     return np.frombuffer(data, "<u4", len(data) // 4)
@@ -405,11 +426,11 @@ class Buffer:
             groups.append((two, w[s2].astype(np.uint64) | (w[s2 + 1].astype(np.uint64) << np.uint64(32)), 2,
                            cache.c8))
         for idx, keys, k, tab in groups:
-            distinct, inverse = np.unique(keys, return_inverse=True)
-            distinct = distinct.tolist()
-            ds = list(map(tab.get, distinct))
+            uniq, inverse = distinct(keys)
+            uniq = uniq.tolist()
+            ds = list(map(tab.get, uniq))
             if not all(ds):  # (a Decoded is always true: this finds a missing one fastest)
-                new = list(compress(distinct, map(not_, ds)))
+                new = list(compress(uniq, map(not_, ds)))
                 fresh = identify_words(new, k, cache)
                 good = {key: d for key, d in zip(new, fresh) if d.size == 4 * k}
                 # (a rejected 2-dword encoding is a 4-byte unknown word, not kept)

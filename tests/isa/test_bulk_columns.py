@@ -15,7 +15,7 @@ from conftest import FIXTURES
 from kpatch.codeobject import CodeObject
 from kpatch.diff.functions import text_symbols
 from kpatch.isa import disassemble
-from kpatch.isa.bulk import MAX_PEEL, Buffer, Columns, per_instruction
+from kpatch.isa.bulk import MAX_PEEL, Buffer, Columns, distinct, per_instruction
 from kpatch.isa.decoder import cache_for
 from kpatch.isa.lines import disassemble_ids
 
@@ -96,3 +96,16 @@ def test_columns_name_the_instructions_decode_finds():
     assert len(set(map(id, cols.table))) == len(cols.table) < len(insts)  # one entry per distinct encoding
     again = Columns.of(cols.address_list(), cols.ds())
     assert per_instruction(again.ids, again.table) == cols.ds()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1) | st.sampled_from([0, 1, 2**16, 2**32 - 1, 2**63]), max_size=300),
+       st.booleans())
+def test_distinct_is_numpys_unique(keys, narrow):
+    arr = np.array(keys, np.uint64)
+    if narrow:
+        arr = (arr & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    want_u, want_i = np.unique(arr, return_inverse=True)
+    got_u, got_i = distinct(arr)
+    assert got_u.dtype == arr.dtype
+    assert got_u.tolist() == want_u.tolist() and got_i.tolist() == want_i.reshape(-1).tolist()
