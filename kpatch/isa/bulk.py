@@ -19,7 +19,7 @@ bad bytes.
 from __future__ import annotations
 
 from itertools import compress
-from operator import not_
+from operator import attrgetter, not_
 from typing import Iterator
 
 import numpy as np
@@ -212,6 +212,9 @@ def identify_words(keys: list[int], ndw: int, cache: DecodeCache) -> list[Decode
             raw = w.to_bytes(nbytes, "little")
             out[i] = Decoded(raw, fmt, info, None, target) if check(w) else unknown(raw[:4], target)
     return out
+
+
+_SIZE = attrgetter("size")
 
 
 def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -432,12 +435,12 @@ class Buffer:
             if not all(ds):  # (a Decoded is always true: this finds a missing one fastest)
                 new = list(compress(uniq, map(not_, ds)))
                 fresh = identify_words(new, k, cache)
-                good = {key: d for key, d in zip(new, fresh) if d.size == 4 * k}
+                got = dict(zip(new, fresh))
+                rejected = sum(map(_SIZE, fresh)) != 4 * k * len(fresh)
                 # (a rejected 2-dword encoding is a 4-byte unknown word, not kept)
-                cache.store_many(tab, good)
-                it = iter(fresh)
-                ds = [d or next(it) for d in ds]
-                if len(good) < len(new):
+                cache.store_many(tab, {key: d for key, d in got.items() if d.size == 4 * k} if rejected else got)
+                ds = list(map(got.get, uniq, ds))
+                if rejected:
                     no = np.array([d.size != 4 * k for d in ds])
                     first = int(idx[np.flatnonzero(no[inverse])[0]])
                     if bad is None or first < bad:
@@ -447,13 +450,12 @@ class Buffer:
         if len(one) + len(two) < n:
             data = self.data
             big = cache.big
-            step = self.step
             at: dict = {}  # encoding (bytes; the Decoded of an unknown word) -> index in table
             new: dict[bytes, list[int]] = {}  # new encodings longer than 2 dwords -> where
-            for i in np.flatnonzero((ndw > 2) | (ndw == 0)).tolist():
-                p = int(s[i])
-                if step[p] > 2:
-                    raw = data[4 * p:4 * (p + step[p])]
+            rest = np.flatnonzero((ndw > 2) | (ndw == 0))
+            for i, p, size in zip(rest.tolist(), s[rest].tolist(), ndw[rest].tolist()):
+                if size > 2:
+                    raw = data[4 * p:4 * (p + size)]
                     j = at.get(raw)
                     if j is None:
                         d = big.get(raw)
