@@ -151,6 +151,8 @@ def test_readers_refuse_the_same_truncated_documents(doc, cut):
     b"\x91" * 5000 + b"\x01",  # beyond the C reader's own stack
     b"\xd4\x05\x01", b"\xc7\x02\x07ab", b"\x91\xd6\xff\x00\x00\x00\x01",  # ext values (and a timestamp)
     b"\x81\xd6\xff\x00\x00\x00\x01\x01",  # a timestamp as a key
+    b"\x81\xa1k\x92\x82\xa1a\x01\xa1b\x02\x82\xa1a\x01\xa1a\x01",  # a repeated key, deep, equal values
+    b"\x82\xa1a\x01\xa1a\x02\xc1",  # a repeated key, then the reserved byte
 ])
 def test_readers_agree_on_edge_cases(data):
     check(data)
