@@ -562,6 +562,10 @@ class Columns:
         """The Decoded of each instruction."""
         return per_instruction(self.ids, self.table)
 
+    def per_instruction(self, values: list) -> list:
+        """``values`` (one per entry of ``table``) spread over the instructions."""
+        return per_instruction(self.ids, values)
+
     def address_list(self) -> list[int]:
         return self.addrs if isinstance(self.addrs, list) else self.addrs.tolist()
 

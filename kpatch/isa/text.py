@@ -898,9 +898,8 @@ def address_lines(addrs, ds: list) -> list[str]:
 def address_lines_of(cols) -> list[str]:
     """:func:`address_lines` of :class:`kpatch.isa.bulk.Columns` (each
     line's template made once per distinct encoding)."""
-    from kpatch.isa.bulk import per_instruction
     tmpl = _per_table(cols.table, _line_template, "lines")
-    return list(map(mod, per_instruction(cols.ids, tmpl), _ints(cols.addrs)))
+    return list(map(mod, cols.per_instruction(tmpl), _ints(cols.addrs)))
 
 
 def _line_template(d) -> str:
@@ -922,10 +921,9 @@ def objdump_lines(addrs, ds: list, names: dict[int, str]) -> list[str]:
 
 def objdump_lines_of(cols, names: dict[int, str]) -> list[str]:
     """:func:`objdump_lines` of :class:`kpatch.isa.bulk.Columns`."""
-    from kpatch.isa.bulk import per_instruction
     addrs = _ints(cols.addrs)
     tmpl = _per_table(cols.table, _objdump_template, "objdump")
-    return _with_names(list(map(mod, per_instruction(cols.ids, tmpl), addrs)), addrs, names)
+    return _with_names(list(map(mod, cols.per_instruction(tmpl), addrs)), addrs, names)
 
 
 def _with_names(out: list[str], addrs: list[int], names: dict[int, str]) -> list[str]:
