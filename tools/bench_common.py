@@ -162,11 +162,11 @@ def goal(name: str, ratio: float, limit: float, unit: str = "") -> str:
 
 def _decode(paths: list[str]) -> float:
     from isa_corpus import text_of
-    from kpatch.isa.lines import disassemble_columns
+    from kpatch.isa.lines import disassemble_ids
     objs = [text_of(p) for p in paths]
     t = time.process_time()
     for data, addr, syms in objs:
-        disassemble_columns(data, "gfx1030", addr, syms)  # what `kpatch disasm` walks, no text
+        disassemble_ids(data, "gfx1030", addr, syms)  # what `kpatch disasm` walks, no text
     return time.process_time() - t
 
 

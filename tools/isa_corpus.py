@@ -10,8 +10,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from elftools.elf.elffile import ELFFile  # noqa: E402
-
 from kpatch.containers.bundle import open_bundle_bytes  # noqa: E402
 from kpatch.containers.hostelf import find_fatbin_bundles  # noqa: E402
 
@@ -52,6 +50,7 @@ def text_of(path: str) -> tuple[bytes, int, list[int]]:
 
 
 def _text_of_pyelftools(path: str) -> tuple[bytes, int, list[int]]:
+    from elftools.elf.elffile import ELFFile  # (the fallback only: the decode bench's worker does not load it)
     with open(path, "rb") as fh:
         elf = ELFFile(fh)
         idx = next(i for i, s in enumerate(elf.iter_sections()) if s.name == ".text")

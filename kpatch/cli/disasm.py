@@ -13,8 +13,9 @@ from kpatch.containers.discover import Found, Problem, discover
 from kpatch.errors import KpatchError
 from kpatch.isa import TARGETS
 from kpatch.isa.instruction import Instruction
-from kpatch.isa.lines import disassemble_columns
-from kpatch.isa.text import address_lines, objdump_lines
+from kpatch.isa.bulk import Columns
+from kpatch.isa.lines import disassemble_ids
+from kpatch.isa.text import address_lines_of, objdump_lines_of
 from kpatch.diff.functions import text_symbols
 from kpatch.diff.functions import decode_target
 
@@ -35,25 +36,24 @@ def disasm_object(found: Found, co: CodeObject, target: str, kernel: str | None,
     if text is None:
         raise KpatchError("the code object has no .text section")
     symbols = text_symbols(co)
-    addrs, ds = disassemble_columns(co.text, target, text.addr, [a for a, _ in symbols])
-    if not isinstance(addrs, list):
-        addrs = addrs.tolist()
+    cols = disassemble_ids(co.text, target, text.addr, [a for a, _ in symbols])
     if kernel is not None:
         rng = _kernel_range(co, kernel)
         if rng is None:
             raise KpatchError(f"no kernel {kernel!r} (kernels: {', '.join(k.name for k in co.kernels) or 'none'})")
+        addrs = cols.address_list()
         keep = [k for k, a in enumerate(addrs) if rng[0] <= a < rng[1]]
-        addrs, ds = [addrs[k] for k in keep], [ds[k] for k in keep]
+        cols = Columns([addrs[k] for k in keep], cols.ids[keep], cols.table)
     names = dict(symbols)
     lines: list[str] = []
     if fmt == "lines":
-        lines = address_lines(addrs, ds)
+        lines = address_lines_of(cols)
     elif fmt == "text":
         lines.append(f"{found.uri}:\tfile format elf64-amdgpu, decoded as {target}")
         lines.append("")
         lines.append("Disassembly of section .text:")
-        lines += objdump_lines(addrs, ds, names)
-    insts = [Instruction(a, d) for a, d in zip(addrs, ds)] if fmt == "json" else []
+        lines += objdump_lines_of(cols, names)
+    insts = list(map(Instruction, cols.address_list(), cols.ds())) if fmt == "json" else []
     record = {
         "uri": str(found.uri),
         "target": co.target_id,

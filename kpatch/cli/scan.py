@@ -12,6 +12,7 @@ from kpatch.analysis import SUPPORTED_TARGETS, analyse
 from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.data import sample_db_path
+from kpatch.isa.decoder import no_gc
 from kpatch.errors import KpatchError, internal_reason
 from kpatch.cli.inventory import analysis_summary, code_object_record, render_table
 
@@ -29,9 +30,10 @@ def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> t
             continue
         assert isinstance(item, Found)
         try:
-            co = CodeObject.from_bytes(item.data, name=str(item.uri), lossless=False)  # (read only)
-            report = analyse(co, target) if target else None
-            record = code_object_record(item, co, report)
+            with no_gc():  # (reading one object makes millions of acyclic objects: metadata, symbols)
+                co = CodeObject.from_bytes(item.data, name=str(item.uri), lossless=False)  # (read only)
+                report = analyse(co, target) if target else None
+                record = code_object_record(item, co, report)
         except KpatchError as e:
             errors.append({"uri": str(item.uri), "error": e.reason})
             continue

@@ -41,6 +41,12 @@ assert KD.size == KD_SIZE
 _WORD_OFFSETS = {name: KD.offset_of(name) for name, _ in KD.fields}
 _WORD_SIZES = {name: struct.calcsize("<" + code) for name, code in KD.fields}
 _SIGNED = {"KERNEL_CODE_ENTRY_BYTE_OFFSET"}
+#: name -> (offset, size, signed, a struct reading it when it is 1, 2, 4 or 8 bytes, else None)
+_WORD_READ = {name: (_WORD_OFFSETS[name], _WORD_SIZES[name], name in _SIGNED,
+                     struct.Struct("<" + {1: "b", 2: "h", 4: "i", 8: "q"}[_WORD_SIZES[name]]
+                                   if name in _SIGNED else "<" + {1: "B", 2: "H", 4: "I", 8: "Q"}[_WORD_SIZES[name]])
+                     if _WORD_SIZES[name] in (1, 2, 4, 8) else None)
+              for name, _ in KD.fields}
 
 
 @dataclass(frozen=True)
@@ -218,8 +224,10 @@ class KernelDescriptor:
         return {name: self.get(name) for name in self.names()}
 
     def _word(self, name: str) -> int:
-        off, size = _WORD_OFFSETS[name], _WORD_SIZES[name]
-        return int.from_bytes(self._data[off:off + size], "little", signed=name in _SIGNED)
+        off, size, signed, reader = _WORD_READ[name]
+        if reader is not None:
+            return reader.unpack_from(self._data, off)[0]
+        return int.from_bytes(self._data[off:off + size], "little", signed=signed)
 
     def _set_word(self, name: str, value: int) -> None:
         off, size = _WORD_OFFSETS[name], _WORD_SIZES[name]
@@ -231,8 +239,12 @@ class KernelDescriptor:
 
     def get(self, name: str) -> int:
         """The value of a word (``COMPUTE_PGM_RSRC1``) or bit field (``WGP_MODE``)."""
-        if name in _WORD_OFFSETS:
-            return self._word(name)
+        word = _WORD_READ.get(name)
+        if word is not None:
+            off, size, signed, reader = word
+            if reader is not None:
+                return reader.unpack_from(self._data, off)[0]
+            return int.from_bytes(self._data[off:off + size], "little", signed=signed)
         f = self.bit_fields.get(name)
         if f is None:
             raise UsageError(f"no kernel descriptor field {name!r} in layout {self.layout}")

@@ -134,7 +134,19 @@ class Metadata:
         return self.root.get(KEY_KERNELS) or []
 
     def kernel(self, symbol_or_name: str) -> dict | None:
-        """The kernel map whose ``.symbol`` or ``.name`` is the argument, or None."""
+        """The kernel map whose ``.symbol`` or ``.name`` is the argument, or None
+        (the first by ``.symbol``, else the first by ``.name``).  A plain map
+        (``lossless`` False: read, never edited) answers from an index made on
+        the first call: a scan asks once per kernel, thousands per object."""
+        if not self.lossless:
+            index = self.__dict__.get("_index")
+            if index is None:
+                index = self._index = ({}, {})
+                for k in self.kernels:
+                    index[0].setdefault(k.get(".symbol"), k)
+                    index[1].setdefault(k.get(".name"), k)
+            k = index[0].get(symbol_or_name)
+            return k if k is not None else index[1].get(symbol_or_name)
         for k in self.kernels:
             if k.get(".symbol") == symbol_or_name:
                 return k

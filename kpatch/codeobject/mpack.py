@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import struct
+from itertools import chain, compress, repeat
+from operator import is_
 from typing import Any
 
 from kpatch.errors import FormatError
@@ -420,8 +422,11 @@ def unpack_plain(data: bytes, *, allow_trailing: bool = False) -> Any | tuple[An
     import msgpack  # (imported on first use: start-up stays light)
 
     data = bytes(data)
+    # max_ext_len=0: an extension value with data (a timestamp always has some: the C reader
+    # decodes it itself, without ext_hook) is refused, and so read by the lossless reader below
     u = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, unicode_errors="surrogateescape",
-                         object_pairs_hook=_pairs, ext_hook=_ext, max_buffer_size=max(len(data), 1))
+                         object_pairs_hook=_pairs, ext_hook=_ext, max_ext_len=0,
+                         max_buffer_size=max(len(data), 1))
     u.feed(data)
     try:
         value = u.unpack()
@@ -434,7 +439,7 @@ def unpack_plain(data: bytes, *, allow_trailing: bool = False) -> Any | tuple[An
     except Exception:  # an extension value (_NotPlain), or the C reader's other refusals (reserved byte,
         # too deep for its stack, ...): the lossless reader reads it, or says why in kpatch's words
         return _plain_of(unpack(data, allow_trailing=allow_trailing))
-    if _deep_or_ext(value):
+    if _too_deep(value):
         return _plain_of(unpack(data, allow_trailing=allow_trailing))
     rest = data[u.tell():]
     if allow_trailing:
@@ -444,34 +449,22 @@ def unpack_plain(data: bytes, *, allow_trailing: bool = False) -> Any | tuple[An
     return value
 
 
-def _deep_or_ext(value: Any) -> bool:
-    """True if ``value`` nests deeper than :data:`MAX_DEPTH` (then
-    :func:`unpack` refuses it) or holds a timestamp extension value (which
-    the C reader turns into its own type)."""
-    stack = [(value, 0)]
-    while stack:
-        v, depth = stack.pop()
-        t = type(v)
-        if t is dict:
-            items = v.values()
-            for k in v:
-                if type(k) is not str and type(k).__module__.startswith("msgpack"):
-                    return True
-        elif t is list:
-            items = v
-        else:
-            if t.__module__.startswith("msgpack"):
-                return True
-            continue
-        if not items:
-            continue
-        if depth >= MAX_DEPTH:
-            return True
-        for x in items:
-            tx = type(x)
-            if tx is dict or tx is list or tx.__module__.startswith("msgpack"):
-                stack.append((x, depth + 1))
-    return False
+def _too_deep(value: Any) -> bool:
+    """True if ``value`` (lists and dicts of the C reader) nests deeper than
+    :data:`MAX_DEPTH` (then :func:`unpack` refuses it): a non-empty list or
+    map at that depth.  Walked a level at a time, each level's values
+    listed and sorted by type in C (``map``, ``compress``), not one Python
+    step per value."""
+    dicts = [value] if type(value) is dict else []
+    lists = [value] if type(value) is list else []
+    for _ in range(MAX_DEPTH):
+        if not dicts and not lists:
+            return False
+        level = list(chain(chain.from_iterable(map(dict.values, dicts)), chain.from_iterable(lists)))
+        types = set(map(type, level))
+        dicts = list(compress(level, map(is_, map(type, level), repeat(dict)))) if dict in types else []
+        lists = list(compress(level, map(is_, map(type, level), repeat(list)))) if list in types else []
+    return any(dicts) or any(lists)
 
 
 def _plain_of(value: Any) -> Any:

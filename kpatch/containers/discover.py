@@ -155,18 +155,25 @@ def _hostelf_items(path: str, base: Uri, container: str) -> Iterator[Item]:
         return
     label = f"{container}/fatbin" if container else "fatbin"
     # one bundle in memory at a time (pread, not a mapping that would keep
-    # every page of a 1.3 GB library resident)
+    # every page of a 1.3 GB library resident), read into one buffer kept
+    # from bundle to bundle: its code objects are copied out of it anyway
+    buf = bytearray(max((b.size for b in bundles if b.size <= limits.MAX_OBJECT_BYTES), default=0))
     with open(path, "rb") as f:
         for b in bundles:
             if b.size > limits.MAX_OBJECT_BYTES:
                 yield Problem(str(base.with_(offset=b.offset, size=b.size)),
                               f"bundle of {b.size} bytes is larger than the limit of {limits.MAX_OBJECT_BYTES} bytes")
                 continue
-            data = os.pread(f.fileno(), b.size, b.offset)
-            if len(data) != b.size:
-                yield Problem(str(base.with_(offset=b.offset, size=b.size)), "bundle lies beyond the end of the file")
-                continue
-            yield from _bundle_items(data, base, label, file_offset=b.offset, addressable=True)
+            view = memoryview(buf)[:b.size]
+            try:
+                got = os.preadv(f.fileno(), [view], b.offset) if b.size else 0
+                if got != b.size:
+                    yield Problem(str(base.with_(offset=b.offset, size=b.size)),
+                                  "bundle lies beyond the end of the file")
+                    continue
+                yield from _bundle_items(view, base, label, file_offset=b.offset, addressable=True)
+            finally:
+                view.release()
 
 
 def _read_object(path: str) -> bytes:

@@ -144,6 +144,32 @@ def _cstring(table: bytes, start: int, what: str) -> str:
     return table[start:end].decode("utf-8", "surrogateescape")
 
 
+def _read_symbols(body: bytes, strings: bytes, table: str, where: str) -> list[Symbol]:
+    """The Symbols of the entries ``body`` of a symbol table (whole
+    entries) named ``table``, names read from ``strings``.  (A library's
+    code objects hold hundreds of thousands of symbols: each Symbol is made
+    with its attributes set at once, as its generated ``__init__`` would
+    set them one by one.)"""
+    out = []
+    append = out.append
+    new = object.__new__
+    n_strings = len(strings)
+    find = strings.find
+    for i, (st_name, info, other, shndx, value, size) in enumerate(SYM.struct.iter_unpack(body)):
+        if st_name:
+            end = find(b"\0", st_name) if st_name < n_strings else -2
+            if end < 0:
+                _cstring(strings, st_name, f"{where} entry {i}")  # (raises: says why)
+            name = strings[st_name:end].decode("utf-8", "surrogateescape")
+        else:
+            name = ""
+        sym = new(Symbol)
+        sym.__dict__.update(name=name, value=value, size=size, type=info & 0xF, bind=info >> 4,
+                            visibility=other & 0x3, shndx=shndx, table=table)
+        append(sym)
+    return out
+
+
 #: Symbol tables read lately, by (section name, entries, string table):
 #: one code object is parsed many times while it is patched (and its
 #: symbol tables are the slow part); Symbols are immutable, so the same
@@ -291,12 +317,7 @@ class ElfFile:
         key = (section.name, body, strings)
         got = _SYMBOL_MEMO.get(key)
         if got is None:
-            got = []
-            for i, s in enumerate(SYM.read_many(body, 0, section.size // SYM.size)):
-                name = _cstring(strings, s.st_name, f"{where} entry {i}") if s.st_name else ""
-                got.append(Symbol(name, s.st_value, s.st_size, s.st_info & 0xF, s.st_info >> 4,
-                                  s.st_other & 0x3, s.st_shndx, section.name))
-            got = tuple(got)
+            got = tuple(_read_symbols(body, strings, section.name, where))
             if len(_SYMBOL_MEMO) >= _SYMBOL_MEMO_SIZE:
                 _SYMBOL_MEMO.pop(next(iter(_SYMBOL_MEMO)))
             _SYMBOL_MEMO[key] = got

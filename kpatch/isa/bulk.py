@@ -19,7 +19,7 @@ bad bytes.
 from __future__ import annotations
 
 from itertools import compress
-from operator import not_
+from operator import attrgetter, not_
 from typing import Iterator
 
 import numpy as np
@@ -34,6 +34,11 @@ from kpatch.isa.validity import checker
 #: re-walks of one segment after finding rejected encodings before falling
 #: back to the one-instruction-at-a-time walk (only hostile input gets there)
 MAX_RESYNC = 16
+
+#: rounds of :meth:`Buffer.starts_many` peeling off positions no walk
+#: reaches before it gives up (a chain of that many instructions decoded
+#: out of step with the real ones and never meeting them: built data)
+MAX_PEEL = 256
 
 
 class _FormatArrays:
@@ -209,6 +214,30 @@ def identify_words(keys: list[int], ndw: int, cache: DecodeCache) -> list[Decode
     return out
 
 
+_SIZE = attrgetter("size")
+
+
+def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of unsigned integer keys
+    (uint32 or uint64), sorted by a radix sort on 16-bit digits (numpy's
+    stable sort of 16-bit values is one): 2-3 times faster on 32-bit keys
+    than np.unique's comparison sort."""
+    n = len(keys)
+    if n < 2:
+        return keys.copy(), np.zeros(n, np.intp)
+    order = np.argsort(keys.astype(np.uint16), kind="stable")
+    for shift in range(16, 8 * keys.itemsize, 16):
+        digit = (keys >> keys.dtype.type(shift)).astype(np.uint16)[order]
+        order = order[np.argsort(digit, kind="stable")]
+    ordered = keys[order]
+    first = np.empty(n, bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(n, np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
 def words_of(data: bytes) -> np.ndarray:
     """The little-endian dwords of ``data`` (trailing partial dword dropped)."""
     return np.frombuffer(data, "<u4", len(data) // 4)
@@ -227,23 +256,41 @@ class Buffer:
         self.sz0 = sizer_for(cache.tables).sizes(self.words)
         #: ... and with those counted as 1-dword unknown words
         self.sz = np.maximum(self.sz0, 1)
-        self.step = self.sz.tolist()
+        self._step = None
+        self._jarr = None
         self._jump = None
 
-    def jumps(self) -> list[int]:
-        """``step``, except -n where a run of n >= 2 zero dwords starts."""
-        if self._jump is None:
+    @property
+    def step(self) -> list[int]:
+        """``sz`` as a list (the walks of :meth:`starts` read it)."""
+        if self._step is None:
+            self._step = self.sz.tolist()
+        return self._step
+
+    def jump_array(self) -> np.ndarray:
+        """``sz``, except -n where a run of n >= 2 zero dwords starts."""
+        if self._jarr is None:
             n = self.nwords
             idx = np.arange(n)
             nz = np.where(self.words != 0, idx, n)
             zrun = np.minimum.accumulate(nz[::-1])[::-1] - idx
-            self._jump = np.where(zrun >= 2, -zrun, self.sz).tolist()
+            self._jarr = np.where(zrun >= 2, -zrun, self.sz)
+        return self._jarr
+
+    def jumps(self) -> list[int]:
+        """:meth:`jump_array` as a list."""
+        if self._jump is None:
+            self._jump = self.jump_array().tolist()
         return self._jump
 
     def reject(self, p: int) -> None:
         """Record that the word at dword ``p`` starts no instruction."""
         self.sz0[p] = 0
-        self.sz[p] = self.step[p] = 1
+        self.sz[p] = 1
+        if self._step is not None:
+            self._step[p] = 1
+        if self._jarr is not None and self._jarr[p] > 0:
+            self._jarr[p] = 1
         if self._jump is not None and self._jump[p] > 0:
             self._jump[p] = 1
 
@@ -274,65 +321,156 @@ class Buffer:
                 p += step[p]
         return out
 
+    def starts_many(self, bounds: list[tuple[int, int]], skip_zeros: bool) -> np.ndarray | None:
+        """:meth:`starts` of each ``(first, end)`` of ``bounds`` (dword
+        positions, ascending and not overlapping), concatenated, as an int64
+        array found with numpy, no Python step per instruction; None when
+        the bounds are not so (the caller walks them one by one).
+
+        How: every dword position ``p`` of a segment gets the position the
+        walk goes to from it (``nxt``: past the instruction or the zero run
+        there; the segment's end for one that leaves it) and whether the
+        walk lists it.  The positions the walk visits are those reachable
+        from the segments' first positions; every other one is peeled off,
+        round by round, from those nothing leads to (a position whose every
+        predecessor is peeled off goes next).  What remains is exactly the
+        walk: ``nxt`` only goes forward, so a chain of positions not reached
+        from a segment's start has a first element, peeled in the first
+        round, and the next one in the next round, and so on.  Real code
+        resynchronises within a few instructions; a chain of more than
+        :data:`MAX_PEEL` rounds (only built data gets there) returns None."""
+        if not bounds:
+            return np.zeros(0, np.int64)
+        fe = np.array(bounds, np.int64).reshape(-1, 2)
+        firsts, ends = fe[:, 0], fe[:, 1]
+        n = self.nwords
+        if (firsts < 0).any() or (ends > n).any() or (ends <= firsts).any() or (firsts[1:] < ends[:-1]).any():
+            return None
+        pos = np.arange(n, dtype=np.int64)
+        if firsts[0] == 0 and ends[-1] == n and (firsts[1:] == ends[:-1]).all():
+            lim = np.repeat(ends, ends - firsts)  # the end of each position's segment
+        else:
+            mark = np.zeros(n, np.int64)
+            mark[firsts] = np.arange(1, len(firsts) + 1)
+            seg = np.maximum.accumulate(mark) - 1
+            lim = np.where(seg >= 0, ends[seg], 0)  # (0: in no segment)
+        inseg = pos < lim
+        if skip_zeros:
+            jump = self.jump_array().copy()
+            listed = jump > 0
+            last = ends - 1  # a zero run at the segment's last dword: an instruction
+            listed[last] = True
+            jump[last] = self.sz[last]
+            nxt = pos + np.abs(jump)
+        else:
+            listed = None
+            nxt = pos + self.sz
+        nxt[(nxt >= lim) | ~inseg] = n  # n: the walk is over
+        indeg = np.bincount(nxt[inseg], minlength=n + 1)
+        indeg[firsts] += 1
+        front = np.flatnonzero(inseg & (indeg[:n] == 0))
+        alive = inseg
+        for _ in range(MAX_PEEL):
+            if not len(front):
+                break
+            alive[front] = False
+            t = nxt[front]
+            t = t[t < n]
+            if len(t) > n >> 4:
+                indeg -= np.bincount(t, minlength=n + 1)
+                front = np.flatnonzero(alive & (indeg[:n] == 0))
+            else:
+                u, c = np.unique(t, return_counts=True)
+                indeg[u] -= c
+                front = u[indeg[u] == 0]
+        else:
+            if len(front):
+                return None
+        if listed is not None:
+            alive &= listed
+        return np.flatnonzero(alive)
+
     def lookup(self, starts: list[int], s: np.ndarray | None = None
                ) -> tuple[list[Decoded], int | None]:
         """The Decoded of the instruction at each start, decoding new
         encodings, and the index of the first start whose encoding LLVM
         rejects although the sizes made it longer than a dword (or None).
-        ``s`` may give ``starts`` as an array already."""
-        cache = self.cache
-        n = len(starts)
-        if not n:
-            return [], None
+        ``s`` may give ``starts`` as an array already
+        (:meth:`lookup_ids` with a list per instruction)."""
         if s is None:
-            s = np.fromiter(starts, np.int64, n)
+            s = np.fromiter(starts, np.int64, len(starts))
+        ids, table, bad = self.lookup_ids(s)
+        return per_instruction(ids, table), bad
+
+    def lookup_ids(self, s: np.ndarray) -> tuple[np.ndarray, list[Decoded], int | None]:
+        """The encoding of the instruction at each dword position of ``s``
+        (int64 array) as a column: ``ids``, per instruction the index in
+        ``table`` of its :class:`Decoded`, one per distinct encoding (the
+        encodings are made distinct with numpy, then looked up in the
+        target's cache, new ones decoded and kept there); and the index
+        of the first instruction whose encoding LLVM rejects although the
+        sizes made it longer than a dword (or None: see :meth:`lookup`)."""
+        n = len(s)
+        ids = np.zeros(n, np.int64)
+        table: list[Decoded] = []
+        if not n:
+            return ids, table, None
+        cache = self.cache
         ndw = self.sz0[s]
         w = self.words
+        bad = None
         one = np.flatnonzero(ndw == 1)
         two = np.flatnonzero(ndw == 2)
-        out = np.empty(n, object)
-        bad = None
-        s1 = s[one]
-        s2 = s[two]
-        groups = [(one, w[s1].tolist(), cache.c4)]
+        groups = []
+        if len(one):
+            groups.append((one, w[s[one]], 1, cache.c4))
         if len(two):
-            k2 = w[s2].astype(np.uint64) | (w[s2 + 1].astype(np.uint64) << np.uint64(32))
-            groups.append((two, k2.tolist(), cache.c8))
-        for idx, keys, tab in groups:
-            ds = list(map(tab.get, keys))
+            s2 = s[two]
+            groups.append((two, w[s2].astype(np.uint64) | (w[s2 + 1].astype(np.uint64) << np.uint64(32)), 2,
+                           cache.c8))
+        for idx, keys, k, tab in groups:
+            uniq, inverse = distinct(keys)
+            uniq = uniq.tolist()
+            ds = list(map(tab.get, uniq))
             if not all(ds):  # (a Decoded is always true: this finds a missing one fastest)
-                k = 1 if tab is cache.c4 else 2
-                new = list(set(compress(keys, map(not_, ds))))
-                fresh = dict(zip(new, identify_words(new, k, cache)))
-                good = {key: d for key, d in fresh.items() if d.size == 4 * k}
+                new = list(compress(uniq, map(not_, ds)))
+                fresh = identify_words(new, k, cache)
+                got = dict(zip(new, fresh))
+                rejected = sum(map(_SIZE, fresh)) != 4 * k * len(fresh)
                 # (a rejected 2-dword encoding is a 4-byte unknown word, not kept)
-                rejected = len(good) < len(fresh)
-                cache.store_many(tab, good)
-                ds = list(map(fresh.get, keys, ds))
+                cache.store_many(tab, {key: d for key, d in got.items() if d.size == 4 * k} if rejected else got)
+                ds = list(map(got.get, uniq, ds))
                 if rejected:
-                    for j, d in enumerate(ds):
-                        if d.size != 4 * k:
-                            i = int(idx[j])
-                            if bad is None or i < bad:
-                                bad = i
-                            break
-            out[idx] = np.fromiter(ds, object, len(ds))
+                    no = np.array([d.size != 4 * k for d in ds])
+                    first = int(idx[np.flatnonzero(no[inverse])[0]])
+                    if bad is None or first < bad:
+                        bad = first
+            ids[idx] = inverse.reshape(-1) + len(table)
+            table += ds
         if len(one) + len(two) < n:
             data = self.data
             big = cache.big
-            step = self.step
+            at: dict = {}  # encoding (bytes; the Decoded of an unknown word) -> index in table
             new: dict[bytes, list[int]] = {}  # new encodings longer than 2 dwords -> where
-            for i in np.flatnonzero((ndw > 2) | (ndw == 0)).tolist():
-                p = starts[i]
-                if step[p] > 2:
-                    raw = data[4 * p:4 * (p + step[p])]
-                    d = big.get(raw)
-                    if d is None:
-                        new.setdefault(raw, []).append(i)
-                        continue
+            rest = np.flatnonzero((ndw > 2) | (ndw == 0))
+            for i, p, size in zip(rest.tolist(), s[rest].tolist(), ndw[rest].tolist()):
+                if size > 2:
+                    raw = data[4 * p:4 * (p + size)]
+                    j = at.get(raw)
+                    if j is None:
+                        d = big.get(raw)
+                        if d is None:
+                            new.setdefault(raw, []).append(i)
+                            continue
+                        j = at[raw] = len(table)
+                        table.append(d)
                 else:  # no instruction starts here: an unknown word
                     d = self._new(p)
-                out[i] = d
+                    j = at.get(d)
+                    if j is None:
+                        j = at[d] = len(table)
+                        table.append(d)
+                ids[i] = j
             by_size: dict[int, list[bytes]] = {}
             for raw in new:
                 by_size.setdefault(len(raw) // 4, []).append(raw)
@@ -342,9 +480,9 @@ class Buffer:
                         cache.store(big, raw, d)
                     elif bad is None or new[raw][0] < bad:  # rejected: a 4-byte unknown word
                         bad = new[raw][0]
-                    for i in new[raw]:
-                        out[i] = d
-        return out.tolist(), bad
+                    ids[new[raw]] = len(table)
+                    table.append(d)
+        return ids, table, bad
 
     def _new(self, p: int) -> Decoded:
         return decode_at(self.data, 4 * p, self.cache, len(self.data))
@@ -398,6 +536,47 @@ def _emit(out: list, base_address: int, starts, ds: list[Decoded]) -> None:
     out.extend(map(Instruction, addrs, ds))
 
 
+class Columns:
+    """Instructions as columns, no Python object per instruction:
+    ``addrs`` (an int64 array, or a list of ints when they do not fit one),
+    ``ids`` (an int64 array: the index of each instruction's encoding in
+    ``table``) and ``table`` (the :class:`Decoded` of each distinct
+    encoding, shared by all its occurrences)."""
+
+    __slots__ = ("addrs", "ids", "table")
+
+    def __init__(self, addrs, ids: np.ndarray, table: list[Decoded]):
+        self.addrs, self.ids, self.table = addrs, ids, table
+
+    @classmethod
+    def of(cls, addrs, ds: list[Decoded]) -> "Columns":
+        """The columns of instructions given as addresses and Decoded."""
+        index: dict[Decoded, int] = {}
+        ids = np.fromiter((index.setdefault(d, len(index)) for d in ds), np.int64, len(ds))
+        return cls(addrs, ids, list(index))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def ds(self) -> list[Decoded]:
+        """The Decoded of each instruction."""
+        return per_instruction(self.ids, self.table)
+
+    def per_instruction(self, values: list) -> list:
+        """``values`` (one per entry of ``table``) spread over the instructions."""
+        return per_instruction(self.ids, values)
+
+    def address_list(self) -> list[int]:
+        return self.addrs if isinstance(self.addrs, list) else self.addrs.tolist()
+
+
+def per_instruction(ids: np.ndarray, table: list) -> list:
+    """``[table[i] for i in ids]``, made by numpy."""
+    arr = np.empty(len(table), object)
+    arr[:] = table
+    return arr[ids].tolist()
+
+
 def walk_segments(data: bytes, bounds: list[tuple[int, int]], cache: DecodeCache,
                   base_address: int, out: list, skip_zeros: bool = False) -> None:
     """Decode each ``data[start:end]`` of ``bounds`` (in order) into ``out``:
@@ -409,25 +588,38 @@ def walk_segments(data: bytes, bounds: list[tuple[int, int]], cache: DecodeCache
 
 def walk_columns(data: bytes, bounds: list[tuple[int, int]], cache: DecodeCache,
                  base_address: int, skip_zeros: bool = False) -> tuple[np.ndarray | list[int], list[Decoded]]:
-    """:func:`walk_segments` as two columns, no Python object per
-    instruction: the addresses (an int64 array, or a list of ints when they
-    do not fit one) and the :class:`Decoded` of each instruction (shared by
-    every occurrence of an encoding)."""
+    """:func:`walk_segments` as two columns: the addresses (an int64 array,
+    or a list of ints when they do not fit one) and the :class:`Decoded` of
+    each instruction (shared by every occurrence of an encoding)."""
+    cols = walk_ids(data, bounds, cache, base_address, skip_zeros)
+    return cols.addrs, cols.ds()
+
+
+def walk_ids(data: bytes, bounds: list[tuple[int, int]], cache: DecodeCache,
+             base_address: int, skip_zeros: bool = False) -> Columns:
+    """:func:`walk_segments` as :class:`Columns`: when every segment is
+    dword-aligned (the common case) the boundaries of all segments are
+    found at once (:meth:`Buffer.starts_many`) and each distinct encoding
+    is looked up once (:meth:`Buffer.lookup_ids`); if an encoding is
+    rejected, segment by segment."""
     buf = Buffer(data, cache)
     if not len(data) & 3 and all(not (a & 3 or b & 3) for a, b in bounds):
-        starts: list[int] = []
-        for a, b in bounds:
-            starts += buf.starts(a // 4, b // 4, skip_zeros)
-        s = np.fromiter(starts, np.int64, len(starts))
-        ds, bad = buf.lookup(starts, s)
+        dw = [(a // 4, b // 4) for a, b in bounds]
+        s = buf.starts_many(dw, skip_zeros)
+        if s is None:
+            starts: list[int] = []
+            for a, b in dw:
+                starts += buf.starts(a, b, skip_zeros)
+            s = np.fromiter(starts, np.int64, len(starts))
+        ids, table, bad = buf.lookup_ids(s)
         if bad is None:
             if 0 <= base_address and base_address + len(data) < 2**62:
-                return s * 4 + base_address, ds
-            return [base_address + 4 * p for p in starts], ds
+                return Columns(s * 4 + base_address, ids, table)
+            return Columns([base_address + 4 * p for p in s.tolist()], ids, table)
     out: list[Instruction] = []
     for a, b in bounds:
         walk(data, a, b, cache, base_address, out, skip_zeros, buf)
-    return [i.address for i in out], [i.d for i in out]
+    return Columns.of([i.address for i in out], [i.d for i in out])
 
 
 def walk(data: bytes, start: int, end: int, cache: DecodeCache, base_address: int,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from kpatch.isa.bulk import walk_columns
+from kpatch.isa.bulk import Columns, walk_ids
 from kpatch.isa.decoder import cache_for, no_gc
 from kpatch.isa.instruction import Instruction
 from kpatch.isa.tables import check_target
@@ -44,10 +44,18 @@ def disassemble(data: bytes, target: str, base_address: int = 0,
 
 def disassemble_columns(data: bytes, target: str, base_address: int = 0,
                         symbols: Iterable[int] = ()) -> tuple:
-    """:func:`disassemble` as columns (see
-    :func:`kpatch.isa.bulk.walk_columns`): the addresses (int64 array or
+    """:func:`disassemble` as two columns: the addresses (int64 array or
     list) and the :class:`~kpatch.isa.instruction.Decoded` of each
     instruction, without an object per instruction."""
+    cols = disassemble_ids(data, target, base_address, symbols)
+    return cols.addrs, cols.ds()
+
+
+def disassemble_ids(data: bytes, target: str, base_address: int = 0,
+                    symbols: Iterable[int] = ()) -> Columns:
+    """:func:`disassemble` as :class:`~kpatch.isa.bulk.Columns`: the
+    addresses, an encoding index per instruction and the
+    :class:`~kpatch.isa.instruction.Decoded` of each distinct encoding."""
     check_target(target)
     cache = cache_for(target)
     data = bytes(data)
@@ -55,7 +63,7 @@ def disassemble_columns(data: bytes, target: str, base_address: int = 0,
     starts = sorted({a - base_address for a in symbols if 0 <= a - base_address < end_all} | {0})
     bounds = list(zip(starts, starts[1:] + [end_all]))
     with no_gc():
-        return walk_columns(data, bounds, cache, base_address, skip_zeros=True)
+        return walk_ids(data, bounds, cache, base_address, skip_zeros=True)
 
 
 def disasm_lines(data: bytes, target: str, base_address: int = 0,

@@ -866,6 +866,24 @@ def make_texts(ds) -> None:
         d.text
 
 
+def _per_table(table: list, make: Callable, kind: str) -> list[str]:
+    """``make(d)`` for each element of ``table`` (the distinct encodings
+    of :class:`kpatch.isa.bulk.Columns`), remembered for the next listing
+    of ``kind`` as :func:`_per_encoding` does."""
+    memo = _LINE_MEMO[kind]
+    if len(memo) >= LINE_MEMO_LIMIT:
+        memo.clear()
+    make_texts([d for d in table if d not in memo])
+    get = memo.get
+    out = []
+    for d in table:
+        t = get(d)
+        if t is None:
+            t = memo[d] = make(d)
+        out.append(t)
+    return out
+
+
 def _percent(t: str) -> str:
     return t.replace("%", "%%")
 
@@ -873,20 +891,43 @@ def _percent(t: str) -> str:
 def address_lines(addrs, ds: list) -> list[str]:
     """``<hex address>\t<text>`` per instruction (``kpatch disasm --format
     lines``), from the columns of :func:`kpatch.isa.lines.disassemble_columns`."""
-    tmpl = _per_encoding(ds, lambda d: "%x\t" + _percent(d._text or d.text), "lines")
+    tmpl = _per_encoding(ds, _line_template, "lines")
     return list(map(mod, tmpl, _ints(addrs)))
+
+
+def address_lines_of(cols) -> list[str]:
+    """:func:`address_lines` of :class:`kpatch.isa.bulk.Columns` (each
+    line's template made once per distinct encoding)."""
+    tmpl = _per_table(cols.table, _line_template, "lines")
+    return list(map(mod, cols.per_instruction(tmpl), _ints(cols.addrs)))
+
+
+def _line_template(d) -> str:
+    return "%x\t" + _percent(d._text or d.text)
+
+
+def _objdump_template(d) -> str:
+    t = d._text or d.text
+    return "\t" + _percent(t.ljust(59) if len(t) < 59 else t + " ") + "// %012X: " + encoding_text(d.raw)
 
 
 def objdump_lines(addrs, ds: list, names: dict[int, str]) -> list[str]:
     """llvm-objdump -d's lines for the instructions (text padded to column
     59, then ``// ADDRESS: ENCODING``), with a blank line and ``<name>:``
     before each address of ``names``."""
-    def make(d) -> str:
-        t = d._text or d.text
-        return "\t" + _percent(t.ljust(59) if len(t) < 59 else t + " ") + "// %012X: " + encoding_text(d.raw)
-
     addrs = _ints(addrs)
-    out = list(map(mod, _per_encoding(ds, make, "objdump"), addrs))
+    return _with_names(list(map(mod, _per_encoding(ds, _objdump_template, "objdump"), addrs)), addrs, names)
+
+
+def objdump_lines_of(cols, names: dict[int, str]) -> list[str]:
+    """:func:`objdump_lines` of :class:`kpatch.isa.bulk.Columns`."""
+    addrs = _ints(cols.addrs)
+    tmpl = _per_table(cols.table, _objdump_template, "objdump")
+    return _with_names(list(map(mod, cols.per_instruction(tmpl), addrs)), addrs, names)
+
+
+def _with_names(out: list[str], addrs: list[int], names: dict[int, str]) -> list[str]:
+    """``out`` with a blank line and ``<name>:`` before each line at an address of ``names``."""
     if names:
         at = sorted(k for k in (_index(addrs, a) for a in names) if k is not None)
         for k in reversed(at):

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from conftest import CORPUS_LIB, FIXTURES
 from kpatch.codeobject import CodeObject, decode_metadata, encode_metadata
 from kpatch.codeobject import mpack
+from kpatch.codeobject.metadata import Metadata
 from kpatch.errors import FormatError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -150,6 +151,8 @@ def test_readers_refuse_the_same_truncated_documents(doc, cut):
     b"\x91" * 5000 + b"\x01",  # beyond the C reader's own stack
     b"\xd4\x05\x01", b"\xc7\x02\x07ab", b"\x91\xd6\xff\x00\x00\x00\x01",  # ext values (and a timestamp)
     b"\x81\xd6\xff\x00\x00\x00\x01\x01",  # a timestamp as a key
+    b"\x81\xa1k\x92\x82\xa1a\x01\xa1b\x02\x82\xa1a\x01\xa1a\x01",  # a repeated key, deep, equal values
+    b"\x82\xa1a\x01\xa1a\x02\xc1",  # a repeated key, then the reserved byte
 ])
 def test_readers_agree_on_edge_cases(data):
     check(data)
@@ -176,3 +179,15 @@ def test_what_only_the_c_reader_refuses_is_said_in_the_lossless_readers_words(da
     with pytest.raises(FormatError) as plain:
         mpack.unpack_plain(data)
     assert plain.value.reason == lossless.value.reason and plain.value.reason.strip(": ") != "MessagePack"
+
+
+def test_plain_metadata_finds_kernels_by_the_same_rule():
+    """A plain map answers kernel() from an index: still the first kernel
+    whose .symbol is the argument, else the first whose .name is."""
+    ks = [{".name": "a", ".symbol": "a.kd"}, {".name": "b", ".symbol": "a.kd"},
+          {".name": "a.kd", ".symbol": "c.kd"}, {".name": "d"}, {".name": "b"}]
+    for lossless in (True, False):
+        md = Metadata({"amdhsa.kernels": ks}, lossless=lossless)
+        got = [md.kernel(q) for q in ("a.kd", "c.kd", "a", "b", "d", "zz", "a.kd")]
+        assert got == [ks[0], ks[2], ks[0], ks[1], ks[3], None, ks[0]]
+        assert all(g is w for g, w in zip(got, [ks[0], ks[2], ks[0], ks[1], ks[3], None, ks[0]]))

@@ -12,6 +12,9 @@ import pytest
 
 from kpatch.containers.bundle import bundle_extent, decompress_ccob, parse_bundle
 from kpatch.containers.hostelf import FatbinBundle, fatbin_sections, find_fatbin_bundles, has_fatbin
+from kpatch.containers import hostelf
+from kpatch.containers.discover import Found, Problem
+from kpatch.containers.uri import parse_uri
 from kpatch.errors import FormatError
 
 from .conftest import BUNDLER19, bundler_list, fixture, read, relative_relocs, run, section_headers
@@ -242,3 +245,27 @@ def test_bundle_size_points_past_the_section(tmp_path):
     with pytest.raises(FormatError, match=f"entry {last} .*lie outside"):
         find_fatbin_bundles(bad)
     assert bundle_extent(read(src)[off : off + size]) == size - 1
+
+
+def test_bundles_read_one_after_another_through_one_buffer(monkeypatch, tmp_path):
+    """discover reads each bundle of a host ELF into one buffer kept from
+    bundle to bundle: a bundle past the end of the file is one Problem, a
+    smaller bundle after a larger one gives its own code objects (not bytes
+    left from the larger), and every Found holds its own copy."""
+    from kpatch.containers import discover as disc
+    from kpatch.containers.bundle import write_bundle
+    small = write_bundle([("hipv4-amdgcn-amd-amdhsa--gfx1030", b"\x7fELF" + b"s" * 60)])
+    large = write_bundle([("hipv4-amdgcn-amd-amdhsa--gfx1010", b"\x7fELF" + b"L" * 9000),
+                          ("hipv4-amdgcn-amd-amdhsa--gfx1030", b"\x7fELF" + b"M" * 5000)])
+    path = tmp_path / "lib.so"
+    path.write_bytes(large + small)
+    f = hostelf.FatbinBundle
+    fields = {n: False for n in f.__dataclass_fields__ if n not in ("offset", "size")}
+    monkeypatch.setattr(hostelf, "find_fatbin_bundles", lambda p: [
+        f(offset=0, size=len(large), **fields), f(offset=len(large), size=len(small), **fields),
+        f(offset=len(large) + len(small) - 8, size=64, **fields)])
+    items = list(disc._hostelf_items(str(path), parse_uri(str(path)), ""))
+    found = [i for i in items if isinstance(i, Found)]
+    assert [i.data for i in found] == [b"\x7fELF" + b"L" * 9000, b"\x7fELF" + b"M" * 5000, b"\x7fELF" + b"s" * 60]
+    assert all(type(i.data) is bytes for i in found)
+    assert [i.error for i in items if isinstance(i, Problem)] == ["bundle lies beyond the end of the file"]
