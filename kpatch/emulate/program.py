@@ -1524,13 +1524,19 @@ def _mubuf(inst, ctx):
     f = inst.d.fields
     if f["lds"] or f["tfe"]:
         raise CannotEmulate(m, inst.address, "lds/tfe")
-    mo = re.fullmatch(r"buffer_(load|store)_(\w+?)(_d16(_hi)?)?", m)
-    if not mo or mo.group(2) not in _MEM_TYPES:
-        raise CannotEmulate(m, inst.address)
-    load = mo.group(1) == "load"
-    size, signed = _MEM_TYPES[mo.group(2)]
-    d16 = mo.group(3)
-    d16_hi = bool(mo.group(4))
+    atomic = re.fullmatch(r"buffer_atomic_(\w+?)(_x2)?", m)
+    if atomic:
+        if atomic.group(1) not in _MUBUF_ATOMICS:
+            raise CannotEmulate(m, inst.address)
+        load, size, signed, d16, d16_hi = False, 8 if atomic.group(2) else 4, False, None, False
+    else:
+        mo = re.fullmatch(r"buffer_(load|store)_(\w+?)(_d16(_hi)?)?", m)
+        if not mo or mo.group(2) not in _MEM_TYPES:
+            raise CannotEmulate(m, inst.address)
+        load = mo.group(1) == "load"
+        size, signed = _MEM_TYPES[mo.group(2)]
+        d16 = mo.group(3)
+        d16_hi = bool(mo.group(4))
     offen, idxen = f["offen"], f["idxen"]
     ioff = f["offset"]
     va, vdata = f["vaddr"], f["vdata"]
@@ -1567,8 +1573,9 @@ def _mubuf(inst, ctx):
         # bounds if offset >= num_records" names the start of a component; a component that
         # starts inside and ends past NUM_RECORDS (an unaligned dword) is out of range here,
         # as LLVM's AMDGPUUsage describes buffer bounds checking (amdgpu.buffer.oob.mode).
-        comps = (np.arange(size // 4) * 4)[None, :] if size > 4 else np.zeros((1, 1), np.int64)
-        part = min(size, 4)
+        # atomics are checked all or nothing (the whole 4 or 8 bytes inside)
+        comps = (np.arange(size // 4) * 4)[None, :] if size > 4 and not atomic else np.zeros((1, 1), np.int64)
+        part = size if atomic else min(size, 4)
         if stride == 0 and not idxen:
             if oob != 3 and oob != 2 and oob != 1 and oob != 0:
                 raise CannotEmulate(m, inst.address, f"OOB_SELECT {oob}")
@@ -1606,6 +1613,9 @@ def _mubuf(inst, ctx):
             _vmem_loaded(w, ex, vdata, b, size, signed, d16, d16_hi)
         return bld
 
+    if atomic:
+        return _mubuf_atomic(inst, m, atomic.group(1), size, vdata, access)
+
     def bst(w):
         ex = w.exec
         if not ex.any():
@@ -1617,6 +1627,57 @@ def _mubuf(inst, ctx):
         else:
             _buffer_parts(inr, size, lambda sel, lo, n: w.memory.write(a[sel] + np.uint64(lo), data[sel, lo:lo + n]))
     return bst
+
+
+#: The MUBUF atomics modelled, 32-bit and (``_x2``) 64-bit: integer ones only
+#: (``fcmpswap``/``fmin``/``fmax``/``csub`` stop the run).
+_MUBUF_ATOMICS = ("swap", "cmpswap", "add", "sub", "smin", "umin", "smax", "umax",
+                  "and", "or", "xor", "inc", "dec")
+
+
+def _mubuf_atomic(inst, m, op, size, vdata, access):
+    """``buffer_atomic_OP[_x2]``: the data in vdata (a VGPR pair for _x2;
+    cmpswap: the new value in vdata[0] / [0:1], the compare value in the next
+    one / pair), lanes in order, with the resource's range check all or
+    nothing: a lane out of range reads 0 and writes nothing, as the ISA's
+    range checking has out-of-range reads return zero and writes dropped.
+    With GLC the old value returns to vdata[0] (vdata[0:1] for _x2)."""
+    rtn = bool(inst.d.fields["glc"])
+    wide = size == 8
+    dw = size // 4
+    signed = op in ("smin", "smax")
+    if wide:
+        fn64 = _ATOMIC64[op]
+        fn = lambda o, d, d1: fn64(o, d, d1, signed) & _M64  # noqa: E731
+    else:
+        fn32 = (lambda o, d, d1, s, fl: d if o == d1 else o) if op == "cmpswap" else _ATOMIC32[op]
+        fn = lambda o, d, d1: fn32(o, d, d1, signed, False) & _M32  # noqa: E731
+
+    def reg(w, r, lane):
+        return int(w.v[r][lane]) | ((int(w.v[r + 1][lane]) << 32) if wide else 0)
+
+    def atom(w):
+        ex = w.exec
+        if not ex.any():
+            return
+        space, a, inr = access(w, ex)
+        if space == "private":
+            raise CannotEmulate(m, inst.address, "atomic to private memory")
+        for k, lane in enumerate(np.nonzero(ex)[0]):
+            old = 0
+            if inr[k, 0]:
+                ad = a[k:k + 1]
+                o = from_bytes(w.memory.read(ad, size), dw)[0]
+                old = int(o[0]) | ((int(o[1]) << 32) if wide else 0)
+                d = reg(w, vdata, lane)
+                d1 = reg(w, vdata + dw, lane) if op == "cmpswap" else 0
+                new = fn(old, d, d1)
+                w.memory.write(ad, to_bytes(np.array([[new & _M32, new >> 32][:dw]], np.uint32), size))
+            if rtn:
+                w.v[vdata][lane] = old & _M32
+                if wide:
+                    w.v[vdata + 1][lane] = old >> 32
+    return atom
 
 
 def _buffer_parts(inr, size: int, fn) -> None:

@@ -423,3 +423,135 @@ def test_64_bit_atomics_follow_the_isa(tmp_path):
         assert int(got_x[160 + lane]) == o_cas  # cmpswap's old value
         assert int(got_x[192 + lane]) == ci  # ds_cmpst's old value
         assert int(got_x[224 + lane]) == (ai if ci == bi else ci)
+
+
+_BATOM32 = ("cmpswap", "add", "sub", "smin", "umin", "smax", "umax", "and", "or", "xor", "inc", "dec", "swap")
+_BATOM64 = ("add_x2", "cmpswap_x2", "smin_x2", "umax_x2", "dec_x2")
+
+
+def _batom_kernel():
+    """buffer_atomic_OP with GLC of each op on its own 128-byte (32-bit) or
+    256-byte (64-bit) region of arg1 through a raw resource of NUM_RECORDS
+    arg2, the old values stored to arg0 from byte 4096; then every lane adds
+    to one dword (lanes in order) and xors without GLC (the data register
+    kept)."""
+    body = ["    v_lshlrev_b32 v3, 2, v0", "    v_lshlrev_b32 v10, 3, v0", "    s_waitcnt lgkmcnt(0)",
+            "    global_load_dword v1, v3, s[4:5]", "    global_load_dword v2, v3, s[4:5] offset:128",
+            "    global_load_dwordx2 v[11:12], v10, s[4:5] offset:256",
+            "    global_load_dwordx2 v[13:14], v10, s[4:5] offset:512", "    s_waitcnt vmcnt(0)"]
+    out = 4096
+    for r, op in enumerate(_BATOM32):
+        body += ["    v_mov_b32 v4, v1", "    v_mov_b32 v5, v2", f"    v_add_nc_u32 v6, {r * 128}, v3",
+                 f"    buffer_atomic_{op} {'v[4:5]' if op == 'cmpswap' else 'v4'}, v6, s[8:11], 0 offen glc",
+                 "    s_waitcnt vmcnt(0)", f"    v_add_nc_u32 v7, {out + r * 128}, v3",
+                 "    global_store_dword v7, v4, s[4:5]"]
+    base = 128 * len(_BATOM32)
+    for r, op in enumerate(_BATOM64):
+        body += ["    v_mov_b32 v4, v11", "    v_mov_b32 v5, v12", "    v_mov_b32 v6, v13", "    v_mov_b32 v7, v14",
+                 f"    v_add_nc_u32 v8, {base + r * 256}, v10",
+                 f"    buffer_atomic_{op} {'v[4:7]' if op == 'cmpswap_x2' else 'v[4:5]'}, v8, s[8:11], 0 offen glc",
+                 "    s_waitcnt vmcnt(0)", f"    v_add_nc_u32 v9, {out + base + r * 256}, v10",
+                 "    global_store_dwordx2 v9, v[4:5], s[4:5]"]
+    one = base + 256 * len(_BATOM64)
+    body += ["    v_mov_b32 v4, v1", f"    v_mov_b32 v6, {one}", "    buffer_atomic_add v4, v6, s[8:11], 0 offen glc",
+             "    v_mov_b32 v5, v2", "    buffer_atomic_xor v5, v6, s[8:11], 0 offen offset:4", "    s_waitcnt vmcnt(0)",
+             f"    v_add_nc_u32 v7, {out + one}, v3", "    global_store_dword v7, v4, s[4:5]",
+             "    global_store_dword v7, v5, s[4:5] offset:128"]
+    text = OOB3.replace("oob3", "batom").replace("""    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    s_mov_b32 s8, s4
+    s_and_b32 s9, s5, 0xffff
+    s_or_b32 s9, s9, 0xc0000
+    s_mov_b32 s10, s12
+    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""", """    s_waitcnt lgkmcnt(0)
+    s_mov_b32 s8, s6
+    s_and_b32 s9, s7, 0xffff
+    s_mov_b32 s10, s12
+    s_mov_b32 s11, 0x31000000
+""" + "\n".join(body) + "\n")
+    return text.replace(".vgpr_count: 4", ".vgpr_count: 16").replace("amdhsa_next_free_vgpr 4",
+                                                                    "amdhsa_next_free_vgpr 16"), one
+
+
+def _isa_atomic(op, old, d, cmp, bits):
+    """The GFX10 ISA's definition of buffer_atomic_OP: the new memory value."""
+    m = (1 << bits) - 1
+    sx = lambda v: v - (1 << bits) if v >> (bits - 1) else v  # noqa: E731
+    return {"cmpswap": d if old == cmp else old, "add": (old + d) & m, "sub": (old - d) & m,
+            "smin": old if sx(old) <= sx(d) else d, "umin": min(old, d),
+            "smax": old if sx(old) >= sx(d) else d, "umax": max(old, d),
+            "and": old & d, "or": old | d, "xor": old ^ d, "swap": d,
+            "inc": 0 if old >= d else old + 1, "dec": d if old == 0 or old > d else old - 1}[op]
+
+
+def test_buffer_atomics_follow_the_isa(tmp_path):
+    """The 32-bit and 64-bit MUBUF atomics (cmpswap: the new value first, the
+    compare value next) return the old value with GLC and write what the GFX10
+    ISA defines; lanes on one address go in order; without GLC the data VGPR
+    is kept; the resource's range check is all or nothing per atomic: a lane
+    whose 4 / 8 bytes are not all inside NUM_RECORDS changes nothing and
+    returns 0."""
+    from kpatch.emulate.launch import run
+    from tests.emulate.test_verify import assemble
+    text, one = _batom_kernel()
+    code = open(assemble(tmp_path, "batom", text), "rb").read()
+    rng = np.random.default_rng(23)
+    x = np.zeros(4096 // 4 + one // 4 + 64, np.uint32)
+    x[:192] = rng.integers(0, 1 << 32, 192, dtype=np.uint64).astype(np.uint32)
+    x[:64:3] = rng.integers(0, 40, 22)  # small values for inc/dec
+    mem0 = rng.integers(0, 1 << 32, one // 4 + 64, dtype=np.uint64).astype(np.uint32)
+    mem0[1:32:2] = x[32 + 1:64:2]  # the 32-bit compare matches in odd lanes
+    cas64 = (128 * len(_BATOM32) + 256) // 4
+    mem0[cas64:cas64 + 64].view(np.uint64)[::2] = x[128:192].view(np.uint64)[::2]  # 64-bit: even lanes
+    x[:32:2] = rng.integers(0, 40, 16)  # small data for inc/dec in even lanes
+    inc, dec = 32 * _BATOM32.index("inc"), 32 * _BATOM32.index("dec")
+    mem0[inc:inc + 64] = rng.integers(0, 40, 64)
+    mem0[inc:inc + 32:4] = x[:32:4]  # inc: old == data
+    mem0[dec:dec + 32:4] = 0  # dec: old 0
+    mem0[dec + 2:dec + 32:4] = x[2:32:4]  # dec: old == data
+    a32, b32 = [int(v) for v in x[:32]], [int(v) for v in x[32:64]]
+    a64, b64 = [int(v) for v in x[64:128].view(np.uint64)], [int(v) for v in x[128:192].view(np.uint64)]
+    for nrec in (one + 8, 128 * 5 + 4 * 9 + 2, 128 * len(_BATOM32) + 256 * 2 + 8 * 7 + 4, 4):
+        r = run(code, "batom", [x.copy(), mem0.copy(), nrec], (32,), (32,))
+        got, mem = r.array(0), r.array(1)
+        want = mem0.astype(object).tolist()
+        ret = {}
+        for k, op in enumerate(_BATOM32):
+            for lane in range(32):
+                at = k * 32 + lane
+                inside = at * 4 + 4 <= nrec
+                old = want[at] if inside else 0
+                if inside:
+                    want[at] = _isa_atomic(op, old, a32[lane], b32[lane], 32)
+                ret[(op, lane)] = old
+        base = 32 * len(_BATOM32)
+        for k, op in enumerate(_BATOM64):
+            for lane in range(32):
+                at = base + (k * 32 + lane) * 2
+                inside = at * 4 + 8 <= nrec
+                old = (want[at] | want[at + 1] << 32) if inside else 0
+                if inside:
+                    new = _isa_atomic(op[:-3], old, a64[lane], b64[lane], 64)
+                    want[at], want[at + 1] = new & 0xFFFFFFFF, new >> 32
+                ret[(op, lane)] = old
+        one_w = one // 4
+        for lane in range(32):
+            inside = one + 4 <= nrec
+            ret[("one", lane)] = want[one_w] if inside else 0
+            if inside:
+                want[one_w] = (want[one_w] + a32[lane]) & 0xFFFFFFFF
+            if one + 8 <= nrec:
+                want[one_w + 1] ^= b32[lane]
+        assert mem.tolist() == want, nrec
+        o = 4096 // 4
+        for k, op in enumerate(_BATOM32):
+            assert got[o + 32 * k:o + 32 * k + 32].tolist() == [ret[(op, n)] for n in range(32)], (nrec, op)
+        g64 = got[o + base:o + base + 64 * len(_BATOM64)].view(np.uint64)
+        for k, op in enumerate(_BATOM64):
+            assert g64[32 * k:32 * k + 32].tolist() == [ret[(op, n)] for n in range(32)], (nrec, op)
+        assert got[o + one_w:o + one_w + 32].tolist() == [ret[("one", n)] for n in range(32)], nrec
+        assert got[o + one_w + 32:o + one_w + 64].tolist() == b32, nrec
