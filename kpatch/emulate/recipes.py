@@ -434,7 +434,8 @@ RECIPES: tuple[Recipe, ...] = (
            lambda ctx, sig, name: _tensile_arguments(_tensile.build, ctx, sig, name),
            "Tensile (github ROCm/Tensile) Tensile/Source/lib/source/ContractionSolution.cpp (kernel "
            "arguments, staggerUIter, smallMagicNumber), ContractionProblem.cpp (allocatedElementsNonBatch), "
-           "SolutionStructs.py (staggerStrideShift); see kpatch/emulate/tensile.py"),
+           "SolutionStructs.py (staggerStrideShift); see kpatch/emulate/tensile.py",
+           groups_y=_tensile.launch_groups_y),
     Recipe("tensile-gemm-source", re.compile(r"^Cijk_.*_ISA000_"),  # Tensile's HIP source kernels (fallback)
            _tensile.source_signatures(),
            lambda ctx, sig, name: _tensile_arguments(_tensile.build_source, ctx, sig, name),

@@ -49,7 +49,10 @@ MultipleBuffer algorithm (``GSUAMB``): D and C are then a workspace of the
 compute type (plain pointers even when general-batched), each split writes
 its partial sum without alpha and beta to its own packed I x J slice
 (``GLOBAL_D + gsuSumIdx * strideW``, strides (I, I*J)), and a second kernel
-(not run here) reduces them; the slices must sum to numpy's A @ B.
+(not run here) reduces them; the slices must sum to numpy's A @ B.  The
+assembly GlobalSplitU kernels (named SingleBuffer or MultipleBuffer alike)
+add alpha times their partial sums into D with atomics, beta applied before
+by a separate kernel (:attr:`Kernel.atomic`): D ends as D + alpha * A @ B.
 
 General-batched kernels (``_GB``: not strided-batched, so ``batchD``..
 arrays of pointers and ``offsetD``.. by value) get a one-entry array per
@@ -156,14 +159,28 @@ class Kernel:
     conj_a: bool = False  # "AlikC": A conjugated (complex types)
     conj_b: bool = False
     gsu_algorithm: str = "SB"  # GlobalSplitUAlgorithm: "SB" SingleBuffer, "MB" MultipleBuffer (``GSUAMB``)
+    source: bool = False  # a HIP source kernel (``_ISA000_``), not an assembly one
 
     @property
     def workspace(self) -> bool:
-        """GlobalSplitU > 1 with MultipleBuffer (Tensile's ``_GlobalAccumulation``): each split writes
-        its partial sum, without alpha or beta, into its own slice of a workspace that a second
-        kernel reduces (KernelWriterSource.py: ``GLOBAL_D(..) + gsuSumIdx * strideW``,
-        ``TYPE_MAC_WRITE: DST = REG``)."""
-        return self.gsu > 1 and self.gsu_algorithm == "MB"
+        """A HIP source kernel with GlobalSplitU > 1 and MultipleBuffer (Tensile's
+        ``_GlobalAccumulation``): each split writes its partial sum, without alpha or beta, into
+        its own slice of a workspace that a second kernel reduces (KernelWriterSource.py:
+        ``GLOBAL_D(..) + gsuSumIdx * strideW``, ``TYPE_MAC_WRITE: DST = REG``)."""
+        return self.gsu > 1 and self.gsu_algorithm == "MB" and self.source
+
+    @property
+    def atomic(self) -> bool:
+        """An assembly kernel with GlobalSplitU > 1: each split adds alpha times its partial sum
+        into D with atomics (KernelWriterAssembly.py ``globalWriteElements``: ``atomic =
+        GlobalSplitU > 1 and _GlobalAccumulation != 'MultipleBuffer'``, a ``buffer_atomic_cmpswap``
+        loop for f32), beta applied before by a separate kernel (ContractionSolution.cpp
+        ``generateBetaOnlyCall``), so D ends as D + alpha * A @ B.  The library's assembly
+        kernels named ``GSUAMB`` are such kernels too: SolutionStructs.py keeps a logic file's own
+        ``_GlobalAccumulation``, and theirs is not 'MultipleBuffer' -- they hold the atomic
+        store loop and take D, not a workspace (their original computes D + alpha * A @ B over all
+        splits: tests/emulate/test_tensile.py)."""
+        return self.gsu > 1 and not self.source
 
 
 _NAME = re.compile(r"^Cijk_A(il|li)k(C?)_B(lj|jl)k(C?)_([A-Z0-9]+(?:_BH)?)(_GB)?_")
@@ -191,7 +208,7 @@ def parse(name: str) -> Kernel:
     gsua = re.search(r"_GSUA(SB|MB)(?:_|$)", name)
     return Kernel(m.group(1), m.group(3), m.group(5), bool(m.group(6)), mt[0], mt[1], mt[2], wg,
                   field("WGM")[0], field("GSU")[0], field("SU")[0], field("SUS")[0],
-                  bool(m.group(2)), bool(m.group(4)), gsua.group(1) if gsua else "SB")
+                  bool(m.group(2)), bool(m.group(4)), gsua.group(1) if gsua else "SB", "_ISA000_" in name)
 
 
 def small_magic_number(x: int) -> int:
@@ -242,6 +259,10 @@ class GemmProblem:
         am, bm = (np.conj(am) if k.conj_a else am), (np.conj(bm) if k.conj_b else bm)
         if k.workspace:
             return encode(am @ bm, TYPES[k.types][2][0])
+        if k.atomic:
+            dm = decode(self.d[:self.ldc * self.j].reshape(self.j, self.ldc).T[:self.i, :], cd)
+            out = encode(dm + self.alpha * (am @ bm), cd)
+            return decode(out, cd) if cd is BF16 else out
         cm = decode(self.c[:self.ldc * self.j].reshape(self.j, self.ldc).T[:self.i, :], cd)
         out = encode(self.alpha * (am @ bm) + self.beta * cm, cd)
         return decode(out, cd) if cd is BF16 else out  # bfloat16 compared by value, as the other floats
@@ -339,9 +360,6 @@ def build(ctx, sig: tuple, name: str) -> dict:
         k = parse(name)
     except ValueError as e:
         raise DoesNotHold(f"recipe tensile-gemm does not hold: {e}") from None
-    if k.workspace:
-        raise DoesNotHold("recipe tensile-gemm does not hold: a GlobalSplitU MultipleBuffer assembly kernel "
-                          "(its workspace arguments are not covered)")
     names = tuple(a.get(".name") for a in (ctx.md or {}).get(".args", [])
                   if not a.get(".value_kind", "").startswith("hidden_"))
     want = argument_names(k.stagger_u > 0, k.wgm > 1, k.batched_pointers)
