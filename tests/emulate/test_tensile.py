@@ -249,3 +249,38 @@ def test_global_split_u_kernels_run_every_split_and_the_splits_sum_to_the_gemm()
             assert np.array_equal(ws.astype(np.float64).sum(axis=0).T, want), (k.name, run)
             # the first split alone is not the GEMM (its share of the unroll loop only)
             assert not np.array_equal(ws[0].astype(np.float64).T, want), (k.name, run)
+
+
+# (object, kernel name pattern): the SingleBuffer GSU kernel and MultipleBuffer-named ones,
+# strided and general batched, all assembly
+GSU_ASM = [("SS_Contraction_l_Ailk_Bljk", r"_SB_MT.*_GSU4_GSUASB_"),
+           ("SS_Contraction_l_Ailk_Bjlk", r"_SB_MT.*_GSU4_GSUAMB_"),
+           ("SS_Contraction_l_Alik_Bljk", r"_SB_GB_MT.*_GSU4_GSUAMB_")]
+
+
+@pytest.mark.parametrize("kind,pattern", GSU_ASM)
+def test_assembly_global_split_u_kernels_add_alpha_ab_into_d_over_every_split(kind, pattern):
+    """An assembly kernel with GlobalSplitU 4 runs GSU workgroups in y, each adding alpha times
+    its share of the summation into D with buffer_atomic_cmpswap loops (beta is a separate
+    kernel's): D ends as its initial value + alpha * A @ B, computed here by numpy in float64,
+    over full and edge tiles and a summation tail; C is not read into it."""
+    data = read(library_file(kind))
+    ks = [k for k in CodeObject(data).kernels if re.search(pattern, k.name)]
+    assert ks, pattern
+    k = min(ks, key=lambda k: (tensile.parse(k.name).mt0 * tensile.parse(k.name).mt1, k.name))
+    kk = tensile.parse(k.name)
+    assert kk.atomic and not kk.workspace
+    gb = kk.batched_pointers
+    for run in (0, 1, 2):
+        plan = synthesise(k.metadata, run, 0, k.name)
+        assert plan.recipe == "tensile-gemm" and plan.grid[1] == kk.gsu, plan.grid
+        image, _, _, _ = _execute(data, k.name, plan, 0, None, limit=2_000_000)
+        assert not isinstance(image, Exception), image
+        p = tensile.problem(kk, plan.grid[0] // plan.block[0], run, np.random.default_rng(0 + 7919 * run))
+        start = GUARD_BYTES + (tensile.GB_OFFSETS["D"] * p.d.itemsize if gb else 0)
+        d = dict(image)["arg2+0>0" if gb else "arg2+0"][start:start + p.d.nbytes]
+        got = p.result(bytes(d), kk).astype(np.float64)
+        am, bm = p.matrix_a(kk).astype(np.float64), p.matrix_b(kk).astype(np.float64)
+        d0 = p.d[:p.ldc * p.j].reshape(p.j, p.ldc).T[:p.i, :].astype(np.float64)
+        assert np.array_equal(got, d0 + p.alpha * (am @ bm)), (k.name, run)
+        assert np.array_equal(got, p.expected(kk).astype(np.float64)), (k.name, run)
