@@ -310,9 +310,11 @@ class Buffer:
 def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
     """``entries`` integers that are at once a CSR/BSR row-pointer array and a
     column (row) index array for ``size`` x ``size`` matrices with index base
-    ``base``: the first is ``base``, each next one the same or one more, none
-    past ``base + size - 1``."""
+    ``base``: the first is ``base``, each next one the same or one more (the
+    second one more: row 0 is not empty), none past ``base + size - 1``."""
     steps = np.concatenate([[0], rng.integers(0, 2, entries - 1)])
+    if entries > 1:
+        steps[1] = 1  # row 0 (the row every one-row-per-workgroup kernel's first workgroup takes) has an entry
     a = base + np.minimum(np.cumsum(steps), max(size - 1, 0))
     return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
 

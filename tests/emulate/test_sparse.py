@@ -312,3 +312,18 @@ def _buffer_head(plan, name, n):
     d = next(d for nm, d in plan.buffers if nm == name)
     raw = d.page(0).tobytes() if hasattr(d, "page") else np.asarray(d, np.uint8).tobytes()
     return np.frombuffer(raw[GUARD_BYTES:GUARD_BYTES + n], np.uint8).copy()
+
+
+def test_row_zero_of_an_index_array_has_an_entry():
+    """Kernels that give one row to each workgroup (csrgemm's
+    *_fill_block_per_row: ``row = perm[blockIdx.x + *offset]``, which is row
+    0 with the recipe's arrays) write only the entries of their row: row 0
+    (ptr[1] - ptr[0]) holds one entry whenever the matrix has more than one
+    column to put it in."""
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        for s, base in [(4, 0), (2, 1), (3, 1)]:
+            a = np.frombuffer(sparse.index_array(s, base, 64, 8, np.random.default_rng(seed)), "<i8")
+            assert a[1] - a[0] == 1
+    a = np.frombuffer(sparse.index_array(1, 0, 64, 4, rng), "<i4")
+    assert (a == 0).all()
