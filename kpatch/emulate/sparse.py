@@ -17,7 +17,9 @@ array that is at once a valid CSR/COO/BSR row-pointer array and a valid
 column/row-index array for matrices of the run's small size ``s`` (values
 non-decreasing from the index base, at most ``base + s - 1``); every
 by-value integer is ``s`` (sizes, leading dimensions, block dimensions all
-agree); rocSPARSE enums take valid values (the index base the arrays are
+agree) except where the kernel's source says the host passes something
+else (:data:`INT_INDEX_BASE`, :data:`REMAINDER_OFFSET`, :data:`PADDED_ROWS`);
+a matrix checker's values hold what it must report (:data:`CHECKERS`); rocSPARSE enums take valid values (the index base the arrays are
 shifted by, an operation, a direction ...); floating scalars small numbers;
 bools 0 or 1.  Other pointers (values, vectors, dense matrices) are the
 usual random buffers.  A parameter list that does not line up with the
@@ -65,6 +67,32 @@ ENUMS = {
 #: library/src/conversion/csr2dense_device.h (csr2dense_kernel,
 #: csc2dense_kernel: ``rocsparse_int base`` first).
 INT_INDEX_BASE = {"csr2dense_kernel": 0, "csc2dense_kernel": 0}
+
+#: Remainder kernels of dense-matrix products: the kernel's name -> the index
+#: of the parameter holding the first column the kernel computes.  The host
+#: passes ``main = n - n % chunk`` (the columns the main kernel did), which is 0
+#: for every n below the smallest chunk, as all of :data:`SIZES` are: rocSPARSE
+#: 5.3 library/src/level3/rocsparse_csrmm_template_row_split.cpp (chunks of 8
+#: and more), rocsparse_coomm_template_atomic.cpp (64 and more).  Given the size
+#: like every other int, the kernel's column loop ``for l = offset; l < n``
+#: would not run at all.
+REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "coommnn_atomic_remainder": 2}
+
+#: Kernels whose row count is padded to whole blocks: the kernel's name -> the
+#: index of its ``m_pad`` parameter, which is a multiple of BLOCKSIZE x BLOCKDIM
+#: (the first two template arguments): rocSPARSE 5.3
+#: library/src/precond/rocsparse_gtsv.cpp (``m_pad = ((m - 1) / (block_dim *
+#: BLOCKSIZE) + 1) * (block_dim * BLOCKSIZE)``), gtsv_device.h (``nblocks =
+#: m_pad / BLOCKDIM``, nothing to do when it is 0).  The recipe passes one such
+#: multiple: every thread of one workgroup solves one padded block.
+PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0}
+
+#: Kernels that check a matrix and write only what they find wrong (rocSPARSE
+#: 5.3 library/src/util/check_matrix_csr_device.h: ``record_data_status``
+#: stores a status only when it is not success): their matrices' values hold
+#: infinities and NaNs among finite ones (what the check exists to find), so
+#: that a run writes a status.  Values of other kernels stay random buffers.
+CHECKERS = ("check_matrix_csr_device",)
 
 #: rocSPARSE's complex type: two of its template argument (float or double).
 COMPLEX = "rocsparse_complex_num"
@@ -215,6 +243,13 @@ class _Parser:
 def parameters(mangled: str) -> tuple[Type, ...]:
     """The parameter types of function ``mangled`` (``_Z`` or ``_ZL``, an
     unscoped name, optionally a template), or NotParsed."""
+    return template_and_parameters(mangled)[1]
+
+
+def template_and_parameters(mangled: str) -> tuple[tuple[Type, ...], tuple[Type, ...]]:
+    """(template arguments, parameter types) of function ``mangled`` (see
+    :func:`parameters`); no template arguments for a function that is not a
+    template."""
     p = _Parser(mangled)
     if not p.take("_Z"):
         p.fail("not a mangled name")
@@ -231,7 +266,7 @@ def parameters(mangled: str) -> tuple[Type, ...]:
         params.append(p.type())
     if params == [Type("void")]:
         params = []
-    return tuple(params)
+    return tuple(p.targs), tuple(params)
 
 
 def claims(name: str) -> bool:
@@ -275,11 +310,30 @@ class Buffer:
 def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
     """``entries`` integers that are at once a CSR/BSR row-pointer array and a
     column (row) index array for ``size`` x ``size`` matrices with index base
-    ``base``: the first is ``base``, each next one the same or one more, none
-    past ``base + size - 1``."""
+    ``base``: the first is ``base``, each next one the same or one more (the
+    second one more: row 0 is not empty), none past ``base + size - 1``."""
     steps = np.concatenate([[0], rng.integers(0, 2, entries - 1)])
+    if entries > 1:
+        steps[1] = 1  # row 0 (the row every one-row-per-workgroup kernel's first workgroup takes) has an entry
     a = base + np.minimum(np.cumsum(steps), max(size - 1, 0))
     return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
+
+
+def value_array(t: Type, entries: int, rng, special: bool = False) -> bytes | None:
+    """``entries`` small random values of element type ``t`` (float, double or
+    rocSPARSE's complex of them), every third (from a random start) an
+    infinity or a NaN when ``special``; None for other types."""
+    if t.kind == "float" and t.size in (4, 8):
+        parts, dt = 1, ("<f4" if t.size == 4 else "<f8")
+    elif t.kind == "class" and t.name == COMPLEX and len(t.args) == 1 and t.args[0].kind == "float":
+        parts, dt = 2, ("<f4" if t.args[0].size == 4 else "<f8")
+    else:
+        return None
+    v = rng.uniform(-2, 2, (entries, parts))
+    if special:
+        at = np.arange(int(rng.integers(0, 3)), entries, 3)
+        v[at, rng.integers(0, parts, len(at)) if parts > 1 else 0] = rng.choice([np.inf, -np.inf, np.nan], len(at))
+    return v.astype(dt).tobytes()
 
 
 def build(ctx, name: str) -> dict:
@@ -287,7 +341,7 @@ def build(ctx, name: str) -> dict:
     for rocSPARSE kernel ``name`` (see the module's docstring); DoesNotHold
     when its name is not read or does not line up with the metadata."""
     try:
-        params = parameters(name)
+        targs, params = template_and_parameters(name)
     except NotParsed as e:
         raise DoesNotHold(f"recipe rocsparse does not hold: the name is not read: {e}") from None
     explicit = [a for a in (ctx.md or {}).get(".args", []) if not a.get(".value_kind", "").startswith("hidden_")]
@@ -297,7 +351,12 @@ def build(ctx, name: str) -> dict:
     size = SIZES[ctx.run % len(SIZES)]
     base = ctx.run % 2
     m = re.match(r"_ZL(\d+)", name)
-    int_base = INT_INDEX_BASE.get(name[m.end():m.end() + int(m.group(1))] if m else "", None)
+    kernel = name[m.end():m.end() + int(m.group(1))] if m else ""
+    int_base = INT_INDEX_BASE.get(kernel, None)
+    offset = REMAINDER_OFFSET.get(kernel, None)
+    padded = PADDED_ROWS.get(kernel, None)
+    if padded is not None and not (len(targs) >= 2 and all(a.kind == "value" for a in targs[:2])):
+        raise DoesNotHold(f"recipe rocsparse does not hold: {kernel} without BLOCKSIZE and BLOCKDIM")
     out = {}
     for i, (t, a) in enumerate(zip(params, explicit)):
         kind, n = a.get(".value_kind", ""), a.get(".size", 0)
@@ -307,6 +366,10 @@ def build(ctx, name: str) -> dict:
                                         f"the metadata says {kind} of {n} bytes")
             if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
                 out[i] = Buffer(index_array(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
+            elif kernel in CHECKERS and t.to is not None and t.to.const:  # the values read
+                values = value_array(t.to, INDEX_ENTRIES, ctx.rng, special=True)
+                if values is not None:
+                    out[i] = Buffer(values)
             continue  # other pointers: the usual random buffer
         if kind != "by_value" or _size_of(t) != n:
             raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} ({t.kind} {t.name}) "
@@ -317,7 +380,14 @@ def build(ctx, name: str) -> dict:
             values = ENUMS[t.name]
             out[i] = base if t.name == "rocsparse_index_base_" else values[(ctx.run + i) % len(values)]
         elif t.kind == "int":
-            out[i] = base if i == int_base else size
+            if i == int_base:
+                out[i] = base
+            elif i == offset:
+                out[i] = 0
+            elif i == padded:
+                out[i] = targs[0].size * targs[1].size
+            else:
+                out[i] = size
         elif t.kind == "bool":
             out[i] = (ctx.run + i) % 2
         else:

@@ -248,3 +248,82 @@ def test_an_int_index_base_gets_the_base(run):
     g, b4, b8 = ("global_buffer", 8), ("by_value", 4), ("by_value", 8)
     plan = synthesise(_md([b4, b4, b4, g, g, g, g, b8, b4]), run, 0, name)
     assert plan.values[0] == run % 2 and plan.values[1] == plan.values[2] == plan.values[7] == sparse.SIZES[run]
+
+
+CSRMMNT_REMAINDER = ("_ZL34csrmmnt_row_split_remainder_kernelILj256ELj32ElidPKdEvbbT2_S2_S2_S2_S2_T1_T4_PKS3_PKS2_"
+                     "PKT3_SB_S2_S4_PS9_S2_16rocsparse_order_21rocsparse_index_base_")
+COOMMNN_REMAINDER = ("_ZL24coommnn_atomic_remainderILj256ELj2ELb1Ei21rocsparse_complex_numIfEPKS1_EvbbT2_S4_S4_S4_"
+                     "T4_PKS4_S7_PKT3_SA_S4_S4_PS8_S4_S4_16rocsparse_order_21rocsparse_index_base_")
+GTSV_LBM_RHS = "_ZL19gtsv_LBM_rhs_kernelILj256ELj32ELj2E21rocsparse_complex_numIdEEviiiPKT2_S4_S4_PS2_S4_PKi"
+CHECK_CSR = ("_ZL23check_matrix_csr_deviceILj256ELj32E21rocsparse_complex_numIdEliEvT3_S2_T2_PKT1_PKS3_PKS2_SA_"
+             "21rocsparse_index_base_22rocsparse_matrix_type_20rocsparse_fill_mode_23rocsparse_storage_mode_"
+             "P22rocsparse_data_status_")
+
+
+def _md_for(name):
+    """Metadata whose explicit arguments are the name's parameters (pointers global buffers)."""
+    return _md([("global_buffer", 8) if t.kind == "ptr" else ("by_value", sparse._size_of(t))
+                for t in sparse.parameters(name)])
+
+
+@pytest.mark.parametrize("run", [0, 1, 2, 3])
+@pytest.mark.parametrize("name,chunk", [(CSRMMNT_REMAINDER, 8), (COOMMNN_REMAINDER, 64)])
+def test_a_remainder_kernel_starts_where_the_host_puts_it(name, chunk, run):
+    """rocSPARSE 5.3's remainder kernels (csrmmnt_row_split_remainder_kernel,
+    coommnn_atomic_remainder: ``for l = offset; l < n``) get the offset the
+    host computes, ``main = n - n % chunk`` (rocsparse_csrmm_template_row_split.cpp:
+    chunks of 8 and more; rocsparse_coomm_template_atomic.cpp: 64 and more), so
+    their column loop has columns to do; n (the next int) is the size."""
+    plan = synthesise(_md_for(name), run, 0, name)
+    offset, n = plan.values[2], plan.values[3]
+    assert n == sparse.SIZES[run]
+    assert offset == n - n % chunk and offset < n
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_gtsv_lbm_rows_are_padded_to_whole_blocks(run):
+    """gtsv_LBM_rhs_kernel<BLOCKSIZE 256, BLOCKDIM 32, 2> does nothing unless
+    ``nblocks = m_pad / BLOCKDIM`` > 0; the host pads m to a multiple of
+    BLOCKDIM x BLOCKSIZE (rocsparse_gtsv.cpp), and so does the recipe; the
+    other ints stay the size."""
+    plan = synthesise(_md_for(GTSV_LBM_RHS), run, 0, GTSV_LBM_RHS)
+    m_pad = plan.values[0]
+    assert m_pad > 0 and m_pad % (256 * 32) == 0
+    assert plan.values[1] == plan.values[2] == sparse.SIZES[run]
+
+
+def test_a_matrix_checker_gets_values_it_must_report():
+    """check_matrix_csr_device stores a status only for what is wrong
+    (check_matrix_csr_device.h: record_data_status): its complex<double>
+    values hold infinities and NaNs among finite numbers; a kernel that is
+    not a checker keeps random values (no recipe buffer)."""
+    plan = synthesise(_md_for(CHECK_CSR), 0, 0, CHECK_CSR)
+    v = _buffer_head(plan, "arg3", 16 * 300).view("<f8").reshape(300, 2)
+    bad = ~np.isfinite(v).all(axis=1)
+    assert bad.any() and (~bad).any()
+    assert np.isnan(v).any() and np.isinf(v).any()
+    assert (np.abs(v[~bad]) <= 2).all()
+    plan = synthesise(_md_for(CSRMMNT_REMAINDER), 0, 0, CSRMMNT_REMAINDER)
+    assert hasattr(next(d for nm, d in plan.buffers if nm == "arg11"), "page")  # csr_val: the random buffer
+
+
+def _buffer_head(plan, name, n):
+    """The first n bytes (after the guard zone) of the plan's buffer ``name``."""
+    d = next(d for nm, d in plan.buffers if nm == name)
+    raw = d.page(0).tobytes() if hasattr(d, "page") else np.asarray(d, np.uint8).tobytes()
+    return np.frombuffer(raw[GUARD_BYTES:GUARD_BYTES + n], np.uint8).copy()
+
+
+def test_row_zero_of_an_index_array_has_an_entry():
+    """Kernels that give one row to each workgroup (csrgemm's
+    *_fill_block_per_row: ``row = perm[blockIdx.x + *offset]``, which is row
+    0 with the recipe's arrays) write only the entries of their row: row 0
+    (ptr[1] - ptr[0]) holds one entry whenever the matrix has more than one
+    column to put it in."""
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        for s, base in [(4, 0), (2, 1), (3, 1)]:
+            a = np.frombuffer(sparse.index_array(s, base, 64, 8, np.random.default_rng(seed)), "<i8")
+            assert a[1] - a[0] == 1
+    a = np.frombuffer(sparse.index_array(1, 0, 64, 4, rng), "<i4")
+    assert (a == 0).all()
