@@ -61,7 +61,10 @@ def _sigint_while_starting(signum: int, frame: object) -> None:
 
 
 def entry() -> None:
-    handle = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not when Ctrl-C is ignored already
+    current = signal.getsignal(signal.SIGINT)
+    # (not when Ctrl-C is ignored already or handled by the program that called entry();
+    # kpatch.__main__'s start-up handler is kpatch's own)
+    handle = current is signal.default_int_handler or getattr(current, "kpatch_startup", False)
     if handle:
         signal.signal(signal.SIGINT, _sigint_while_starting)
     try:

@@ -163,3 +163,31 @@ def test_an_interrupt_wrapped_by_python_is_still_an_interrupt():
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 130 and p.stderr == "error: interrupted\n", (p.returncode, p.stderr)
+
+
+_CTRL_C_IN_CLI_IMPORT = """
+import os, signal, sys
+class CtrlCWhileImportingTheCli:  # a Ctrl-C that lands while kpatch.cli is being imported
+    def find_spec(self, name, path, target=None):
+        if name == "kpatch.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlCWhileImportingTheCli())
+sys.argv = ["kpatch", "--help"]
+{start}
+"""
+
+
+@pytest.mark.parametrize("start", [
+    "import runpy; runpy.run_module('kpatch', run_name='__main__', alter_sys=True)",  # python -m kpatch
+    "from kpatch.__main__ import main; sys.exit(main())",  # the installed kpatch command
+])
+def test_ctrl_c_while_the_cli_is_imported(start):
+    """Deterministically, the moment test_ctrl_c_while_starting hit only
+    sometimes (CI failed on it once): SIGINT while ``kpatch.cli`` itself is
+    being imported is one line and exit 130, not a KeyboardInterrupt
+    traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "KPATCH_DEBUG"}
+    p = subprocess.run([sys.executable, "-c", _CTRL_C_IN_CLI_IMPORT.format(start=start)], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert (p.returncode, p.stderr) == (130, "error: interrupted\n"), p.stderr
