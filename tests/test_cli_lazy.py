@@ -26,7 +26,8 @@ print(" ".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"], ["rules"], ["rules", "KH001"]])
+@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"], ["rules"], ["rules", "KH001"],
+                                  ["scan", "@sample"]])
 def test_light_commands_import_no_heavy_module(args):
     p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
                        capture_output=True, text=True, check=True)

@@ -17,7 +17,7 @@ import importlib
 #: :mod:`~kpatch.analysis.findings` (for `kpatch explain`) does not import
 #: the engine and numpy.
 _EXPORTS = {
-    "analyse": "engine", "decode_family": "engine", "SUPPORTED_TARGETS": "engine",
+    "analyse": "engine", "decode_family": "engine", "SUPPORTED_TARGETS": "targets",
     "CLASSES": "findings", "Finding": "findings", "FindingClass": "findings", "lookup": "findings",
     "Report": "report", "FunctionReport": "report", "Verdict": "verdict",
 }

@@ -32,12 +32,12 @@ from kpatch.analysis.detectors.context import FunctionSpan
 from kpatch.isa.decodememo import decode_memo, decode_ranges
 from kpatch.analysis.facts import FactsView, KnownIds, known_ids, known_unit
 from kpatch.analysis.report import FunctionReport, Report
+from kpatch.analysis.targets import SUPPORTED_TARGETS
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
 from kpatch.isa.decoder import no_gc
 from kpatch.isa.tables import table_for
 
-SUPPORTED_TARGETS = ("gfx1010",)
 _ADDRESS = attrgetter("address")
 S_CODE_END = bytes.fromhex("00009fbf")  # 0xBF9F0000
 

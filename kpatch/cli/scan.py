@@ -8,13 +8,19 @@ import sys
 import click
 
 from kpatch.cli.common import EXIT_OK, EXIT_SOME_FAILED, error_line, out_console, progress
-from kpatch.analysis import SUPPORTED_TARGETS, analyse
+from kpatch.analysis.targets import SUPPORTED_TARGETS
 from kpatch.codeobject import CodeObject
 from kpatch.containers.discover import Found, Problem, discover
 from kpatch.data import sample_db_path
 from kpatch.isa.decoder import no_gc
 from kpatch.errors import KpatchError, internal_reason
 from kpatch.cli.inventory import analysis_summary, code_object_record, render_table
+
+
+def _analyse(co, target: str):
+    """The analysis of ``co`` for ``target`` (the engine, and numpy, load only when --target asks)."""
+    from kpatch.analysis import analyse
+    return analyse(co, target)
 
 
 def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> tuple[list[dict], list[dict]]:
@@ -32,7 +38,7 @@ def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> t
         try:
             with no_gc():  # (reading one object makes millions of acyclic objects: metadata, symbols)
                 co = CodeObject.from_bytes(item.data, name=str(item.uri), lossless=False)  # (read only)
-                report = analyse(co, target) if target else None
+                report = _analyse(co, target) if target else None
                 record = code_object_record(item, co, report)
         except KpatchError as e:
             errors.append({"uri": str(item.uri), "error": e.reason})
