@@ -17,12 +17,6 @@ from kpatch.errors import KpatchError, internal_reason
 from kpatch.cli.inventory import analysis_summary, code_object_record, render_table
 
 
-def _analyse(co, target: str):
-    """The analysis of ``co`` for ``target`` (the engine, and numpy, load only when --target asks)."""
-    from kpatch.analysis import analyse
-    return analyse(co, target)
-
-
 def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> tuple[list[dict], list[dict]]:
     """Scan ``paths``; return (code object records, error records).  With
     ``target`` every code object is also analysed for running on it.  A code
@@ -30,6 +24,9 @@ def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> t
     is one error record; the others are still scanned."""
     records: list[dict] = []
     errors: list[dict] = []
+    analyse = None
+    if target:  # (the engine and numpy load only then; before the loop, so a missing one is one line)
+        from kpatch.analysis import analyse
     for item in discover(paths, on_file=lambda f: on_progress and on_progress(f)):
         if isinstance(item, Problem):
             errors.append({"uri": item.uri, "error": item.error})
@@ -38,7 +35,7 @@ def run_scan(paths: list[str], on_progress=None, target: str | None = None) -> t
         try:
             with no_gc():  # (reading one object makes millions of acyclic objects: metadata, symbols)
                 co = CodeObject.from_bytes(item.data, name=str(item.uri), lossless=False)  # (read only)
-                report = _analyse(co, target) if target else None
+                report = analyse(co, target) if analyse is not None else None
                 record = code_object_record(item, co, report)
         except KpatchError as e:
             errors.append({"uri": str(item.uri), "error": e.reason})
