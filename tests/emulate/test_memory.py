@@ -300,18 +300,7 @@ def test_a_dwordx4_partly_out_of_range_keeps_the_dwords_inside(tmp_path):
         assert after[128:].tolist() == np.where(kept, src[128:], [(-1 - k % 4) & 0xFFFFFFFF for k in range(128)]).tolist(), nrec
 
 
-D16 = OOB3.replace("oob3", "dsd16").replace("""    s_load_dword s12, s[0:1], 16
-    v_lshlrev_b32 v2, 2, v0
-    s_waitcnt lgkmcnt(0)
-    s_mov_b32 s8, s4
-    s_and_b32 s9, s5, 0xffff
-    s_or_b32 s9, s9, 0xc0000
-    s_mov_b32 s10, s12
-    s_mov_b32 s11, 0x31000000
-    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
-    s_waitcnt vmcnt(0)
-    global_store_dword v2, v1, s[6:7]
-""", """    v_lshlrev_b32 v2, 2, v0
+_D16_BODY = """    v_lshlrev_b32 v2, 2, v0
     s_waitcnt lgkmcnt(0)
     global_load_dword v1, v2, s[4:5]
     v_lshlrev_b32 v3, 1, v0
@@ -329,7 +318,20 @@ D16 = OOB3.replace("oob3", "dsd16").replace("""    s_load_dword s12, s[0:1], 16
     global_store_dword v2, v4, s[6:7]
     global_store_dword v2, v5, s[6:7] offset:128
     global_store_dword v2, v6, s[6:7] offset:256
-""").replace("    .amdhsa_user_sgpr_kernarg_segment_ptr 1\n",
+"""
+
+D16 = OOB3.replace("oob3", "dsd16").replace("""    s_load_dword s12, s[0:1], 16
+    v_lshlrev_b32 v2, 2, v0
+    s_waitcnt lgkmcnt(0)
+    s_mov_b32 s8, s4
+    s_and_b32 s9, s5, 0xffff
+    s_or_b32 s9, s9, 0xc0000
+    s_mov_b32 s10, s12
+    s_mov_b32 s11, 0x31000000
+    buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
+    s_waitcnt vmcnt(0)
+    global_store_dword v2, v1, s[6:7]
+""", _D16_BODY).replace("    .amdhsa_user_sgpr_kernarg_segment_ptr 1\n",
              "    .amdhsa_user_sgpr_kernarg_segment_ptr 1\n    .amdhsa_group_segment_fixed_size 256\n"
              ).replace(".group_segment_fixed_size: 0", ".group_segment_fixed_size: 256"
              ).replace(".vgpr_count: 4", ".vgpr_count: 8").replace("amdhsa_next_free_vgpr 4", "amdhsa_next_free_vgpr 8")
@@ -353,25 +355,7 @@ def test_lds_d16_reads_and_writes_keep_the_other_half(tmp_path):
     assert out[64:].tolist() == ((x & 0xFFFF0000) | sext).tolist()
 
 
-ATOM64 = D16.replace("dsd16", "atom64").replace("""    v_lshlrev_b32 v2, 2, v0
-    s_waitcnt lgkmcnt(0)
-    global_load_dword v1, v2, s[4:5]
-    v_lshlrev_b32 v3, 1, v0
-    s_waitcnt vmcnt(0)
-    ds_write_b16_d16_hi v3, v1
-    ds_write_b8_d16_hi v0, v1 offset:128
-    s_waitcnt lgkmcnt(0)
-    v_mov_b32 v4, v1
-    v_mov_b32 v5, v1
-    v_mov_b32 v6, v1
-    ds_read_u16_d16 v4, v3
-    ds_read_u16_d16_hi v5, v3
-    ds_read_i8_d16 v6, v0 offset:128
-    s_waitcnt lgkmcnt(0)
-    global_store_dword v2, v4, s[6:7]
-    global_store_dword v2, v5, s[6:7] offset:128
-    global_store_dword v2, v6, s[6:7] offset:256
-""", """    v_lshlrev_b32 v2, 3, v0
+ATOM64 = D16.replace("dsd16", "atom64").replace(_D16_BODY, """    v_lshlrev_b32 v2, 3, v0
     s_waitcnt lgkmcnt(0)
     global_load_dwordx2 v[4:5], v2, s[4:5]
     global_load_dwordx2 v[6:7], v2, s[4:5] offset:256
