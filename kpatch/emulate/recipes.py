@@ -39,6 +39,7 @@ from typing import Callable
 
 import numpy as np
 
+from kpatch.emulate import rocprim as _rocprim
 from kpatch.emulate import sparse as _sparse
 from kpatch.emulate import tensile as _tensile
 
@@ -201,6 +202,77 @@ def _partition(ctx: Context, sig: tuple, name: str) -> dict:
     #                  number_of_blocks, ordered_bid, predicates...): offsets are unsigned int
     blocks, size = _blocks_and_size(ctx)
     return {5: Fill(), 6: Fill(), 7: size, 9: _small_state(8, PREFIX_EMPTY), 10: blocks, 11: Fill()}
+
+
+#: The segment lengths the segment partition's offsets give, besides random ones: each side of
+#: every max medium segment length a configuration of rocPRIM 5.3 has (1 with warp sort
+#: disabled, 128 or 256 with it).
+PARTITION_EDGES = (0, 1, 2, 127, 128, 129, 255, 256, 257)
+
+
+def _segment_partition(ctx: Context, sig: tuple, name: str) -> dict:
+    # partition_kernel<select_method::predicate, false, ...>(counting_iterator<unsigned, long> keys
+    #     (by value: its unsigned start), empty_type* values, empty_type* flags, unsigned* output,
+    #     empty_type* values_output, selected_count, prev_selected_count, size, empty_type
+    #     inequality_op, offset_scan_state, number_of_blocks, ordered_bid, selector): the launch
+    #     segmented_radix_sort_impl makes (device_segmented_radix_sort.hpp): the segment indices
+    #     0..segments-1 partitioned by the large segment selector, a lambda capturing
+    #     [=] end_offsets and begin_offsets (clang lays captures out in the order the body first
+    #     uses them: `end_offsets[i] - begin_offsets[i]`), here segments one after another.
+    m = re.search(r"segmented_radix_sort_implI.*?ELb[01]E(.*)", name)
+    if not m:
+        raise RecipeDoesNotHold("recipe rocprim-segment-partition does not hold: no segmented_radix_sort_impl")
+    try:
+        off = _rocprim.iterators(m.group(1), 5)[4]
+    except _rocprim.NotRead as e:
+        raise RecipeDoesNotHold(f"recipe rocprim-segment-partition does not hold: {e}") from None
+    if off is None or off.kind not in "iu":
+        raise RecipeDoesNotHold("recipe rocprim-segment-partition does not hold: the offsets' type is not read")
+    blocks, size = _blocks_and_size(ctx)
+    lengths = ctx.rng.integers(0, 600, size)
+    lengths[:len(PARTITION_EDGES)] = ctx.rng.permutation(PARTITION_EDGES)[:size]
+    begin, end = _rocprim.offsets(lengths, off.size)
+    return {0: 0, 5: Fill(), 6: Fill(), 7: size, 9: _small_state(8, PREFIX_EMPTY), 10: blocks, 11: Fill(),
+            12: Struct(16, b"", ((0, Fill(end)), (8, Fill(begin))))}
+
+
+def _segmented_sort(ctx: Context, sig: tuple, name: str) -> dict:
+    # segmented_sort_kernel<Config, Descending, BlockSize>(keys_input, keys_tmp, keys_output,
+    #     values_input, values_tmp, values_output, to_output, [segment_indices,] begin_offsets,
+    #     end_offsets, long_iterations, short_iterations, begin_bit, end_bit)
+    #     (device_segmented_radix_sort.hpp): one segment per workgroup (the large kernel: the
+    #     segment segment_indices[workgroup]), its keys at [begin, end) of the keys; iterations
+    #     as segmented_radix_sort_impl computes them from the bits and the configuration's radix
+    #     bits; segments of every path of the kernel (empty, a warp's, one block's, several
+    #     blocks': the radix passes), the large kernel's longer than any medium segment.
+    large = "segmented_sort_large_kernel" in name
+    m = re.search(r"segmented_sort_(?:large_)?kernelI.*?ELb[01]ELj\d+E(.*)", name)
+    try:
+        if not m:
+            raise _rocprim.NotRead("no iterators after the block size")
+        its = _rocprim.iterators(m.group(1), 6 if large else 5)
+        key, off = its[0], its[-1]
+        if key is None or off is None or key.empty or off.kind not in "iu":
+            raise _rocprim.NotRead("the keys' or offsets' type is not read")
+        cfg = _rocprim.config(name, key)
+    except _rocprim.NotRead as e:
+        raise RecipeDoesNotHold(f"recipe rocprim-segmented-sort does not hold: {e}") from None
+    ipb, bits = cfg.items_per_block, 8 * key.size
+    begin_bit, end_bit = (0, bits) if ctx.run % 3 != 2 else (0, min(bits, 13))
+    long_it, short_it = _rocprim.iterations(cfg, begin_bit, end_bit)
+    if large:  # every other segment large (selected), the ones between short (not launched)
+        wanted = [(300, ipb + 37, 257)[(ctx.run + g) % 3] for g in range(ctx.groups)]
+        lengths = [x for w in wanted for x in (w, 3)]
+        chosen = [2 * g for g in range(ctx.groups)]
+    else:
+        lengths = [(200, ipb + 37, 0, 100, 1)[(ctx.run + 2 * g) % 5] for g in range(ctx.groups)]
+    begin, end = _rocprim.offsets(lengths, off.size)
+    at = 7 if not large else 8
+    out = {6: int(ctx.run % 2 == 0), at: Fill(begin), at + 1: Fill(end),
+           at + 2: long_it, at + 3: short_it, at + 4: begin_bit, at + 5: end_bit}
+    if large:
+        out[7] = Fill(np.array(chosen, "<u4").tobytes())
+    return out
 
 
 def _sort_and_scatter(ctx: Context, sig: tuple, name: str) -> dict:
@@ -383,10 +455,24 @@ RECIPES: tuple[Recipe, ...] = (
            ((_G, _B4, _G, _B4, _G), (_B24, _B4, _G, _B4, _G)),
            _init_lookback,
            "rocPRIM device/detail/device_scan_common.hpp init_lookback_scan_state_kernel"),
+    Recipe("rocprim-segment-partition",
+           re.compile(r"rocprim6detail16partition_kernelILNS0_13select_methodE1ELb0E.*counting_iteratorIjlEE"
+                      r".*segmented_radix_sort_implI.*UljE_EEEv"),
+           ((_B4, _G, _G, _G, _G, _G, _G, _B8, _B1, _G, _B4, _G, ("b", 16)),),
+           _segment_partition,
+           "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: the large segment "
+           "selector, the partition of a counting_iterator), device/device_partition.hpp"),
     Recipe("rocprim-partition", re.compile(r"rocprim6detail16partition_kernel"),
            ((_G, _G, _G, _G, _G, _G, _G, _B8, _B1, _G, _B4, _G, _B1),),
            _partition,
            "rocPRIM device/device_partition.hpp partition_kernel (offset state: unsigned int, packed)"),
+    Recipe("rocprim-segmented-sort", re.compile(r"rocprim6detail(21segmented_sort|27segmented_sort_large)_kernelI"),
+           ((_G, _G, _G, _G, _G, _G, _B1, _G, _G, _B4, _B4, _B4, _B4),
+            (_G, _G, _G, _G, _G, _G, _B1, _G, _G, _G, _B4, _B4, _B4, _B4)),
+           _segmented_sort,
+           "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: iterations, "
+           "launches), device/detail/device_segmented_radix_sort.hpp (segmented_sort, segmented_sort_large), "
+           "device/device_segmented_radix_sort_config.hpp; see kpatch/emulate/rocprim.py"),
     Recipe("rocprim-sort-and-scatter", re.compile(r"rocprim6detail23sort_and_scatter_kernelILj\d+ELj\d+ELj\d+E"),
            ((_G, _G, _G, _G, _B4, _G, _G, _B4, _B4, _B4, _B4),),
            _sort_and_scatter,

@@ -30,3 +30,10 @@ for t in gfx1010 gfx1030; do
     /usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input="$TMP/sp.bundle" \
         --targets="hipv4-amdgcn-amd-amdhsa--$t" --output="sparse_kernels.$t.hsaco"
 done
+# rocPRIM's segmented radix sort and 64-bit radix sort, instantiated as rocSPARSE does (recipes' tests)
+hipcc -std=c++17 -O3 --cuda-device-only --offload-arch=gfx1010 --offload-arch=gfx1030 \
+    -c rocprim_sorts.hip -o "$TMP/rs.bundle"
+for t in gfx1010 gfx1030; do
+    /usr/lib/llvm-15/bin/clang-offload-bundler --unbundle --type=o --input="$TMP/rs.bundle" \
+        --targets="hipv4-amdgcn-amd-amdhsa--$t" --output="rocprim_sorts.$t.hsaco"
+done
