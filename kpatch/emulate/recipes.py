@@ -276,14 +276,32 @@ def _segmented_sort(ctx: Context, sig: tuple, name: str) -> dict:
 
 
 def _sort_and_scatter(ctx: Context, sig: tuple, name: str) -> dict:
-    # sort_and_scatter_kernel<BlockSize, ItemsPerThread, RadixBits, Descending>(keys_in, keys_out,
-    #     values_in, values_out, size, batch_digit_starts, digit_starts, bit, current_radix_bits,
-    #     blocks_per_full_batch, full_batches): each workgroup is one batch of one block
-    #     (as device_radix_sort.hpp computes them for that size), the last one partial; digit
-    #     starts 0, so every item lands inside the first `size` positions.
-    block, ipt, bits = (int(x) for x in re.search(r"sort_and_scatter_kernelILj(\d+)ELj(\d+)ELj(\d+)E", name).groups())
+    # sort_and_scatter_kernel<BlockSize, ItemsPerThread, RadixBits, Descending, KeysIn, KeysOut,
+    #     ValuesIn, ValuesOut, Offset>(keys_in, keys_out, values_in, values_out, Offset size,
+    #     const Offset* batch_digit_starts, const Offset* digit_starts, bit, current_radix_bits,
+    #     blocks_per_full_batch, full_batches) (device/device_radix_sort.hpp, one pass of radix
+    #     sort; Offset: unsigned int or size_t): each workgroup is one batch of one block (as
+    #     device_radix_sort.hpp computes them for that size), the last one partial; the keys are
+    #     the recipe's and the digit starts the ones scan_batches and scan_digits compute from
+    #     them (batch b's digit d after earlier batches' digits d, digit d after smaller
+    #     digits), so the pass is the stable scatter of every key by its digit.
+    m = re.search(r"sort_and_scatter_kernelILj(\d+)ELj(\d+)ELj(\d+)ELb([01])E(.*)", name)
+    block, ipt, bits = (int(x) for x in m.groups()[:3])
+    try:
+        key = _rocprim.iterators(m.group(5), 1)[0]
+        if key is None or key.empty or key.kind not in "iuf":
+            raise _rocprim.NotRead("the keys' type is not read")
+        if m.group(4) == "1":
+            raise _rocprim.NotRead("descending (inverted key encoding) is not modelled")
+    except _rocprim.NotRead as e:
+        raise RecipeDoesNotHold(f"recipe rocprim-sort-and-scatter does not hold: {e}") from None
     size = ctx.groups * block * ipt - (1, 7, 100)[ctx.run % 3]
-    return {4: size, 5: Fill(), 6: Fill(), 7: (0, 3, 8)[ctx.run % 3], 8: bits, 9: 1, 10: ctx.groups}
+    bit = (0, 3, 8)[ctx.run % 3]
+    keys = ctx.rng.integers(0, 256, size * key.size, dtype=np.uint8)
+    batch, starts = _rocprim.digit_starts(keys.view(f"<u{key.size}"), key, bit, bits, ctx.groups, block * ipt)
+    off = f"<u{sig[4][1]}"
+    return {0: Fill(keys.tobytes()), 4: size, 5: Fill(batch.astype(off).tobytes()),
+            6: Fill(starts.astype(off).tobytes()), 7: bit, 8: bits, 9: 1, 10: ctx.groups}
 
 
 def _block_merge(ctx: Context, sig: tuple, name: str) -> dict:
@@ -474,7 +492,8 @@ RECIPES: tuple[Recipe, ...] = (
            "launches), device/detail/device_segmented_radix_sort.hpp (segmented_sort, segmented_sort_large), "
            "device/device_segmented_radix_sort_config.hpp; see kpatch/emulate/rocprim.py"),
     Recipe("rocprim-sort-and-scatter", re.compile(r"rocprim6detail23sort_and_scatter_kernelILj\d+ELj\d+ELj\d+E"),
-           ((_G, _G, _G, _G, _B4, _G, _G, _B4, _B4, _B4, _B4),),
+           ((_G, _G, _G, _G, _B4, _G, _G, _B4, _B4, _B4, _B4),
+            (_G, _G, _G, _G, _B8, _G, _G, _B4, _B4, _B4, _B4)),  # Offset size_t
            _sort_and_scatter,
            "rocPRIM device/device_radix_sort.hpp (sort_and_scatter_kernel, batches and blocks per batch), "
            "device/detail/device_radix_sort.hpp (sort_and_scatter)"),

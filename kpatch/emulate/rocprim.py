@@ -164,3 +164,47 @@ def offsets(lengths, itemsize: int) -> tuple[bytes, bytes]:
     begin = end - np.asarray(lengths, np.int64)
     dt = f"<u{itemsize}"
     return begin.astype(dt).tobytes(), end.astype(dt).tobytes()
+
+
+def encoded(keys: np.ndarray, key: Iter) -> np.ndarray:
+    """rocPRIM's radix key encoding (detail/radix_sort.hpp radix_key_codec,
+    ascending) of ``keys`` (any dtype of ``key.size`` bytes) as unsigned
+    integers: unsigned keys as they are, signed ones with the sign bit
+    flipped, floating ones with the sign bit flipped when clear and every
+    bit flipped when set."""
+    u = np.ascontiguousarray(keys).view(f"<u{key.size}")
+    sign = np.array(1 << (8 * key.size - 1), u.dtype)
+    if key.kind == "u":
+        return u.copy()
+    if key.kind == "i":
+        return u ^ sign
+    if key.kind == "f":
+        return np.where(u & sign, ~u, u ^ sign)
+    raise NotRead(f"no radix encoding of {key.kind!r} keys")
+
+
+def digits(keys: np.ndarray, key: Iter, bit: int, bits: int) -> np.ndarray:
+    """The radix digit of bits [bit, bit + bits) of each key, as
+    extract_digit takes it (a floating +0.0 counts as -0.0)."""
+    e = encoded(keys, key)
+    if key.kind == "f":
+        sign = np.array(1 << (8 * key.size - 1), e.dtype)
+        e = np.where(e == sign, ~sign, e)
+    return ((e >> np.array(bit, e.dtype)) & np.array((1 << bits) - 1, e.dtype)).astype(np.int64)
+
+
+def digit_starts(keys: np.ndarray, key: Iter, bit: int, bits: int, batches: int, per_batch: int):
+    """(batch_digit_starts, digit_starts) as radix sort's scan_batches and
+    scan_digits kernels leave them for ``keys`` cut into ``batches`` of
+    ``per_batch`` items (the last one the rest): digit d of batch b starts
+    after every earlier batch's digits d; digit d starts after every key of
+    a smaller digit.  Shapes (batches, 2**bits) and (2**bits,)."""
+    d = digits(keys, key, bit, bits)
+    radix = 1 << bits
+    counts = np.zeros((batches, radix), np.int64)
+    for b in range(batches):
+        part = d[b * per_batch:(b + 1) * per_batch if b < batches - 1 else len(d)]
+        counts[b] = np.bincount(part, minlength=radix)
+    batch = np.cumsum(counts, axis=0) - counts
+    total = counts.sum(axis=0)
+    return batch, np.cumsum(total) - total

@@ -267,3 +267,73 @@ def test_gfx1010_build_is_proven_equal_and_a_mutant_is_different(pattern):
                      lambda i: with_field(i, F.FLAT, "data", i.field("data") + 1))
     v = verify_kernel(a, bad, name, runs=2, patched_target="gfx1010")
     assert v.status == DIFFERENT, v.detail
+
+
+# -- radix sort's sort_and_scatter ------------------------------------------------------------------
+
+ROCPRIM_ALGOS = os.path.join(HERE, "..", "fixtures", "bin", "rocprim", "rocprim_algos.gfx1030.hsaco")
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+@pytest.mark.parametrize("obj,pattern", [
+    ("sorts", r"sort_and_scatter_kernelILj256ELj15ELj[67]ELb0EPlS2_S2_S2_mEE"),  # long keys and values, size_t
+    ("algos", r"sort_and_scatter_kernelILj256ELj15ELj[67]ELb0EPjS2_PiS3_jEE"),   # unsigned keys, int values
+    ("algos", r"sort_and_scatter_kernelILj256ELj15ELj[67]ELb0EPyS2_PdS3_jEE"),   # u64 keys, double values
+    ("algos", r"sort_and_scatter_kernelILj256ELj17ELj[67]ELb0EPjS2_PNS_10empty")])  # keys only
+def test_sort_and_scatter_matches_numpy(obj, pattern, run):
+    """One pass of radix sort with the recipe's keys and the digit starts
+    computed from them: keys_output[:size] is numpy's stable sort of the keys
+    by their digit (bits [bit, bit + RadixBits) of rocPRIM's encoding), the
+    values follow their keys; over one, two and three batches (the last
+    partial)."""
+    path = OBJ["gfx1030"] if obj == "sorts" else ROCPRIM_ALGOS
+    with open(path, "rb") as f:
+        data = f.read()
+    names = [k.name for k in CodeObject(data).kernels if re.search(pattern, k.name)]
+    assert len(names) == 2
+    for name in names:
+        m = re.search(r"ILj(\d+)ELj(\d+)ELj(\d+)ELb0EP([a-z])S2_(P[a-z]|PNS_10empty|S2_)", name)
+        bits, kc = int(m.group(3)), m.group(4)
+        ktype = {"l": "<i8", "j": "<u4", "y": "<u8"}[kc]
+        vtype = {"Pl": "<i8", "Pi": "<i4", "Pd": "<u8", "S2_": ktype}.get(m.group(5))  # S2_: the keys' type
+        md = Machine(data).kernel(name).metadata
+        plan = synthesise(md, run, 5, name)
+        assert plan.recipe == "rocprim-sort-and-scatter"
+        image = _execute(data, name, plan, 5, None)[0]
+        assert not isinstance(image, Exception), image
+        size, bit = plan.values[4], plan.values[7]
+        assert plan.values[8] == bits
+        keys, _ = _arg(plan, image, 0, ktype, size)
+        enc = keys.view(f"<u{np.dtype(ktype).itemsize}")
+        if ktype[1] == "i":
+            enc = enc ^ np.array(1 << (8 * enc.itemsize - 1), enc.dtype)
+        order = np.argsort((enc >> np.array(bit, enc.dtype)) & np.array((1 << bits) - 1, enc.dtype), kind="stable")
+        _, out = _arg(plan, image, 1, ktype, size)
+        assert np.array_equal(out, keys[order]), name
+        if vtype:
+            values, _ = _arg(plan, image, 2, vtype, size)
+            _, vout = _arg(plan, image, 3, vtype, size)
+            assert np.array_equal(vout, values[order]), name
+
+
+def test_sort_and_scatter_of_size_t_is_proven_equal():
+    """rocSPARSE's sort_and_scatter_kernel<256, 15, 7, false, long*, ..., unsigned long> (its size
+    and digit starts size_t: the recipe's second signature): the gfx1010 build is proven
+    equal over three runs."""
+    name = "_ZN7rocprim6detail23sort_and_scatter_kernelILj256ELj15ELj7ELb0EPlS2_S2_S2_mEEvT3_T4_T5_T6_T7_PKS7_S9_jjjj"
+    v = verify_kernel(_data("gfx1030"), _data("gfx1010"), name, runs=3, patched_target="gfx1010")
+    assert v.status == EQUAL and v.recipe == "rocprim-sort-and-scatter", v.detail
+
+
+def test_float_encoding_orders_as_numbers():
+    """The encoding of floating keys orders them as numbers (negative ones
+    below positive ones, larger magnitudes further out), and the digit
+    extraction takes +0.0 for -0.0 (rocPRIM: stable sort of zeros)."""
+    x = np.array([3.5, -1.0, 0.25, -7.0, 1e30, -1e-30, 2.0, -2.0], np.float32)
+    e = rocprim.encoded(x, rocprim.Iter(4, "f"))
+    assert np.array_equal(np.argsort(e), np.argsort(x))
+    z = np.array([0.0, -0.0], np.float32)
+    d = rocprim.digits(z, rocprim.Iter(4, "f"), 24, 8)
+    assert d[0] == d[1] == 0x7F
+    i = np.array([-5, 3, -1, 0, 7], np.int32)
+    assert np.array_equal(np.argsort(rocprim.encoded(i, rocprim.Iter(4, "i"))), np.argsort(i))
