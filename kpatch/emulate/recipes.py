@@ -275,6 +275,42 @@ def _segmented_sort(ctx: Context, sig: tuple, name: str) -> dict:
     return out
 
 
+def _segmented_sort_small(ctx: Context, sig: tuple, name: str) -> dict:
+    # segmented_sort_small_or_medium_kernel<WarpSortHelperConfig<LogicalWarp, ItemsPerThread,
+    #     BlockSize>, Descending, BlockSize>(keys_input, keys_tmp, keys_output, values_input,
+    #     values_tmp, values_output, to_output, num_segments, segment_indices, begin_offsets,
+    #     end_offsets, begin_bit, end_bit) (device_segmented_radix_sort.hpp,
+    #     detail/device_segmented_radix_sort.hpp segmented_sort_small): a logical warp per
+    #     segment index, BlockSize / LogicalWarp of them per workgroup, the last workgroup's
+    #     partly past num_segments; the indices select segments of at most LogicalWarp *
+    #     ItemsPerThread items (what the partition leaves to this kernel) among others.
+    m = re.search(r"segmented_sort_small_or_medium_kernelINS0_20WarpSortHelperConfigILj(\d+)ELj(\d+)ELj(\d+)EEE"
+                  r"Lb[01]ELj\d+E(.*)", name)
+    try:
+        if not m:
+            raise _rocprim.NotRead("no WarpSortHelperConfig (a disabled warp sort sorts nothing)")
+        if "NS_16reverse_iteratorI" in m.group(4):
+            raise _rocprim.NotRead("the segment indices are a reverse_iterator (its pointer is past the indices: "
+                                   "a recipe's buffer address is where its data starts)")
+        its = _rocprim.iterators(m.group(4), 6)
+        key, off = its[0], its[-1]
+        if key is None or off is None or key.empty or off.kind not in "iu":
+            raise _rocprim.NotRead("the keys' or offsets' type is not read")
+    except _rocprim.NotRead as e:
+        raise RecipeDoesNotHold(f"recipe rocprim-segmented-sort-small does not hold: {e}") from None
+    warp, ipt, block = (int(x) for x in m.groups()[:3])
+    per_block = block // warp
+    count = ctx.groups * per_block - (0, 3, per_block - 1)[ctx.run % 3]
+    total = 2 * count
+    lengths = ctx.rng.integers(0, warp * ipt + 1, total)
+    lengths[:4] = (0, 1, warp * ipt, warp * ipt - 1)
+    chosen = np.sort(ctx.rng.choice(total, count, replace=False)).astype("<u4")
+    bits = 8 * key.size
+    begin, end = _rocprim.offsets(lengths, off.size)
+    return {6: int(ctx.run % 2 == 0), 7: count, 8: Fill(chosen.tobytes()), 9: Fill(begin), 10: Fill(end),
+            11: 0, 12: (bits, bits, min(bits, 13))[ctx.run % 3]}
+
+
 def _sort_and_scatter(ctx: Context, sig: tuple, name: str) -> dict:
     # sort_and_scatter_kernel<BlockSize, ItemsPerThread, RadixBits, Descending, KeysIn, KeysOut,
     #     ValuesIn, ValuesOut, Offset>(keys_in, keys_out, values_in, values_out, Offset size,
@@ -491,6 +527,11 @@ RECIPES: tuple[Recipe, ...] = (
            "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: iterations, "
            "launches), device/detail/device_segmented_radix_sort.hpp (segmented_sort, segmented_sort_large), "
            "device/device_segmented_radix_sort_config.hpp; see kpatch/emulate/rocprim.py"),
+    Recipe("rocprim-segmented-sort-small", re.compile(r"rocprim6detail37segmented_sort_small_or_medium_kernelI"),
+           ((_G, _G, _G, _G, _G, _G, _B1, _B4, _G, _G, _G, _B4, _B4),),
+           _segmented_sort_small,
+           "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: small and medium "
+           "segment launches), device/detail/device_segmented_radix_sort.hpp (segmented_sort_small)"),
     Recipe("rocprim-sort-and-scatter", re.compile(r"rocprim6detail23sort_and_scatter_kernelILj\d+ELj\d+ELj\d+E"),
            ((_G, _G, _G, _G, _B4, _G, _G, _B4, _B4, _B4, _B4),
             (_G, _G, _G, _G, _B8, _G, _G, _B4, _B4, _B4, _B4)),  # Offset size_t

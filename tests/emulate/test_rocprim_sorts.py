@@ -243,7 +243,8 @@ def test_segmented_sort_matches_numpy(kernel, run):
 
 @pytest.mark.parametrize("pattern", [r"^_ZN7rocprim6detail16partition_kernel.*PmEE10hipError_t",
                                      r"^_ZN7rocprim6detail21segmented_sort_kernel.*ILj0EiiEE",
-                                     r"^_ZN7rocprim6detail27segmented_sort_large_kernel.*ILj0EiNS_10empty"])
+                                     r"^_ZN7rocprim6detail27segmented_sort_large_kernel.*ILj0EiNS_10empty",
+                                     r"^_ZN7rocprim6detail37segmented_sort_small_or_medium_kernel.*PjS4_EE"])
 def test_gfx1010_build_is_proven_equal_and_a_mutant_is_different(pattern):
     """The gfx1010 build of the same source is proven equal to the gfx1030
     one with the recipes' inputs (two runs: one workgroup and two); the
@@ -337,3 +338,53 @@ def test_float_encoding_orders_as_numbers():
     assert d[0] == d[1] == 0x7F
     i = np.array([-5, 3, -1, 0, 7], np.int32)
     assert np.array_equal(np.argsort(rocprim.encoded(i, rocprim.Iter(4, "i"))), np.argsort(i))
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_small_segment_sort_matches_numpy(run):
+    """segmented_sort_small_or_medium_kernel: logical warp w of workgroup g sorts
+    segment segment_indices[g * 8 + w] (256 / 32 warps) when that is below
+    num_segments, into keys_output (to_output) or keys_tmp: numpy's stable sort
+    by the bits [begin_bit, end_bit); the segments not indexed are not written."""
+    names = _names(r"^_ZN7rocprim6detail37segmented_sort_small_or_medium_kernel.*PjS4_EE|"
+                   r"^_ZN7rocprim6detail37segmented_sort_small_or_medium_kernel.*PjPmEE")
+    assert len(names) == 2
+    for name in names:
+        plan, image = _run(name, run)
+        assert plan.recipe == "rocprim-segmented-sort-small"
+        pairs = "PmEE" in name
+        offs = "<u8" if pairs else "<i4"
+        to_output, count, begin_bit, end_bit = plan.values[6], plan.values[7], plan.values[11], plan.values[12]
+        groups = plan.grid[0] // plan.block[0]
+        assert (groups - 1) * 8 < count <= groups * 8
+        idx = _read(_buffer(plan, plan.values[8][1]), "<u4", count)
+        begin = _read(_buffer(plan, plan.values[9][1]), offs, 2 * count).astype(np.int64)
+        end = _read(_buffer(plan, plan.values[10][1]), offs, 2 * count).astype(np.int64)
+        assert (end - begin <= 128).all()
+        mask = (1 << (end_bit - begin_bit)) - 1
+        for s in range(2 * count):
+            b, e = begin[s], end[s]
+            if e <= b:
+                continue
+            keys, _ = _arg(plan, image, 0, "<i4", e - b, b)
+            before, got = _arg(plan, image, 2 if to_output else 1, "<i4", e - b, b)
+            if s not in idx:
+                assert np.array_equal(got, before)
+                continue
+            order = np.argsort((_encoded(keys) >> np.uint32(begin_bit)) & np.uint32(mask), kind="stable")
+            assert np.array_equal(got, keys[order]), (name[:60], s, b, e)
+            if pairs:
+                values, _ = _arg(plan, image, 3, "<i4", e - b, b)
+                _, vout = _arg(plan, image, 5 if to_output else 4, "<i4", e - b, b)
+                assert np.array_equal(vout, values[order])
+
+
+def test_small_segment_sort_through_a_reverse_iterator_is_refused():
+    """The small segments' indices are a reverse_iterator (rocPRIM fills the
+    index buffer from both ends): its pointer lies past the indices, which a
+    recipe buffer cannot give; the kernel is refused with that reason."""
+    name = _names(r"^_ZN7rocprim6detail37segmented_sort_small_or_medium_kernel.*reverse_iterator")[0]
+    md = Machine(_data()).kernel(name).metadata
+    with pytest.raises(CannotSynthesise, match="rocprim-segmented-sort-small does not hold: the segment indices "
+                                               "are a reverse_iterator"):
+        synthesise(md, 0, 0, name)
