@@ -288,7 +288,7 @@ def _segmented_sort_small(ctx: Context, sig: tuple, name: str) -> dict:
                   r"Lb[01]ELj\d+E(.*)", name)
     try:
         if not m:
-            raise _rocprim.NotRead("no WarpSortHelperConfig (a disabled warp sort sorts nothing)")
+            raise _rocprim.NotRead("no WarpSortHelperConfig<LogicalWarp, ItemsPerThread, BlockSize> read")
         if "NS_16reverse_iteratorI" in m.group(4):
             raise _rocprim.NotRead("the segment indices are a reverse_iterator (its pointer is past the indices: "
                                    "a recipe's buffer address is where its data starts)")
@@ -527,7 +527,9 @@ RECIPES: tuple[Recipe, ...] = (
            "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: iterations, "
            "launches), device/detail/device_segmented_radix_sort.hpp (segmented_sort, segmented_sort_large), "
            "device/device_segmented_radix_sort_config.hpp; see kpatch/emulate/rocprim.py"),
-    Recipe("rocprim-segmented-sort-small", re.compile(r"rocprim6detail37segmented_sort_small_or_medium_kernelI"),
+    # (with DisabledWarpSortHelperConfig the kernel sorts nothing: not claimed, it writes nothing)
+    Recipe("rocprim-segmented-sort-small",
+           re.compile(r"rocprim6detail37segmented_sort_small_or_medium_kernelINS0_20WarpSortHelperConfigI"),
            ((_G, _G, _G, _G, _G, _G, _B1, _B4, _G, _G, _G, _B4, _B4),),
            _segmented_sort_small,
            "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: small and medium "

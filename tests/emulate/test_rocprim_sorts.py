@@ -388,3 +388,15 @@ def test_small_segment_sort_through_a_reverse_iterator_is_refused():
     with pytest.raises(CannotSynthesise, match="rocprim-segmented-sort-small does not hold: the segment indices "
                                                "are a reverse_iterator"):
         synthesise(md, 0, 0, name)
+
+
+def test_a_disabled_warp_sort_is_not_claimed():
+    """segmented_sort_small_or_medium_kernel<DisabledWarpSortHelperConfig, ...> (rocSPARSE
+    instantiates it; rocPRIM never launches it, its warp sort is empty) is no recipe's."""
+    name = ("_ZN7rocprim6detail37segmented_sort_small_or_medium_kernelINS0_28DisabledWarpSortHelperConfigELb0ELj1E"
+            "PiS3_PNS_10empty_typeES5_PjPKiEEvT2_PNSt15iterator_traitsIS7_E10value_typeET3_T4_PNS8_ISD_E10value_"
+            "typeET5_bjT6_T7_SJ_jj")
+    md = {".args": [{".value_kind": "global_buffer", ".size": 8}] * 6 + [{".value_kind": "by_value", ".size": 1},
+          {".value_kind": "by_value", ".size": 4}] + [{".value_kind": "global_buffer", ".size": 8}] * 3
+          + [{".value_kind": "by_value", ".size": 4}] * 2}
+    assert recipes.find(name, md) is None
