@@ -132,270 +132,26 @@ def _show(sig: tuple) -> str:
     return "(" + ", ".join(f"{k}{n}" for k, n in sig) + ")"
 
 
-# -- rocPRIM: decoupled look-back scan state -------------------------------------------
+# -- rocPRIM: kpatch.emulate.rocprim's builders -------------------------------------------
 
-#: Entries before block 0's in a look-back state (rocPRIM pads by the warp
-#: size: device_warp_size() in kernels, host_warp_size() in the allocation;
-#: 64 covers both).
-LOOKBACK_PADDING = 64
-PREFIX_INVALID, PREFIX_EMPTY, PREFIX_COMPLETE = 0xFF, 0, 2
-#: Block count and item count for runs of more than one workgroup: no
-#: workgroup of the grid is the last block, so every one takes the full-block
-#: path and looks back at its predecessors.
-MANY_BLOCKS, MANY_ITEMS = 4096, 1 << 16
+def _from_rocprim(v):
+    """A recipe value from a kpatch.emulate.rocprim value (Buffer -> Fill, Aggregate -> Struct)."""
+    if isinstance(v, _rocprim.Buffer):
+        return Fill(v.head, tuple((o, _from_rocprim(b)) for o, b in v.pointers))
+    if isinstance(v, _rocprim.Aggregate):
+        return Struct(v.size, v.data, tuple((o, _from_rocprim(b)) for o, b in v.pointers))
+    return v
 
 
-def _blocks_and_size(ctx: Context) -> tuple[int, int]:
-    """(number_of_blocks, size) consistent with the grid: one workgroup is
-    the only (partial) block of a few items; more are full blocks of a
-    longer input."""
-    if ctx.groups == 1:
-        return 1, (5, 16, 3)[ctx.run % 3]
-    return MANY_BLOCKS, MANY_ITEMS
-
-
-def _small_state(entry: int, flag: int) -> Fill:
-    """A packed look-back state (flag and value in one 4- or 8-byte word):
-    the padding entries hold PREFIX_INVALID, block entries ``flag``."""
-    n = LOOKBACK_PADDING + MANY_BLOCKS
-    a = np.zeros((n, entry), np.uint8)
-    a[:, 0] = flag
-    a[:LOOKBACK_PADDING, 0] = PREFIX_INVALID
-    return Fill(a.tobytes())
-
-
-def _big_state(flag: int) -> Struct:
-    """rocPRIM's look-back state for values over 4 bytes: a by-value struct
-    of three pointers (flags, partial values, complete values)."""
-    flags = bytes([PREFIX_INVALID]) * LOOKBACK_PADDING + bytes([flag]) * MANY_BLOCKS
-    return Struct(24, b"", ((0, Fill(flags)), (8, Fill()), (16, Fill())))
-
-
-def _state(sig_arg: tuple, small_entry: int, flag: int):
-    return _small_state(small_entry, flag) if sig_arg == ("g", 8) else _big_state(flag)
-
-
-def _scan_entry(sig: tuple) -> int:
-    """Packed entry size of a small state from the scanned value's size (argument 3)."""
-    return 8 if sig[3][1] > 2 else 4
-
-
-def _lookback_scan(ctx: Context, sig: tuple, name: str) -> dict:
-    # lookback_scan_kernel(input, output, size, initial_value, scan_op, state,
-    #                      number_of_blocks, ordered_bid, previous_last_element,
-    #                      new_last_element, override_first_value, save_last_value)
-    blocks, size = _blocks_and_size(ctx)
-    return {2: size, 5: _state(sig[5], _scan_entry(sig), PREFIX_EMPTY), 6: blocks, 7: Fill(),
-            10: 0, 11: ctx.run % 2}
-
-
-def _init_lookback(ctx: Context, sig: tuple, name: str) -> dict:
-    # init_lookback_scan_state_kernel(state, number_of_blocks, ordered_bid, save_index, save_dest):
-    # the state is what a finished scan leaves (every prefix complete).
-    blocks = ctx.groups * ctx.block[0] - ctx.run % 3
-    return {0: _state(sig[0], 8, PREFIX_COMPLETE), 1: blocks, 2: Fill(), 3: (0, 3, blocks + 1)[ctx.run % 3]}
-
-
-def _partition(ctx: Context, sig: tuple, name: str) -> dict:
-    # partition_kernel(keys_in, values_in, flags, keys_out, values_out, selected_count,
-    #                  prev_selected_count, size, inequality_op, offset_scan_state,
-    #                  number_of_blocks, ordered_bid, predicates...): offsets are unsigned int
-    blocks, size = _blocks_and_size(ctx)
-    return {5: Fill(), 6: Fill(), 7: size, 9: _small_state(8, PREFIX_EMPTY), 10: blocks, 11: Fill()}
-
-
-#: The segment lengths the segment partition's offsets give, besides random ones: each side of
-#: every max medium segment length a configuration of rocPRIM 5.3 has (1 with warp sort
-#: disabled, 128 or 256 with it).
-PARTITION_EDGES = (0, 1, 2, 127, 128, 129, 255, 256, 257)
-
-
-def _segment_partition(ctx: Context, sig: tuple, name: str) -> dict:
-    # partition_kernel<select_method::predicate, false, ...>(counting_iterator<unsigned, long> keys
-    #     (by value: its unsigned start), empty_type* values, empty_type* flags, unsigned* output,
-    #     empty_type* values_output, selected_count, prev_selected_count, size, empty_type
-    #     inequality_op, offset_scan_state, number_of_blocks, ordered_bid, selector): the launch
-    #     segmented_radix_sort_impl makes (device_segmented_radix_sort.hpp): the segment indices
-    #     0..segments-1 partitioned by the large segment selector, a lambda capturing
-    #     [=] end_offsets and begin_offsets (clang lays captures out in the order the body first
-    #     uses them: `end_offsets[i] - begin_offsets[i]`), here segments one after another.
-    m = re.search(r"segmented_radix_sort_implI.*?ELb[01]E(.*)", name)
-    if not m:
-        raise RecipeDoesNotHold("recipe rocprim-segment-partition does not hold: no segmented_radix_sort_impl")
-    try:
-        off = _rocprim.iterators(m.group(1), 5)[4]
-    except _rocprim.NotRead as e:
-        raise RecipeDoesNotHold(f"recipe rocprim-segment-partition does not hold: {e}") from None
-    if off is None or off.kind not in "iu":
-        raise RecipeDoesNotHold("recipe rocprim-segment-partition does not hold: the offsets' type is not read")
-    blocks, size = _blocks_and_size(ctx)
-    lengths = ctx.rng.integers(0, 600, size)
-    lengths[:len(PARTITION_EDGES)] = ctx.rng.permutation(PARTITION_EDGES)[:size]
-    begin, end = _rocprim.offsets(lengths, off.size)
-    return {0: 0, 5: Fill(), 6: Fill(), 7: size, 9: _small_state(8, PREFIX_EMPTY), 10: blocks, 11: Fill(),
-            12: Struct(16, b"", ((0, Fill(end)), (8, Fill(begin))))}
-
-
-def _segmented_sort(ctx: Context, sig: tuple, name: str) -> dict:
-    # segmented_sort_kernel<Config, Descending, BlockSize>(keys_input, keys_tmp, keys_output,
-    #     values_input, values_tmp, values_output, to_output, [segment_indices,] begin_offsets,
-    #     end_offsets, long_iterations, short_iterations, begin_bit, end_bit)
-    #     (device_segmented_radix_sort.hpp): one segment per workgroup (the large kernel: the
-    #     segment segment_indices[workgroup]), its keys at [begin, end) of the keys; iterations
-    #     as segmented_radix_sort_impl computes them from the bits and the configuration's radix
-    #     bits; segments of every path of the kernel (empty, a warp's, one block's, several
-    #     blocks': the radix passes), the large kernel's longer than any medium segment.
-    large = "segmented_sort_large_kernel" in name
-    m = re.search(r"segmented_sort_(?:large_)?kernelI.*?ELb[01]ELj\d+E(.*)", name)
-    try:
-        if not m:
-            raise _rocprim.NotRead("no iterators after the block size")
-        its = _rocprim.iterators(m.group(1), 6 if large else 5)
-        key, off = its[0], its[-1]
-        if key is None or off is None or key.empty or off.kind not in "iu":
-            raise _rocprim.NotRead("the keys' or offsets' type is not read")
-        cfg = _rocprim.config(name, key)
-    except _rocprim.NotRead as e:
-        raise RecipeDoesNotHold(f"recipe rocprim-segmented-sort does not hold: {e}") from None
-    ipb, bits = cfg.items_per_block, 8 * key.size
-    begin_bit, end_bit = (0, bits) if ctx.run % 3 != 2 else (0, min(bits, 13))
-    long_it, short_it = _rocprim.iterations(cfg, begin_bit, end_bit)
-    if large:  # every other segment large (selected), the ones between short (not launched)
-        wanted = [(300, ipb + 37, 257)[(ctx.run + g) % 3] for g in range(ctx.groups)]
-        lengths = [x for w in wanted for x in (w, 3)]
-        chosen = [2 * g for g in range(ctx.groups)]
-    else:
-        lengths = [(200, ipb + 37, 0, 100, 1)[(ctx.run + 2 * g) % 5] for g in range(ctx.groups)]
-    begin, end = _rocprim.offsets(lengths, off.size)
-    at = 7 if not large else 8
-    out = {6: int(ctx.run % 2 == 0), at: Fill(begin), at + 1: Fill(end),
-           at + 2: long_it, at + 3: short_it, at + 4: begin_bit, at + 5: end_bit}
-    if large:
-        out[7] = Fill(np.array(chosen, "<u4").tobytes())
-    return out
-
-
-def _segmented_sort_small(ctx: Context, sig: tuple, name: str) -> dict:
-    # segmented_sort_small_or_medium_kernel<WarpSortHelperConfig<LogicalWarp, ItemsPerThread,
-    #     BlockSize>, Descending, BlockSize>(keys_input, keys_tmp, keys_output, values_input,
-    #     values_tmp, values_output, to_output, num_segments, segment_indices, begin_offsets,
-    #     end_offsets, begin_bit, end_bit) (device_segmented_radix_sort.hpp,
-    #     detail/device_segmented_radix_sort.hpp segmented_sort_small): a logical warp per
-    #     segment index, BlockSize / LogicalWarp of them per workgroup, the last workgroup's
-    #     partly past num_segments; the indices select segments of at most LogicalWarp *
-    #     ItemsPerThread items (what the partition leaves to this kernel) among others.
-    m = re.search(r"segmented_sort_small_or_medium_kernelINS0_20WarpSortHelperConfigILj(\d+)ELj(\d+)ELj(\d+)EEE"
-                  r"Lb[01]ELj\d+E(.*)", name)
-    try:
-        if not m:
-            raise _rocprim.NotRead("no WarpSortHelperConfig<LogicalWarp, ItemsPerThread, BlockSize> read")
-        if "NS_16reverse_iteratorI" in m.group(4):
-            raise _rocprim.NotRead("the segment indices are a reverse_iterator (its pointer is past the indices: "
-                                   "a recipe's buffer address is where its data starts)")
-        its = _rocprim.iterators(m.group(4), 6)
-        key, off = its[0], its[-1]
-        if key is None or off is None or key.empty or off.kind not in "iu":
-            raise _rocprim.NotRead("the keys' or offsets' type is not read")
-    except _rocprim.NotRead as e:
-        raise RecipeDoesNotHold(f"recipe rocprim-segmented-sort-small does not hold: {e}") from None
-    warp, ipt, block = (int(x) for x in m.groups()[:3])
-    per_block = block // warp
-    count = ctx.groups * per_block - (0, 3, per_block - 1)[ctx.run % 3]
-    total = 2 * count
-    lengths = ctx.rng.integers(0, warp * ipt + 1, total)
-    lengths[:4] = (0, 1, warp * ipt, warp * ipt - 1)
-    chosen = np.sort(ctx.rng.choice(total, count, replace=False)).astype("<u4")
-    bits = 8 * key.size
-    begin, end = _rocprim.offsets(lengths, off.size)
-    return {6: int(ctx.run % 2 == 0), 7: count, 8: Fill(chosen.tobytes()), 9: Fill(begin), 10: Fill(end),
-            11: 0, 12: (bits, bits, min(bits, 13))[ctx.run % 3]}
-
-
-def _sort_and_scatter(ctx: Context, sig: tuple, name: str) -> dict:
-    # sort_and_scatter_kernel<BlockSize, ItemsPerThread, RadixBits, Descending, KeysIn, KeysOut,
-    #     ValuesIn, ValuesOut, Offset>(keys_in, keys_out, values_in, values_out, Offset size,
-    #     const Offset* batch_digit_starts, const Offset* digit_starts, bit, current_radix_bits,
-    #     blocks_per_full_batch, full_batches) (device/device_radix_sort.hpp, one pass of radix
-    #     sort; Offset: unsigned int or size_t): each workgroup is one batch of one block (as
-    #     device_radix_sort.hpp computes them for that size), the last one partial; the keys are
-    #     the recipe's and the digit starts the ones scan_batches and scan_digits compute from
-    #     them (batch b's digit d after earlier batches' digits d, digit d after smaller
-    #     digits), so the pass is the stable scatter of every key by its digit.
-    m = re.search(r"sort_and_scatter_kernelILj(\d+)ELj(\d+)ELj(\d+)ELb([01])E(.*)", name)
-    block, ipt, bits = (int(x) for x in m.groups()[:3])
-    try:
-        key = _rocprim.iterators(m.group(5), 1)[0]
-        if key is None or key.empty or key.kind not in "iuf":
-            raise _rocprim.NotRead("the keys' type is not read")
-        if m.group(4) == "1":
-            raise _rocprim.NotRead("descending (inverted key encoding) is not modelled")
-    except _rocprim.NotRead as e:
-        raise RecipeDoesNotHold(f"recipe rocprim-sort-and-scatter does not hold: {e}") from None
-    size = ctx.groups * block * ipt - (1, 7, 100)[ctx.run % 3]
-    bit = (0, 3, 8)[ctx.run % 3]
-    keys = ctx.rng.integers(0, 256, size * key.size, dtype=np.uint8)
-    batch, starts = _rocprim.digit_starts(keys.view(f"<u{key.size}"), key, bit, bits, ctx.groups, block * ipt)
-    off = f"<u{sig[4][1]}"
-    return {0: Fill(keys.tobytes()), 4: size, 5: Fill(batch.astype(off).tobytes()),
-            6: Fill(starts.astype(off).tobytes()), 7: bit, 8: bits, 9: 1, 10: ctx.groups}
-
-
-def _block_merge(ctx: Context, sig: tuple, name: str) -> dict:
-    # block_merge_kernel<BlockSize, ItemsPerThread>(keys_in, keys_out, values_in, values_out,
-    #     input_size, sorted_block_size, compare, merge_partitions) (mergepath version,
-    #     device/detail/device_merge_sort_mergepath.hpp): sorted blocks of one tile
-    #     (sorted_block_size = BlockSize * ItemsPerThread), so tile b merges tiles
-    #     b & ~1 and (b & ~1) + 1; its partition (absolute index into the first list)
-    #     is where the first list ends or the diagonal, whichever comes first: a valid
-    #     split whatever the keys (the merge is then not the sorted one, but every
-    #     index stays inside the input).
-    block, ipt = (int(x) for x in re.search(r"block_merge_kernelILj(\d+)ELj(\d+)E", name).groups())
-    tile = block * ipt
-    size = ctx.groups * tile
-    parts = []
-    for b in range(ctx.groups + 1):
-        start, diag = tile * (b & ~1), tile * (b & 1)
-        parts.append(start + min(diag, max(0, min(tile, size - start))))
-    return {4: size, 5: tile, 7: Fill(np.array(parts, "<u4").tobytes())}
-
-
-def _reduce_by_key(ctx: Context, sig: tuple, name: str) -> dict:
-    # reduce_by_key_kernel<BlockSize, ItemsPerThread>(keys_in, values_in, size, unique_starts,
-    #     carry_outs, leading_aggregates, unique_output, aggregates_output, key_compare_op,
-    #     reduce_op, blocks_per_full_batch, full_batches): one batch per workgroup as
-    #     device_reduce_by_key.hpp computes them, the last one partial; unique starts 0, so
-    #     every unique key and aggregate lands inside the first `size` positions.
-    block, ipt = (int(x) for x in re.search(r"reduce_by_key_kernelILj(\d+)ELj(\d+)E", name).groups())
-    size = ctx.groups * block * ipt - (1, 7, 100)[ctx.run % 3]
-    return {2: size, 3: Fill(), 10: 1, 11: ctx.groups}
-
-
-def _scatter_carry_outs(ctx: Context, sig: tuple, name: str) -> dict:
-    # scan_and_scatter_carry_outs_kernel<BlockSize, ItemsPerThread, Result>(carry_outs,
-    #     leading_aggregates, aggregates_output, reduce_op, batches): batches - 1 carry-outs
-    #     {Result value (4 bytes here); unsigned destination; bool next_has_carry_in}
-    #     (12 bytes), destinations increasing and inside the output, as reduce_by_key
-    #     writes them.
-    block, ipt = (int(x) for x in re.search(r"carry_outs_kernelILj(\d+)ELj(\d+)E", name).groups())
-    batches = min(block * ipt, (5, 64, 300)[ctx.run % 3])
-    n = batches - 1
-    rec = np.zeros((n, 12), np.uint8)
-    rec[:, 0:4] = ctx.rng.integers(0, 256, (n, 4), dtype=np.uint8)
-    dest = np.sort(ctx.rng.integers(0, 4096, n)).astype("<u4")
-    rec[:, 4:8] = dest.view(np.uint8).reshape(n, 4)
-    rec[:, 8] = ctx.rng.integers(0, 2, n)
-    return {0: Fill(rec.tobytes()), 4: batches}
-
-
-def _segmented_reduce(ctx: Context, sig: tuple, name: str) -> dict:
-    # segmented_reduce_kernel<Config>(input, output, begin_offsets, end_offsets, reduce_op,
-    #     initial_value) (device/device_segmented_reduce.hpp): one segment per workgroup;
-    #     segments of 0 to 5000 items, one after another, as offsets into the input.
-    lengths = ctx.rng.integers(0, 5000, ctx.groups)
-    lengths[ctx.run % ctx.groups] = (4999, 1, 0)[ctx.run % 3]
-    begin = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("<u4")
-    end = (begin + lengths).astype("<u4")
-    return {2: Fill(begin.tobytes()), 3: Fill(end.tobytes())}
+def _rocprim_recipe(label: str, build) -> Callable:
+    """Recipe ``label``'s build from a kpatch.emulate.rocprim builder."""
+    def run(ctx: Context, sig: tuple, name: str) -> dict:
+        try:
+            out = build(ctx, sig, name)
+        except _rocprim.NotRead as e:
+            raise RecipeDoesNotHold(f"recipe {label} does not hold: {e}") from None
+        return {i: _from_rocprim(v) for i, v in out.items()}
+    return run
 
 
 # -- rocRAND: discrete (Poisson) distributions --------------------------------------------
@@ -502,28 +258,28 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("rocprim-lookback-scan", re.compile(r"rocprim6detail20lookback_scan_kernel"),
            tuple((_G, _G, _B8, (("b", v)), _B1, st, _B4, _G, _G, _G, _B1, _B1)
                  for v in (4, 8) for st in (_G, _B24)),
-           _lookback_scan,
+           _rocprim_recipe("rocprim-lookback-scan", _rocprim.lookback_scan),
            "rocPRIM (librocprim-dev) device/device_scan.hpp lookback_scan_kernel, "
            "device/detail/lookback_scan_state.hpp (padding, prefix_flag, packed and three-array states)"),
     Recipe("rocprim-init-lookback", re.compile(r"rocprim6detail31init_lookback_scan_state_kernel"),
            ((_G, _B4, _G, _B4, _G), (_B24, _B4, _G, _B4, _G)),
-           _init_lookback,
+           _rocprim_recipe("rocprim-init-lookback", _rocprim.init_lookback),
            "rocPRIM device/detail/device_scan_common.hpp init_lookback_scan_state_kernel"),
     Recipe("rocprim-segment-partition",
            re.compile(r"rocprim6detail16partition_kernelILNS0_13select_methodE1ELb0E.*counting_iteratorIjlEE"
                       r".*segmented_radix_sort_implI.*UljE_EEEv"),
            ((_B4, _G, _G, _G, _G, _G, _G, _B8, _B1, _G, _B4, _G, ("b", 16)),),
-           _segment_partition,
+           _rocprim_recipe("rocprim-segment-partition", _rocprim.segment_partition),
            "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: the large segment "
            "selector, the partition of a counting_iterator), device/device_partition.hpp"),
     Recipe("rocprim-partition", re.compile(r"rocprim6detail16partition_kernel"),
            ((_G, _G, _G, _G, _G, _G, _G, _B8, _B1, _G, _B4, _G, _B1),),
-           _partition,
+           _rocprim_recipe("rocprim-partition", _rocprim.partition),
            "rocPRIM device/device_partition.hpp partition_kernel (offset state: unsigned int, packed)"),
     Recipe("rocprim-segmented-sort", re.compile(r"rocprim6detail(21segmented_sort|27segmented_sort_large)_kernelI"),
            ((_G, _G, _G, _G, _G, _G, _B1, _G, _G, _B4, _B4, _B4, _B4),
             (_G, _G, _G, _G, _G, _G, _B1, _G, _G, _G, _B4, _B4, _B4, _B4)),
-           _segmented_sort,
+           _rocprim_recipe("rocprim-segmented-sort", _rocprim.segmented_sort),
            "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: iterations, "
            "launches), device/detail/device_segmented_radix_sort.hpp (segmented_sort, segmented_sort_large), "
            "device/device_segmented_radix_sort_config.hpp; see kpatch/emulate/rocprim.py"),
@@ -531,33 +287,33 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("rocprim-segmented-sort-small",
            re.compile(r"rocprim6detail37segmented_sort_small_or_medium_kernelINS0_20WarpSortHelperConfigI"),
            ((_G, _G, _G, _G, _G, _G, _B1, _B4, _G, _G, _G, _B4, _B4),),
-           _segmented_sort_small,
+           _rocprim_recipe("rocprim-segmented-sort-small", _rocprim.segmented_sort_small),
            "rocPRIM device/device_segmented_radix_sort.hpp (segmented_radix_sort_impl: small and medium "
            "segment launches), device/detail/device_segmented_radix_sort.hpp (segmented_sort_small)"),
     Recipe("rocprim-sort-and-scatter", re.compile(r"rocprim6detail23sort_and_scatter_kernelILj\d+ELj\d+ELj\d+E"),
            ((_G, _G, _G, _G, _B4, _G, _G, _B4, _B4, _B4, _B4),
             (_G, _G, _G, _G, _B8, _G, _G, _B4, _B4, _B4, _B4)),  # Offset size_t
-           _sort_and_scatter,
+           _rocprim_recipe("rocprim-sort-and-scatter", _rocprim.sort_and_scatter),
            "rocPRIM device/device_radix_sort.hpp (sort_and_scatter_kernel, batches and blocks per batch), "
            "device/detail/device_radix_sort.hpp (sort_and_scatter)"),
     Recipe("rocprim-block-merge", re.compile(r"rocprim6detail18block_merge_kernelILj\d+ELj\d+E.*jNS_4lessI"),
            ((_G, _G, _G, _G, _B4, _B4, _B1, _G),),
-           _block_merge,
+           _rocprim_recipe("rocprim-block-merge", _rocprim.block_merge),
            "rocPRIM device/detail/device_merge_sort_mergepath.hpp (block_merge_kernel_impl: partitions, "
            "tile groups), device/device_merge_sort.hpp"),
     Recipe("rocprim-reduce-by-key", re.compile(r"rocprim6detail20reduce_by_key_kernelILj\d+ELj\d+E"),
            ((_G, _G, _B4, _G, _G, _G, _G, _G, _B1, _B1, _B4, _B4),
             (_G, ("b", 16), _B4, _G, _G, _G, _G, _G, _B1, _B1, _B4, _B4)),  # values: a constant_iterator
-           _reduce_by_key,
+           _rocprim_recipe("rocprim-reduce-by-key", _rocprim.reduce_by_key),
            "rocPRIM device/device_reduce_by_key.hpp (batches), device/detail/device_reduce_by_key.hpp"),
     Recipe("rocprim-scatter-carry-outs",
            re.compile(r"rocprim6detail34scan_and_scatter_carry_outs_kernelILj\d+ELj\d+E[fjiI]"),
            ((_G, _G, _G, _B1, _B4),),
-           _scatter_carry_outs,
+           _rocprim_recipe("rocprim-scatter-carry-outs", _rocprim.scatter_carry_outs),
            "rocPRIM device/detail/device_reduce_by_key.hpp (carry_out, scan_and_scatter_carry_outs)"),
     Recipe("rocprim-segmented-reduce", re.compile(r"rocprim6detail23segmented_reduce_kernelI.*Pj"),
            ((_G, _G, _G, _G, _B1, _B4),),
-           _segmented_reduce,
+           _rocprim_recipe("rocprim-segmented-reduce", _rocprim.segmented_reduce),
            "rocPRIM device/device_segmented_reduce.hpp (segmented_reduce_kernel: a segment per block, "
            "begin and end offsets)"),
     Recipe("rocrand-discrete", re.compile(r"rocrand_host6detail.*poisson_distribution"),
