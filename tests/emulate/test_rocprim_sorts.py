@@ -4,7 +4,7 @@ over 64-bit keys with a size_t size) under their recipes
 
 The kernels are rocPRIM 5.3's (Debian's librocprim-dev) instantiated as
 rocSPARSE 5.3 instantiates them (data/rocprim_sorts.hip, built by
-data/build.sh with Debian's hipcc; several names are byte for byte those of
+data/build.sh with Debian's hipcc; all 39 kernel names are byte for byte names of
 librocsparse.so.0.1).  Each test runs the ORIGINAL gfx1030 kernel with the
 recipe's inputs and checks what it wrote against numpy's definition of the
 algorithm on the same inputs: the segment partition selects the segments
