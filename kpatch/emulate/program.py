@@ -584,7 +584,7 @@ def _valu(inst, ctx):
         readers[0] = (v0, 1, readers[0][2])
         sdwa_src[0] = (x["src0_sel"], x["src0_sext"], x["src0_neg"], x["src0_abs"])
         if nsrc > 1 and fmt != "VOP1":
-            if fmt == "VOPC" and x["s1"]:
+            if x["s1"]:  # src1 is an SGPR (VOP2 and VOPC alike)
                 readers[1] = (f["vsrc1"], 1, readers[1][2])
             sdwa_src[1] = (x["src1_sel"], x["src1_sext"], x["src1_neg"], x["src1_abs"])
     elif kind in ("dpp16", "dpp8"):
