@@ -327,3 +327,68 @@ def test_row_zero_of_an_index_array_has_an_entry():
             assert a[1] - a[0] == 1
     a = np.frombuffer(sparse.index_array(1, 0, 64, 4, rng), "<i4")
     assert (a == 0).all()
+
+
+# -- real rocSPARSE 5.3 kernels (librocsparse.so.0.1 of Debian bookworm, tools/fetch_corpus.sh --all) ------
+
+ROCSPARSE = os.path.join(HERE, "..", "..", "kdb_cache", "root", "usr", "lib", "x86_64-linux-gnu",
+                         "librocsparse.so.0.1")
+
+
+def real_object(offset: int, size: int) -> bytes:
+    """The gfx1030 code object of the offload bundle at ``offset`` (``size`` bytes) of librocsparse.so.0.1."""
+    from kpatch.containers.bundle import parse_bundle
+    if not os.path.exists(ROCSPARSE):
+        pytest.skip(f"rocSPARSE not fetched ({ROCSPARSE}: run tools/fetch_corpus.sh --all)")
+    with open(ROCSPARSE, "rb") as f:
+        f.seek(offset)
+        bundle = f.read(size)
+    entry = next(e for e in parse_bundle(bundle) if e.target_id.endswith("gfx1030"))
+    return bytes(entry.data(bundle))
+
+
+def gebsrmvn_mxn(blocksize: int, r: int, c: int) -> str:
+    """gebsrmvn_mxn_kernel<BLOCKSIZE, ROWBSRDIM, COLBSRDIM, float, const float*>'s name."""
+    return (f"_ZL19gebsrmvn_mxn_kernelILj{blocksize}ELj{r}ELj{c}EfPKfEvi20rocsparse_direction_T3_PKiS5_PKT2_iiS8_"
+            "S3_PS6_21rocsparse_index_base_")
+
+
+#: The bundle of librocsparse.so.0.1 holding the float gebsrmvn_mxn_kernels (offset, size).
+GEBSRMVN_BUNDLE = (367669248, 12622200)
+
+
+@pytest.mark.parametrize("blocksize,r,c,direction,base", [(56, 7, 8, 1, 0), (56, 7, 8, 1, 1), (60, 5, 6, 0, 0),
+                                                          (60, 5, 6, 0, 1), (60, 5, 6, 1, 1)])
+def test_the_real_gebsrmvn_mxn_kernel_computes_numpys_product(blocksize, r, c, direction, base):
+    """rocSPARSE 5.3's gebsrmvn_mxn_kernel (one workgroup per block row,
+    launched as rocsparse_gebsrmv_template_row_block_dim_5_8.cpp does: grid
+    mb, block BLOCKSIZE, row and column block dims the template's) gives y =
+    alpha A x + beta y with A the r x c-block GEBSR matrix numpy builds from
+    the same arrays (blocks row- or column-major by the direction), for a
+    3x4-block matrix with an empty block row; <60, 5, 6> works on two blocks
+    at once (NBLOCKS 2).  Not the row direction of <56, 7, 8>: its last
+    reduction steps (gebsrmv_device.h, ``if(lid < 4) sdata[tid] += sdata[tid
+    + 4]; __threadfence_block();`` ... ``sum = sdata[tid * COLBSRDIM]``) read
+    across the two wave32 waves of the workgroup with no barrier between, so
+    what rows 4-6 hold depends on the waves' schedule (a race in rocSPARSE
+    5.3; its later versions put ``__syncthreads()`` there in the _16 kernel)."""
+    from kpatch.emulate.launch import run
+    code = real_object(*GEBSRMVN_BUNDLE)
+    R, C, mb, nb = r, c, 3, 4
+    rng = np.random.default_rng(direction * 2 + base)
+    ptr = np.array([0, 3, 3, 5], np.int32)  # block row 1 is empty
+    col = np.array([0, 2, 3, 1, 2], np.int32)
+    val = rng.uniform(-1, 1, (len(col), R, C)).astype(np.float32)
+    x = rng.uniform(-1, 1, nb * C).astype(np.float32)
+    y = rng.uniform(-1, 1, mb * R).astype(np.float32)
+    alpha, beta = np.float32(1.5), np.float32(-0.75)
+    stored = val if direction == 0 else val.transpose(0, 2, 1)  # rocsparse_direction_column: blocks column-major
+    a = np.zeros((mb * R, nb * C))
+    for i in range(mb):
+        for j in range(ptr[i], ptr[i + 1]):
+            a[i * R:(i + 1) * R, col[j] * C:(col[j] + 1) * C] = val[j]
+    want = alpha * (a @ x.astype(np.float64)) + beta * y.astype(np.float64)
+    args = [mb, direction, np.array([alpha]), ptr + base, col + base, np.ascontiguousarray(stored).reshape(-1),
+            R, C, x, np.array([beta]), y.copy(), base]
+    got = run(code, gebsrmvn_mxn(blocksize, r, c), args, (mb * blocksize,), (blocksize,)).array(10)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5), np.abs(got - want).max()
