@@ -73,10 +73,12 @@ INT_INDEX_BASE = {"csr2dense_kernel": 0, "csc2dense_kernel": 0}
 #: passes ``main = n - n % chunk`` (the columns the main kernel did), which is 0
 #: for every n below the smallest chunk, as all of :data:`SIZES` are: rocSPARSE
 #: 5.3 library/src/level3/rocsparse_csrmm_template_row_split.cpp (chunks of 8
-#: and more), rocsparse_coomm_template_atomic.cpp (64 and more).  Given the size
-#: like every other int, the kernel's column loop ``for l = offset; l < n``
-#: would not run at all.
-REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "coommnn_atomic_remainder": 2}
+#: and more), rocsparse_csrmm_template_general.cpp (8 and more; below 8 only
+#: the remainder kernel runs), rocsparse_coomm_template_atomic.cpp (64 and
+#: more).  Given the size like every other int, the kernel's column loop
+#: ``for l = offset; l < n`` would not run at all.
+REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "csrmmnt_general_remainder_kernel": 2,
+                    "coommnn_atomic_remainder": 2}
 
 #: Kernels whose row count is padded to whole blocks: the kernel's name -> the
 #: index of its ``m_pad`` parameter, which is a multiple of BLOCKSIZE x BLOCKDIM

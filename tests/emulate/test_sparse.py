@@ -392,3 +392,47 @@ def test_the_real_gebsrmvn_mxn_kernel_computes_numpys_product(blocksize, r, c, d
             R, C, x, np.array([beta]), y.copy(), base]
     got = run(code, gebsrmvn_mxn(blocksize, r, c), args, (mb * blocksize,), (blocksize,)).array(10)
     assert np.allclose(got, want, rtol=1e-5, atol=1e-5), np.abs(got - want).max()
+
+
+#: csrmmnt_general_remainder_kernel<256, 16, long, long, float, const float*> and its bundle (offset, size).
+CSRMMNT_GENERAL_REMAINDER = ("_ZL32csrmmnt_general_remainder_kernelILj256ELj16EllfPKfEvbbT2_S2_S2_S2_S2_T1_S3_S3_T4_"
+                             "PKS3_PKS2_PKT3_SB_S2_S3_S4_PS9_S2_S3_16rocsparse_order_21rocsparse_index_base_")
+CSRMM_BUNDLE = (422100992, 93378400)
+
+
+@pytest.mark.parametrize("run", [0, 1, 2, 3])
+def test_the_real_csrmmnt_general_remainder_kernel_does_every_column_with_the_recipes_ints(run):
+    """With the integers the recipe gives (offset = main = 0 as
+    rocsparse_csrmm_template_general.cpp computes it for n below 8, n = m =
+    k = ldb = ldc = s, the run's order and index base), rocSPARSE 5.3's
+    csrmmnt_general_remainder_kernel computes every column of C = alpha A B
+    + beta C (B row-major with ldb, C in the order given) that numpy does,
+    for a CSR matrix A built in the test; launched as the host launches it
+    (grid (16 m - 1) / 256 + 1 workgroups of 256)."""
+    from kpatch.codeobject import CodeObject
+    from kpatch.emulate.launch import run as launch
+    code = real_object(*CSRMM_BUNDLE)
+    md = CodeObject(code).kernel(CSRMMNT_GENERAL_REMAINDER).metadata
+    v = synthesise(md, run, 0, CSRMMNT_GENERAL_REMAINDER).values
+    offset, ncol, m, n, k, ldb, ldc, order, base = (v[i] for i in (2, 3, 4, 5, 6, 15, 19, 21, 22))
+    assert offset == 0 and ncol == n == m == k == ldb == ldc == sparse.SIZES[run] and base == run % 2
+    rng = np.random.default_rng(run)
+    dense = np.where(rng.random((m, k)) < 0.6, rng.uniform(-1, 1, (m, k)), 0).astype(np.float32)
+    rows, cols = np.nonzero(dense)
+    ptr = np.searchsorted(rows, np.arange(m + 1)).astype(np.int64)
+    b = rng.uniform(-1, 1, (k, ldb)).astype(np.float32)
+    c0 = rng.uniform(-1, 1, (n, ldc) if order == 0 else (m, ldc)).astype(np.float32)  # 0: rocsparse_order_row
+    alpha, beta = np.float32(1.25), np.float32(0.5)
+    prod = dense.astype(np.float64) @ b[:, :n].astype(np.float64)
+    want = c0.astype(np.float64)
+    if order == 0:
+        want[:m, :n] = alpha * prod + beta * want[:m, :n]
+    else:  # column order: C[row + col * ldc]
+        want[:n, :m] = (alpha * prod + beta * want[:n, :m].T).T
+    args = list(v)
+    args[10], args[17] = np.array([alpha]), np.array([beta])
+    args[11], args[12] = ptr + base, cols.astype(np.int64) + base
+    args[13], args[14], args[18] = dense[rows, cols], b.reshape(-1), c0.reshape(-1).copy()
+    args[7] = len(rows)  # nnz (the batch strides: one batch, blockIdx.y 0)
+    got = launch(code, CSRMMNT_GENERAL_REMAINDER, args, (((16 * m - 1) // 256 + 1) * 256,), (256,)).array(18)
+    assert np.allclose(got, want.reshape(-1), rtol=1e-5, atol=1e-6), (got, want.reshape(-1))
