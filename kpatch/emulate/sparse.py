@@ -19,6 +19,8 @@ non-decreasing from the index base, at most ``base + s - 1``); every
 by-value integer is ``s`` (sizes, leading dimensions, block dimensions all
 agree) except where the kernel's source says the host passes something
 else (:data:`INT_INDEX_BASE`, :data:`REMAINDER_OFFSET`, :data:`PADDED_ROWS`);
+a kernel that uses only entries off the diagonal gets column indices that lie
+there (:data:`OFF_DIAGONAL`);
 a matrix checker's values hold what it must report (:data:`CHECKERS`); rocSPARSE enums take valid values (the index base the arrays are
 shifted by, an operation, a direction ...); floating scalars small numbers;
 bools 0 or 1.  Other pointers (values, vectors, dense matrices) are the
@@ -88,6 +90,16 @@ REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "csrmmnt_general_re
 #: m_pad / BLOCKDIM``, nothing to do when it is 0).  The recipe passes one such
 #: multiple: every thread of one workgroup solves one padded block.
 PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0}
+
+#: Kernels that use only the entries off the diagonal: the kernel's name -> the
+#: index of its column-index parameter.  rocSPARSE 5.3
+#: library/src/level2/csrmv_symm_device.h (csrmvt_symm_general_device: ``if(col
+#: != row) atomicAdd(&y[col], ...)``, the transposed half of a symmetric
+#: product; the diagonal is the non-transposed kernel's).  The recipe's arrays
+#: make row pointers and column indices alike, so that row r's entries lie
+#: mostly at column r and such a kernel often writes nothing; its column
+#: indices are :func:`column_array`'s instead (row 0's entry at column s - 1).
+OFF_DIAGONAL = {"csrmvt_symm_general_kernel": 4}
 
 #: Kernels that check a matrix and write only what they find wrong (rocSPARSE
 #: 5.3 library/src/util/check_matrix_csr_device.h: ``record_data_status``
@@ -321,6 +333,16 @@ def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes
     return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
 
 
+def column_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
+    """``entries`` column indices of an ``size`` x ``size`` matrix with index
+    base ``base``, the mirror image of :func:`index_array`'s: the first is
+    ``base + size - 1``, each next the same or one less (the second one less),
+    none below ``base``; with the recipe's row pointers the entries of row 0
+    (and most others) lie off the diagonal when ``size`` > 1."""
+    a = np.frombuffer(index_array(size, base, entries, itemsize, rng), "<i8" if itemsize == 8 else "<i4")
+    return (2 * base + max(size - 1, 0) - a).astype(a.dtype).tobytes()
+
+
 def value_array(t: Type, entries: int, rng, special: bool = False) -> bytes | None:
     """``entries`` small random values of element type ``t`` (float, double or
     rocSPARSE's complex of them), every third (from a random start) an
@@ -367,7 +389,8 @@ def build(ctx, name: str) -> dict:
                 raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} is a pointer, "
                                         f"the metadata says {kind} of {n} bytes")
             if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
-                out[i] = Buffer(index_array(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
+                make = column_array if OFF_DIAGONAL.get(kernel) == i else index_array
+                out[i] = Buffer(make(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
             elif kernel in CHECKERS and t.to is not None and t.to.const:  # the values read
                 values = value_array(t.to, INDEX_ENTRIES, ctx.rng, special=True)
                 if values is not None:

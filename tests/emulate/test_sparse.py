@@ -436,3 +436,52 @@ def test_the_real_csrmmnt_general_remainder_kernel_does_every_column_with_the_re
     args[7] = len(rows)  # nnz (the batch strides: one batch, blockIdx.y 0)
     got = launch(code, CSRMMNT_GENERAL_REMAINDER, args, (((16 * m - 1) // 256 + 1) * 256,), (256,)).array(18)
     assert np.allclose(got, want.reshape(-1), rtol=1e-5, atol=1e-6), (got, want.reshape(-1))
+
+
+#: csrmvt_symm_general_kernel<256, 16, int, int, float, float> and its bundle (offset, size).
+CSRMVT_SYMM = "_ZL26csrmvt_symm_general_kernelILj256ELj16EiiffEvbT2_T4_PKT1_PKS0_PKT3_S9_PS7_21rocsparse_index_base_"
+CSRMV_BUNDLE = (128438272, 48351608)
+
+
+@pytest.mark.parametrize("run", [0, 1, 2, 3])
+def test_the_real_csrmvt_symm_kernel_adds_the_off_diagonal_entries_of_the_recipes_matrix(run):
+    """rocSPARSE 5.3's csrmvt_symm_general_kernel (csrmv_symm_device.h: for
+    each entry (row, col) with col != row, y[col] += alpha val x[row]) on the
+    recipe's row pointers and column indices (:data:`sparse.OFF_DIAGONAL`)
+    and values, x and y made here: y is numpy's; and for every s > 1 some
+    entry lies off the diagonal, so y changes (with row pointers and columns
+    made alike, run 0's matrix was diagonal and y stayed as it was)."""
+    from kpatch.codeobject import CodeObject
+    from kpatch.emulate.launch import run as launch
+    code = real_object(*CSRMV_BUNDLE)
+    md = CodeObject(code).kernel(CSRMVT_SYMM).metadata
+    plan = synthesise(md, run, 0, CSRMVT_SYMM)
+    m, base = plan.values[1], plan.values[8]
+    alpha = np.frombuffer(plan.values[2], "<f4")[0]
+    ptr = _buffer_head(plan, "arg3", 4 * (m + 1)).view("<i4")
+    nnz = ptr[m] - base
+    col = _buffer_head(plan, "arg4", 4 * max(nnz, 1)).view("<i4")[:nnz]
+    assert ptr[0] == base and (np.diff(ptr) >= 0).all() and ((col >= base) & (col < base + m)).all()
+    rng = np.random.default_rng(run)
+    val, x, y = (rng.uniform(-1, 1, n).astype(np.float32) for n in (max(nnz, 1), m, m))
+    want = y.astype(np.float64)
+    for r in range(m):
+        for j in range(ptr[r] - base, ptr[r + 1] - base):
+            if col[j] - base != r:
+                want[col[j] - base] += float(alpha) * float(val[j]) * float(x[r])
+    args = list(plan.values)
+    args[3], args[4], args[5], args[6], args[7] = ptr.copy(), col.copy(), val, x, y.copy()
+    got = launch(code, CSRMVT_SYMM, args, plan.grid, plan.block).array(7)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-6), (got, want)
+    if m > 1:
+        assert not np.array_equal(got, y)
+
+
+def test_column_arrays_are_valid_columns_starting_off_the_diagonal():
+    """column_array: every entry a column of an s x s matrix (base .. base +
+    s - 1), the first at base + s - 1 (row 0's entry is off the diagonal
+    for s > 1), steps of 0 or -1."""
+    for s, base in [(4, 0), (2, 1), (3, 1), (1, 0)]:
+        a = np.frombuffer(sparse.column_array(s, base, 300, 8, np.random.default_rng(s)), "<i8")
+        assert a[0] == base + s - 1 and set(np.diff(a)) <= {0, -1}
+        assert a.min() >= base and a.max() <= base + s - 1
