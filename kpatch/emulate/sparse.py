@@ -88,8 +88,15 @@ REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "csrmmnt_general_re
 #: library/src/precond/rocsparse_gtsv.cpp (``m_pad = ((m - 1) / (block_dim *
 #: BLOCKSIZE) + 1) * (block_dim * BLOCKSIZE)``), gtsv_device.h (``nblocks =
 #: m_pad / BLOCKDIM``, nothing to do when it is 0).  The recipe passes one such
-#: multiple: every thread of one workgroup solves one padded block.
-PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0}
+#: multiple: every thread of one workgroup solves one padded block
+#: (gtsv_solve_spike_propagate_kernel: ``if(gid < nblocks)`` around its stores).
+PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0, "gtsv_solve_spike_propagate_kernel": 0}
+
+#: rocSPARSE kernels whose names hold no rocSPARSE type (``rocsparse_...``)
+#: and which the recipe claims all the same, by name (with a template
+#: argument list): the kernels a rule of this module names that are
+#: templates on builtin types only (rocSPARSE 5.3 library/src/precond/gtsv_device.h).
+UNTYPED = ("gtsv_LBM_wv_kernel", "gtsv_LBM_rhs_kernel", "gtsv_solve_spike_propagate_kernel")
 
 #: Kernels that use only the entries off the diagonal: the kernel's name -> the
 #: index of its column-index parameter.  rocSPARSE 5.3
@@ -283,10 +290,14 @@ def template_and_parameters(mangled: str) -> tuple[tuple[Type, ...], tuple[Type,
     return tuple(p.targs), tuple(params)
 
 
+#: Kernels this recipe is for: internal-linkage rocSPARSE kernels (a rocSPARSE
+#: type in the name, or one of :data:`UNTYPED`'s templates).
+PATTERN = re.compile(r"^_ZL(?:.*rocsparse_|\d+(?:" + "|".join(UNTYPED) + r")I)")
+
+
 def claims(name: str) -> bool:
-    """Kernels this recipe is for: internal-linkage rocSPARSE kernels (a
-    rocSPARSE type in the name)."""
-    return name.startswith("_ZL") and "rocsparse_" in name
+    """Whether the recipe is for kernel ``name`` (:data:`PATTERN`)."""
+    return PATTERN.search(name) is not None
 
 
 def _scalar_bytes(t: Type, rng) -> bytes | None:

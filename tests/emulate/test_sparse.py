@@ -485,3 +485,61 @@ def test_column_arrays_are_valid_columns_starting_off_the_diagonal():
         a = np.frombuffer(sparse.column_array(s, base, 300, 8, np.random.default_rng(s)), "<i8")
         assert a[0] == base + s - 1 and set(np.diff(a)) <= {0, -1}
         assert a.min() >= base and a.max() <= base + s - 1
+
+
+#: gtsv_LBM_wv_kernel<256, 64, double>, gtsv_LBM_rhs_kernel<256, 64, 2, double> and their bundle (offset, size).
+GTSV_WV = "_ZL18gtsv_LBM_wv_kernelILj256ELj64EdEviiiPKT1_S2_S2_PS0_S3_S3_Pi"
+GTSV_RHS = "_ZL19gtsv_LBM_rhs_kernelILj256ELj64ELj2EdEviiiPKT2_S2_S2_PS0_S2_PKi"
+GTSV_SPIKE = "_ZL33gtsv_solve_spike_propagate_kernelILj256ELj64EdEviiiPT1_PKS0_S3_S3_"
+GTSV_BUNDLE = (958640128, 34721736)
+
+
+def test_builtin_typed_gtsv_kernels_are_claimed_with_padded_rows():
+    """gtsv's kernels on float and double name no rocSPARSE type; the
+    recipe claims them by name (:data:`sparse.UNTYPED`) and pads their rows
+    (gtsv_solve_spike_propagate_kernel too: ``if(gid < nblocks)`` around its
+    stores, nblocks = m_pad / BLOCKDIM); other _ZL names stay unclaimed."""
+    for name in (GTSV_WV, GTSV_RHS, GTSV_SPIKE):
+        assert sparse.claims(name)
+        plan = synthesise(_md_for(name), 0, 0, name)
+        assert plan.recipe == "rocsparse" and plan.values[0] == 256 * 64, name
+    assert not sparse.claims("_ZL18gtsv_LBM_wv_kernelv") and not sparse.claims("_ZL10rocblas_fooILi1EEvPf")
+
+
+def test_the_real_gtsv_lbm_kernels_solve_the_diagonal_blocks():
+    """rocSPARSE 5.3's gtsv_LBM_wv_kernel then gtsv_LBM_rhs_kernel, launched
+    as rocsparse_gtsv.cpp launches them (w and v zeroed, grid m_pad /
+    BLOCKDIM / BLOCKSIZE) with the recipe's m_pad (one workgroup of 256
+    threads, BLOCKDIM 64): thread g owns the rows g + t * 256 (t < 64), a
+    tridiagonal system T_g (sub-diagonal a, diagonal b, super-diagonal c of
+    those rows); the pair gives numpy's T_g^-1 rhs for both columns and the
+    spikes w = T_g^-1 (a[g] e_0), v = T_g^-1 (c[g + 63 * 256] e_63)."""
+    from kpatch.emulate.launch import run as launch
+    code = real_object(*GTSV_BUNDLE)
+    m_pad = synthesise(_md_for(GTSV_RHS), 0, 0, GTSV_RHS).values[0]
+    bs, dim = 256, 64
+    assert m_pad == bs * dim
+    rng = np.random.default_rng(7)
+    a, c = rng.uniform(-1, 1, m_pad), rng.uniform(-1, 1, m_pad)
+    b = rng.uniform(0.2, 2, m_pad) * rng.choice([-1, 1], m_pad)  # some 2x2 pivots (Bunch-Kaufman)
+    rhs = rng.uniform(-1, 1, 2 * m_pad)
+    w, v, mt, pivot = np.zeros(m_pad), np.zeros(m_pad), np.zeros(m_pad), np.zeros(m_pad, np.int32)
+    r = launch(code, GTSV_WV, [m_pad, 2, m_pad, a, b, c, w, v, mt, pivot], (bs,), (bs,))
+    w, v, mt, pivot = (r.array(i) for i in (6, 7, 8, 9))
+    assert set(pivot.tolist()) == {1, 2}
+    out = launch(code, GTSV_RHS, [m_pad, 2, m_pad, a, b, c, rhs.copy(), mt, pivot], (bs,), (bs,)).array(6)
+    rows = np.arange(bs)[:, None] + bs * np.arange(dim)[None, :]  # rows[g, t]
+    t = np.zeros((bs, dim, dim))
+    i = np.arange(dim)
+    t[:, i, i] = b[rows]
+    t[:, i[1:], i[:-1]] = a[rows[:, 1:]]
+    t[:, i[:-1], i[1:]] = c[rows[:, :-1]]
+    for col in range(2):
+        want = np.linalg.solve(t, rhs[col * m_pad:(col + 1) * m_pad][rows][..., None])[..., 0]
+        assert np.allclose(out[col * m_pad:(col + 1) * m_pad][rows], want, rtol=1e-8, atol=1e-8), col
+    e0 = np.zeros((bs, dim))
+    e0[:, 0] = a[rows[:, 0]]
+    assert np.allclose(w[rows], np.linalg.solve(t, e0[..., None])[..., 0], rtol=1e-8, atol=1e-8)
+    e1 = np.zeros((bs, dim))
+    e1[:, -1] = c[rows[:, -1]]
+    assert np.allclose(v[rows], np.linalg.solve(t, e1[..., None])[..., 0], rtol=1e-8, atol=1e-8)
