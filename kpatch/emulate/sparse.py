@@ -20,7 +20,8 @@ by-value integer is ``s`` (sizes, leading dimensions, block dimensions all
 agree) except where the kernel's source says the host passes something
 else (:data:`INT_INDEX_BASE`, :data:`REMAINDER_OFFSET`, :data:`PADDED_ROWS`);
 a kernel that uses only entries off the diagonal gets column indices that lie
-there (:data:`OFF_DIAGONAL`);
+there (:data:`OFF_DIAGONAL`), one that drops entries below a tolerance values
+on both sides of it (:data:`THRESHOLDS`);
 a matrix checker's values hold what it must report (:data:`CHECKERS`); rocSPARSE enums take valid values (the index base the arrays are
 shifted by, an operation, a direction ...); floating scalars small numbers;
 bools 0 or 1.  Other pointers (values, vectors, dense matrices) are the
@@ -107,6 +108,19 @@ UNTYPED = ("gtsv_LBM_wv_kernel", "gtsv_LBM_rhs_kernel", "gtsv_solve_spike_propag
 #: mostly at column r and such a kernel often writes nothing; its column
 #: indices are :func:`column_array`'s instead (row 0's entry at column s - 1).
 OFF_DIAGONAL = {"csrmvt_symm_general_kernel": 4}
+
+#: Kernels that keep the entries above a tolerance: the kernel's name -> the
+#: indices of (its values parameter, its tolerance parameter, by value or
+#: through a pointer).  rocSPARSE 5.3 library/src/conversion/
+#: csr2csr_compress_device.h (an entry is kept when ``abs(value) >
+#: real(tol)`` and above FLT_MIN; rocsparse_csr2csr_compress.cpp refuses a
+#: negative tol).  The tolerance is :data:`TOLERANCE`, the values
+#: :func:`threshold_values`' (kept and dropped ones alternate), so that a
+#: run keeps some entries and drops others; random values against a random
+#: tolerance kept none of run 0's entries as often as not.
+THRESHOLDS = {"csr2csr_compress_kernel": (3, 11)}
+#: The tolerance of :data:`THRESHOLDS`' kernels.
+TOLERANCE = 0.5
 
 #: Kernels that check a matrix and write only what they find wrong (rocSPARSE
 #: 5.3 library/src/util/check_matrix_csr_device.h: ``record_data_status``
@@ -354,6 +368,42 @@ def column_array(size: int, base: int, entries: int, itemsize: int, rng) -> byte
     return (2 * base + max(size - 1, 0) - a).astype(a.dtype).tobytes()
 
 
+def _float_parts(t: Type) -> tuple[int, str] | None:
+    """(parts, numpy dtype) of element type ``t``: float, double or rocSPARSE's complex of them."""
+    if t.kind == "float" and t.size in (4, 8):
+        return 1, ("<f4" if t.size == 4 else "<f8")
+    if t.kind == "class" and t.name == COMPLEX and len(t.args) == 1 and t.args[0].kind == "float":
+        return 2, ("<f4" if t.args[0].size == 4 else "<f8")
+    return None
+
+
+def constant_array(t: Type, entries: int, value: float) -> bytes | None:
+    """``entries`` copies of ``value`` (a complex one's imaginary part 0) of element type ``t``; None for other types."""
+    pd = _float_parts(t)
+    if pd is None:
+        return None
+    v = np.zeros((entries, pd[0]))
+    v[:, 0] = value
+    return v.astype(pd[1]).tobytes()
+
+
+def threshold_values(t: Type, entries: int, tol: float, rng) -> bytes | None:
+    """``entries`` values of element type ``t`` whose magnitudes (moduli)
+    lie above ``tol`` (in [2 tol, 4 tol)) at even positions and below it (in
+    [0, tol / 2)) at odd ones, with random signs (phases); None for other types."""
+    pd = _float_parts(t)
+    if pd is None:
+        return None
+    mag = np.where(np.arange(entries) % 2 == 0, rng.uniform(2 * tol, 4 * tol, entries),
+                   rng.uniform(0, tol / 2, entries))
+    if pd[0] == 1:
+        v = (mag * rng.choice([-1.0, 1.0], entries))[:, None]
+    else:
+        phase = rng.uniform(0, 2 * np.pi, entries)
+        v = np.stack([mag * np.cos(phase), mag * np.sin(phase)], axis=1)
+    return v.astype(pd[1]).tobytes()
+
+
 def value_array(t: Type, entries: int, rng, special: bool = False) -> bytes | None:
     """``entries`` small random values of element type ``t`` (float, double or
     rocSPARSE's complex of them), every third (from a random start) an
@@ -402,6 +452,13 @@ def build(ctx, name: str) -> dict:
             if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
                 make = column_array if OFF_DIAGONAL.get(kernel) == i else index_array
                 out[i] = Buffer(make(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
+            elif kernel in THRESHOLDS and i in THRESHOLDS[kernel]:
+                made = (threshold_values(t.to, INDEX_ENTRIES, TOLERANCE, ctx.rng) if i == THRESHOLDS[kernel][0]
+                        else constant_array(t.to, 16, TOLERANCE))
+                if made is None:
+                    raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} of {kernel} "
+                                      f"is not a pointer to floating values")
+                out[i] = Buffer(made)
             elif kernel in CHECKERS and t.to is not None and t.to.const:  # the values read
                 values = value_array(t.to, INDEX_ENTRIES, ctx.rng, special=True)
                 if values is not None:
@@ -426,6 +483,11 @@ def build(ctx, name: str) -> dict:
                 out[i] = size
         elif t.kind == "bool":
             out[i] = (ctx.run + i) % 2
+        elif kernel in THRESHOLDS and i == THRESHOLDS[kernel][1]:
+            v = constant_array(t, 1, TOLERANCE)
+            if v is None:
+                raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} of {kernel} is no tolerance")
+            out[i] = v
         else:
             v = _scalar_bytes(t, ctx.rng)
             if v is None:

@@ -543,3 +543,48 @@ def test_the_real_gtsv_lbm_kernels_solve_the_diagonal_blocks():
     e1 = np.zeros((bs, dim))
     e1[:, -1] = c[rows[:, -1]]
     assert np.allclose(v[rows], np.linalg.solve(t, e1[..., None])[..., 0], rtol=1e-8, atol=1e-8)
+
+
+#: csr2csr_compress_kernel<1024, 256, 4, 32, float, const float*> (a wave32 instance, the one the
+#: host launches on gfx1030 for short rows) and its bundle (offset, size).
+CSR2CSR_COMPRESS = ("_ZL23csr2csr_compress_kernelILi1024ELi256ELi4ELi32EfPKfEvii21rocsparse_index_base_PKT3_PKiS7_"
+                    "iS2_PS3_S7_PiT4_")
+COMPRESS_BUNDLE = (1067479040, 3535896)
+
+
+def test_the_real_csr2csr_compress_kernel_keeps_the_recipes_entries_above_the_tolerance():
+    """rocSPARSE 5.3's csr2csr_compress_kernel on the recipe's matrix, values
+    and tolerance (:data:`sparse.THRESHOLDS`: tol 0.5 through the pointer,
+    values alternately above and below it) and row pointers of C made as the
+    host's nnz_compress does (an exclusive scan of the kept entries per
+    row): C's values and column indices (shifted to C's base) are numpy's
+    entries of A with |v| > tol; over runs 0-3 some entries are kept and
+    some dropped."""
+    from kpatch.codeobject import CodeObject
+    from kpatch.emulate.launch import run as launch
+    code = real_object(*COMPRESS_BUNDLE)
+    md = CodeObject(code).kernel(CSR2CSR_COMPRESS).metadata
+    kept = dropped = 0
+    for run in range(4):
+        plan = synthesise(md, run, 0, CSR2CSR_COMPRESS)
+        m, base_a, base_c = plan.values[0], plan.values[2], plan.values[7]
+        tol = _buffer_head(plan, "arg11", 4).view("<f4")[0]
+        assert tol == sparse.TOLERANCE
+        ptr = _buffer_head(plan, "arg4", 4 * (m + 1)).view("<i4")
+        nnz = ptr[m] - base_a
+        col = _buffer_head(plan, "arg5", 4 * 64).view("<i4")
+        val = _buffer_head(plan, "arg3", 4 * 64).view("<f4")
+        keep = np.abs(val[:nnz]) > tol
+        per_row = [int(keep[ptr[r] - base_a:ptr[r + 1] - base_a].sum()) for r in range(m)]
+        ptr_c = (np.concatenate([[0], np.cumsum(per_row)]) + base_c).astype(np.int32)
+        args = list(plan.values)
+        args[3], args[4], args[5] = val.copy(), ptr.copy(), col.copy()
+        args[8], args[9], args[10], args[11] = (np.zeros(64, np.float32), ptr_c, np.full(64, -7, np.int32),
+                                                np.array([tol], np.float32))
+        r = launch(code, CSR2CSR_COMPRESS, args, plan.grid, plan.block)
+        n_c = ptr_c[m] - base_c
+        assert r.array(8)[:n_c].tolist() == val[:nnz][keep].tolist(), run
+        assert r.array(10)[:n_c].tolist() == (col[:nnz][keep] - base_a + base_c).tolist(), run
+        assert (r.array(10)[n_c:] == -7).all()  # nothing past C's entries
+        kept, dropped = kept + n_c, dropped + nnz - n_c
+    assert kept > 0 and dropped > 0
