@@ -21,7 +21,8 @@ agree) except where the kernel's source says the host passes something
 else (:data:`INT_INDEX_BASE`, :data:`REMAINDER_OFFSET`, :data:`PADDED_ROWS`);
 a kernel that uses only entries off the diagonal gets column indices that lie
 there (:data:`OFF_DIAGONAL`), one that drops entries below a tolerance values
-on both sides of it (:data:`THRESHOLDS`);
+on both sides of it (:data:`THRESHOLDS`), a permutation a permutation
+(:data:`PERMUTATIONS`), row numbers without the base base 0 (:data:`ZERO_BASED`);
 a matrix checker's values hold what it must report (:data:`CHECKERS`); rocSPARSE enums take valid values (the index base the arrays are
 shifted by, an operation, a direction ...); floating scalars small numbers;
 bools 0 or 1.  Other pointers (values, vectors, dense matrices) are the
@@ -97,7 +98,23 @@ PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0, "gtsv_solve_sp
 #: and which the recipe claims all the same, by name (with a template
 #: argument list): the kernels a rule of this module names that are
 #: templates on builtin types only (rocSPARSE 5.3 library/src/precond/gtsv_device.h).
-UNTYPED = ("gtsv_LBM_wv_kernel", "gtsv_LBM_rhs_kernel", "gtsv_solve_spike_propagate_kernel")
+UNTYPED = ("gtsv_LBM_wv_kernel", "gtsv_LBM_rhs_kernel", "gtsv_solve_spike_propagate_kernel",
+           "csr2csc_permute_kernel", "coomvn_segmented_loops_reduce")
+
+#: Kernels that gather through a permutation: the kernel's name -> the index of
+#: the parameter holding it, a permutation of 0 .. n - 1 (no index base) for
+#: the n = s entries the kernel moves.  rocSPARSE 5.3
+#: library/src/conversion/csr2csc_device.h (csr2csc_permute_kernel: ``idx =
+#: map[gid]; out1[gid] = in1[idx]``; rocsparse_csr2csc.cpp passes the
+#: permutation radix_sort_pairs made of the identity).
+PERMUTATIONS = {"csr2csc_permute_kernel": 3}
+
+#: Kernels whose index arrays hold row numbers without the index base: the
+#: kernel's name -> those parameters' indices; they get index arrays of base 0
+#: whatever the run's base.  rocSPARSE 5.3 library/src/level2/coomv_device.h
+#: (coomvn_segmented_loops_device stores ``coo_row_ind[...] - idx_base`` into
+#: row_block_red, which coomvn_segmented_loops_reduce adds into ``y[row]``).
+ZERO_BASED = {"coomvn_segmented_loops_reduce": (2,)}
 
 #: Kernels that use only the entries off the diagonal: the kernel's name -> the
 #: index of its column-index parameter.  rocSPARSE 5.3
@@ -358,6 +375,14 @@ def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes
     return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
 
 
+def permutation_array(size: int, entries: int, itemsize: int, rng) -> bytes:
+    """``entries`` integers whose first ``size`` are a random permutation of
+    0 .. size - 1 (the rest 0)."""
+    a = np.zeros(entries, np.int64)
+    a[:size] = rng.permutation(size)
+    return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
+
+
 def column_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
     """``entries`` column indices of an ``size`` x ``size`` matrix with index
     base ``base``, the mirror image of :func:`index_array`'s: the first is
@@ -450,8 +475,12 @@ def build(ctx, name: str) -> dict:
                 raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} is a pointer, "
                                         f"the metadata says {kind} of {n} bytes")
             if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
-                make = column_array if OFF_DIAGONAL.get(kernel) == i else index_array
-                out[i] = Buffer(make(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
+                if PERMUTATIONS.get(kernel) == i:
+                    out[i] = Buffer(permutation_array(size, INDEX_ENTRIES, t.to.size, ctx.rng))
+                else:
+                    make = column_array if OFF_DIAGONAL.get(kernel) == i else index_array
+                    out[i] = Buffer(make(size, 0 if i in ZERO_BASED.get(kernel, ()) else base, INDEX_ENTRIES,
+                                         t.to.size, ctx.rng))
             elif kernel in THRESHOLDS and i in THRESHOLDS[kernel]:
                 made = (threshold_values(t.to, INDEX_ENTRIES, TOLERANCE, ctx.rng) if i == THRESHOLDS[kernel][0]
                         else constant_array(t.to, 16, TOLERANCE))

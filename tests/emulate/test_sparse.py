@@ -588,3 +588,60 @@ def test_the_real_csr2csr_compress_kernel_keeps_the_recipes_entries_above_the_to
         assert (r.array(10)[n_c:] == -7).all()  # nothing past C's entries
         kept, dropped = kept + n_c, dropped + nnz - n_c
     assert kept > 0 and dropped > 0
+
+
+CSR2CSC_PERMUTE = "_ZL22csr2csc_permute_kernelILj512EdEviPKiPKT0_S1_PiPS2_"
+CSR2CSC_BUNDLE = (1043935232, 5080984)
+COOMVN_REDUCE = "_ZL29coomvn_segmented_loops_reduceILj256EiddEvT0_T2_PKS0_PKT1_PS4_"
+COOMV_BUNDLE = (119455744, 5209120)
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_the_real_csr2csc_permute_kernel_gathers_through_the_recipes_permutation(run):
+    """csr2csc_permute_kernel (a name with no rocSPARSE type, claimed by
+    :data:`sparse.UNTYPED`) gets a permutation of 0 .. nnz - 1 as its map
+    (:data:`sparse.PERMUTATIONS`); run in the emulator on the recipe's inputs,
+    the original kernel writes out1 = in1[map] and out2 = in2[map] for the
+    nnz = s entries, as numpy's fancy indexing does."""
+    data = real_object(*CSR2CSC_BUNDLE)
+    from kpatch.codeobject import CodeObject
+    md = CodeObject(data).kernel(CSR2CSC_PERMUTE).metadata
+    plan = synthesise(md, run, 5, CSR2CSC_PERMUTE)
+    assert plan.recipe == "rocsparse"
+    nnz = plan.values[0]
+    image = _execute(data, CSR2CSC_PERMUTE, plan, 5, None)[0]
+    assert not isinstance(image, Exception), image
+    perm, _ = _inputs(plan, image, 3, "<i4", nnz)
+    assert sorted(perm.tolist()) == list(range(nnz))
+    in1, _ = _inputs(plan, image, 1, "<i4", nnz)
+    in2, _ = _inputs(plan, image, 2, "<u8", nnz)
+    _, out1 = _inputs(plan, image, 4, "<i4", nnz)
+    _, out2 = _inputs(plan, image, 5, "<u8", nnz)
+    assert out1.tolist() == in1[perm].tolist() and out2.tolist() == in2[perm].tolist()
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_the_real_coomvn_segmented_reduce_adds_each_rows_partial_sums(run):
+    """coomvn_segmented_loops_reduce<256, int, double, double> (claimed by
+    name) gets row numbers without the index base (:data:`sparse.ZERO_BASED`:
+    row 0 first whatever the run's base) and adds, for each row, the partial
+    sums of its blocks into y[row]: numpy's y + bincount(rows, vals).
+    Launched as rocsparse_coomv.cpp launches it, one workgroup (the
+    verifier's runs of two and three workgroups add twice and three times,
+    the same on both sides)."""
+    from kpatch.codeobject import CodeObject
+    from kpatch.emulate.launch import run as launch
+    code = real_object(*COOMV_BUNDLE)
+    md = CodeObject(code).kernel(COOMVN_REDUCE).metadata
+    plan = synthesise(md, run, 0, COOMVN_REDUCE)
+    assert plan.recipe == "rocsparse"
+    nblocks = plan.values[0]
+    rows = _buffer_head(plan, "arg2", 4 * nblocks).view("<i4")
+    assert rows[0] == 0 and (np.diff(rows) >= 0).all() and rows.max() < nblocks
+    rng = np.random.default_rng(run)
+    vals, y = rng.uniform(-1, 1, nblocks), rng.uniform(-1, 1, nblocks)
+    want = y + np.bincount(rows, vals, minlength=nblocks)
+    args = list(plan.values)
+    args[2], args[3], args[4] = rows.copy(), vals, y.copy()
+    got = launch(code, COOMVN_REDUCE, args, plan.block, plan.block).array(4)
+    assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (got, want)
