@@ -140,11 +140,12 @@ THRESHOLDS = {"csr2csr_compress_kernel": (3, 11)}
 TOLERANCE = 0.5
 
 #: Kernels that check a matrix and write only what they find wrong (rocSPARSE
-#: 5.3 library/src/util/check_matrix_csr_device.h: ``record_data_status``
+#: 5.3 library/src/util/check_matrix_{csr,coo,ell,gebsr}_device.h: ``record_data_status``
 #: stores a status only when it is not success): their matrices' values hold
 #: infinities and NaNs among finite ones (what the check exists to find), so
 #: that a run writes a status.  Values of other kernels stay random buffers.
-CHECKERS = ("check_matrix_csr_device",)
+CHECKERS = ("check_matrix_csr_device", "check_matrix_coo_device", "check_matrix_ell_device",
+            "check_matrix_gebsr_device")
 
 #: rocSPARSE's complex type: two of its template argument (float or double).
 COMPLEX = "rocsparse_complex_num"

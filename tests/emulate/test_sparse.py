@@ -645,3 +645,35 @@ def test_the_real_coomvn_segmented_reduce_adds_each_rows_partial_sums(run):
     args[2], args[3], args[4] = rows.copy(), vals, y.copy()
     got = launch(code, COOMVN_REDUCE, args, plan.block, plan.block).array(4)
     assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (got, want)
+
+
+CHECK_GEBSR = ("_ZL25check_matrix_gebsr_deviceILj256E21rocsparse_complex_numIdEllEv20rocsparse_direction_T2_S3_T1_S3_"
+               "S3_PKT0_PKS4_PKS3_SB_21rocsparse_index_base_22rocsparse_matrix_type_20rocsparse_fill_mode_"
+               "23rocsparse_storage_mode_P22rocsparse_data_status_")
+CHECK_GEBSR_BUNDLE = (1239597056, 68328888)
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_the_real_gebsr_checker_reports_the_recipes_infinities_and_nans(run):
+    """check_matrix_gebsr_device is one of :data:`sparse.CHECKERS`: its
+    complex<double> block values hold infinities and NaNs; the original
+    kernel run on the recipe's inputs stores the status numpy finds for the
+    last block row with an entry (its lane's store is the last; a row's
+    entries pass the column checks, so the first infinite or NaN value of
+    its block decides: rocsparse_data_status_inf 1, _nan 2)."""
+    data = real_object(*CHECK_GEBSR_BUNDLE)
+    from kpatch.codeobject import CodeObject
+    md = CodeObject(data).kernel(CHECK_GEBSR).metadata
+    plan = synthesise(md, run, 5, CHECK_GEBSR)
+    mb, nb, r, c = plan.values[1], plan.values[2], plan.values[4], plan.values[5]
+    image = _execute(data, CHECK_GEBSR, plan, 5, None)[0]
+    assert not isinstance(image, Exception), image
+    ptr, _ = _inputs(plan, image, 7, "<i8", mb + 1)
+    vals, _ = _inputs(plan, image, 6, "<f8", 2 * r * c * (ptr[mb] - ptr[0]))
+    _, status = _inputs(plan, image, 14, "<i4", 1)
+    rows = [i for i in range(mb) if ptr[i + 1] > ptr[i]]
+    assert rows and nb == mb
+    j = ptr[rows[-1]] - ptr[0]
+    block = vals[2 * r * c * j:2 * r * c * (j + 1)].reshape(-1, 2)
+    first = next(v for v in block if not np.isfinite(v).all())
+    assert status[0] == (1 if np.isinf(first).any() else 2)
