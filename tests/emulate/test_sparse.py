@@ -660,7 +660,7 @@ def test_the_real_gebsr_checker_reports_the_recipes_infinities_and_nans(run):
     kernel run on the recipe's inputs stores the status numpy finds for the
     last block row with an entry (its lane's store is the last; a row's
     entries pass the column checks, so the first infinite or NaN value of
-    its block decides: rocsparse_data_status_inf 1, _nan 2)."""
+    its block decides: rocsparse_data_status_inf 1 for +inf, _nan 2)."""
     data = real_object(*CHECK_GEBSR_BUNDLE)
     from kpatch.codeobject import CodeObject
     md = CodeObject(data).kernel(CHECK_GEBSR).metadata
@@ -675,5 +675,20 @@ def test_the_real_gebsr_checker_reports_the_recipes_infinities_and_nans(run):
     assert rows and nb == mb
     j = ptr[rows[-1]] - ptr[0]
     block = vals[2 * r * c * j:2 * r * c * (j + 1)].reshape(-1, 2)
-    first = next(v for v in block if not np.isfinite(v).all())
-    assert status[0] == (1 if np.isinf(first).any() else 2)
+    # common.h: rocsparse_is_inf(z) is real(z) == +inf or imag(z) == +inf (-inf is not one), is_nan either part NaN
+    first = next(v for v in block if (v == np.inf).any() or np.isnan(v).any())
+    assert status[0] == (1 if (first == np.inf).any() else 2)
+
+
+def test_a_checkers_first_value_is_one_it_must_report():
+    """Row 0 of the recipe's matrices always has an entry, the first
+    (rocsparse_index_array: ptr[1] - ptr[0] = 1, its column array's first
+    entry); a checker's first value is infinite or NaN whatever the seed and
+    run, so that every run of check_matrix_csr_device stores a status (with a
+    random start, a seed whose specials all fell past the s - 1 entries of
+    its matrix left the kernel writing nothing)."""
+    for seed in range(12):
+        for run in range(4):
+            plan = synthesise(_md_for(CHECK_CSR), run, seed, CHECK_CSR)
+            first = _buffer_head(plan, "arg3", 16).view("<f8")
+            assert (first == np.inf).any() or np.isnan(first).any(), (seed, run)
