@@ -22,7 +22,9 @@ else (:data:`INT_INDEX_BASE`, :data:`REMAINDER_OFFSET`, :data:`PADDED_ROWS`);
 a kernel that uses only entries off the diagonal gets column indices that lie
 there (:data:`OFF_DIAGONAL`), one that drops entries below a tolerance values
 on both sides of it (:data:`THRESHOLDS`), a permutation a permutation
-(:data:`PERMUTATIONS`), row numbers without the base base 0 (:data:`ZERO_BASED`);
+(:data:`PERMUTATIONS`), row numbers without the base base 0 (:data:`ZERO_BASED`),
+gtsv's pivots valid pivot sequences (:data:`PIVOTS`), a BSR padding kernel a
+matrix with a partial last block (:data:`BLOCK_PADDING`);
 a matrix checker's values hold what it must report (:data:`CHECKERS`); rocSPARSE enums take valid values (the index base the arrays are
 shifted by, an operation, a direction ...); floating scalars small numbers;
 bools 0 or 1.  Other pointers (values, vectors, dense matrices) are the
@@ -92,14 +94,34 @@ REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "csrmmnt_general_re
 #: m_pad / BLOCKDIM``, nothing to do when it is 0).  The recipe passes one such
 #: multiple: every thread of one workgroup solves one padded block
 #: (gtsv_solve_spike_propagate_kernel: ``if(gid < nblocks)`` around its stores).
-PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0, "gtsv_solve_spike_propagate_kernel": 0}
+PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0, "gtsv_solve_spike_propagate_kernel": 0,
+               "gtsv_spike_backward_substitution_kernel": 0}
+
+#: Kernels that follow the pivots another kernel chose: the kernel's name ->
+#: the index of the pivot array.  rocSPARSE 5.3 library/src/precond/gtsv_device.h:
+#: gtsv_LBM_wv_kernel stores, for the rows g + t * nblocks of each thread g,
+#: 1 (a 1x1 pivot) or 2 twice (a 2x2 pivot on rows t, t + 1; never starting
+#: at the last row), and gtsv_LBM_rhs_kernel steps through them (``k -=
+#: nblocks * pivot[k + gid]``: any other value sends it outside its rows).  The
+#: recipe's pivots are such a sequence for each thread (:func:`pivot_array`),
+#: for m_pad = BLOCKSIZE x BLOCKDIM (:data:`PADDED_ROWS`).
+PIVOTS = {"gtsv_LBM_rhs_kernel": 8}
+
+#: Kernels that pad the last block row of a BSR matrix: the kernel's name ->
+#: the indices of (m, mb, block_dim, bsr_row_ptr, bsr_col_ind).  rocSPARSE 5.3
+#: library/src/conversion/rocsparse_bsrpad_value.cpp launches them only when
+#: mb * block_dim != m (mb = ceil(m / block_dim)), and bsrpad_value_device.h
+#: writes the diagonal of the last row's diagonal block past m % block_dim:
+#: the recipe passes block_dim = s + 1, mb = s, m = mb * block_dim - 1 and a
+#: block-diagonal matrix (row pointers base + 0 .. s, columns base + 0 .. s - 1).
+BLOCK_PADDING = {"bsrpad_value_kernel_unsorted": (0, 1, 2, 6, 7), "bsrpad_value_kernel_sorted": (0, 1, 2, 6, 7)}
 
 #: rocSPARSE kernels whose names hold no rocSPARSE type (``rocsparse_...``)
 #: and which the recipe claims all the same, by name (with a template
 #: argument list): the kernels a rule of this module names that are
 #: templates on builtin types only (rocSPARSE 5.3 library/src/precond/gtsv_device.h).
 UNTYPED = ("gtsv_LBM_wv_kernel", "gtsv_LBM_rhs_kernel", "gtsv_solve_spike_propagate_kernel",
-           "csr2csc_permute_kernel", "coomvn_segmented_loops_reduce")
+           "gtsv_spike_backward_substitution_kernel", "csr2csc_permute_kernel", "coomvn_segmented_loops_reduce")
 
 #: Kernels that gather through a permutation: the kernel's name -> the index of
 #: the parameter holding it, a permutation of 0 .. n - 1 (no index base) for
@@ -376,6 +398,21 @@ def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes
     return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
 
 
+def pivot_array(blocksize: int, blockdim: int, itemsize: int, rng) -> bytes:
+    """gtsv's pivots for m_pad = ``blocksize`` x ``blockdim`` rows: for each
+    thread g, at rows g + t * blocksize (t < ``blockdim``), 1 or a pair 2, 2
+    (not starting at the last t), about a third of them pairs."""
+    p = np.zeros((blockdim, blocksize), np.int64)
+    for t in range(blockdim):
+        free = p[t] == 0
+        pair = free & (rng.random(blocksize) < 0.3) if t < blockdim - 1 else np.zeros(blocksize, bool)
+        p[t][free] = 1
+        p[t][pair] = 2
+        if t + 1 < blockdim:
+            p[t + 1][pair] = 2
+    return p.reshape(-1).astype("<i8" if itemsize == 8 else "<i4").tobytes()
+
+
 def permutation_array(size: int, entries: int, itemsize: int, rng) -> bytes:
     """``entries`` integers whose first ``size`` are a random permutation of
     0 .. size - 1 (the rest 0)."""
@@ -479,7 +516,14 @@ def build(ctx, name: str) -> dict:
                 raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} is a pointer, "
                                         f"the metadata says {kind} of {n} bytes")
             if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
-                if PERMUTATIONS.get(kernel) == i:
+                if PIVOTS.get(kernel) == i:
+                    if padded is None:
+                        raise DoesNotHold(f"recipe rocsparse does not hold: {kernel}'s pivots without padded rows")
+                    out[i] = Buffer(pivot_array(targs[0].size, targs[1].size, t.to.size, ctx.rng))
+                elif kernel in BLOCK_PADDING and i in BLOCK_PADDING[kernel][3:]:
+                    diag = np.arange(size + 1 if i == BLOCK_PADDING[kernel][3] else size) + base
+                    out[i] = Buffer(diag.astype("<i8" if t.to.size == 8 else "<i4").tobytes())
+                elif PERMUTATIONS.get(kernel) == i:
                     out[i] = Buffer(permutation_array(size, INDEX_ENTRIES, t.to.size, ctx.rng))
                 else:
                     make = column_array if OFF_DIAGONAL.get(kernel) == i else index_array
@@ -512,6 +556,9 @@ def build(ctx, name: str) -> dict:
                 out[i] = 0
             elif i == padded:
                 out[i] = targs[0].size * targs[1].size
+            elif kernel in BLOCK_PADDING and i in BLOCK_PADDING[kernel][:3]:
+                mi, mbi, bdi = BLOCK_PADDING[kernel][:3]
+                out[i] = {mi: size * (size + 1) - 1, mbi: size, bdi: size + 1}[i]
             else:
                 out[i] = size
         elif t.kind == "bool":

@@ -491,6 +491,7 @@ def test_column_arrays_are_valid_columns_starting_off_the_diagonal():
 GTSV_WV = "_ZL18gtsv_LBM_wv_kernelILj256ELj64EdEviiiPKT1_S2_S2_PS0_S3_S3_Pi"
 GTSV_RHS = "_ZL19gtsv_LBM_rhs_kernelILj256ELj64ELj2EdEviiiPKT2_S2_S2_PS0_S2_PKi"
 GTSV_SPIKE = "_ZL33gtsv_solve_spike_propagate_kernelILj256ELj64EdEviiiPT1_PKS0_S3_S3_"
+GTSV_BACKWARD = "_ZL39gtsv_spike_backward_substitution_kernelILj256ELj64EdEviiiPT1_PKS0_S3_"
 GTSV_BUNDLE = (958640128, 34721736)
 
 
@@ -499,7 +500,7 @@ def test_builtin_typed_gtsv_kernels_are_claimed_with_padded_rows():
     recipe claims them by name (:data:`sparse.UNTYPED`) and pads their rows
     (gtsv_solve_spike_propagate_kernel too: ``if(gid < nblocks)`` around its
     stores, nblocks = m_pad / BLOCKDIM); other _ZL names stay unclaimed."""
-    for name in (GTSV_WV, GTSV_RHS, GTSV_SPIKE):
+    for name in (GTSV_WV, GTSV_RHS, GTSV_SPIKE, GTSV_BACKWARD):
         assert sparse.claims(name)
         plan = synthesise(_md_for(name), 0, 0, name)
         assert plan.recipe == "rocsparse" and plan.values[0] == 256 * 64, name
@@ -692,3 +693,64 @@ def test_a_checkers_first_value_is_one_it_must_report():
             plan = synthesise(_md_for(CHECK_CSR), run, seed, CHECK_CSR)
             first = _buffer_head(plan, "arg3", 16).view("<f8")
             assert (first == np.inf).any() or np.isnan(first).any(), (seed, run)
+
+
+GTSV_RHS4 = "_ZL19gtsv_LBM_rhs_kernelILj256ELj4ELj2EdEviiiPKT2_S2_S2_PS0_S2_PKi"
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_gtsv_rhs_gets_pivots_lbm_wv_could_have_chosen(run):
+    """gtsv_LBM_rhs_kernel<256, 4, 2, double> steps through the pivots
+    gtsv_LBM_wv_kernel chose (``k -= nblocks * pivot[k + gid]``): the
+    recipe's pivot array (:data:`sparse.PIVOTS`) holds, for each thread g,
+    a sequence of 1 and pairs 2, 2 over the rows g + 256 t (no pair starts
+    at the last t), with both kinds present; the original kernel runs on the
+    recipe's inputs inside its buffers (the recipe's index array as pivots
+    sent it 2^31 bytes past rhs) and writes rhs."""
+    plan = synthesise(_md_for(GTSV_RHS4), run, 0, GTSV_RHS4)
+    m_pad = plan.values[0]
+    assert m_pad == 256 * 4
+    p = _buffer_head(plan, "arg8", 4 * m_pad).view("<i4").reshape(4, 256)
+    assert set(p.reshape(-1).tolist()) == {1, 2}
+    for g in range(256):
+        t = 0
+        while t < 4:
+            if p[t, g] == 2:
+                assert t < 3 and p[t + 1, g] == 2, (g, p[:, g])
+                t += 2
+            else:
+                t += 1
+    data = real_object(*GTSV_BUNDLE)
+    from kpatch.codeobject import CodeObject
+    plan = synthesise(CodeObject(data).kernel(GTSV_RHS4).metadata, run, 0, GTSV_RHS4)
+    image = _execute(data, GTSV_RHS4, plan, 0, None)[0]
+    assert not isinstance(image, Exception), image
+    before, after = _inputs(plan, image, 6, "<u8", 2 * m_pad)
+    assert (before != after).any()
+
+
+BSRPAD = "_ZL28bsrpad_value_kernel_unsortedILi1024EdEviiiT0_21rocsparse_index_base_PS0_PKiS4_"
+BSRPAD_BUNDLE = (1162592256, 410568)
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_the_real_bsrpad_kernel_pads_the_recipes_last_block(run):
+    """bsrpad_value_kernel_unsorted<1024, double> with the recipe's
+    arguments (:data:`sparse.BLOCK_PADDING`: block_dim s + 1, mb = s, m =
+    mb block_dim - 1, a block-diagonal matrix): as numpy computes it, the
+    diagonal entries i >= m % block_dim of the last block row's diagonal
+    block (block mb - 1) become the value, nothing else changes."""
+    data = real_object(*BSRPAD_BUNDLE)
+    from kpatch.codeobject import CodeObject
+    plan = synthesise(CodeObject(data).kernel(BSRPAD).metadata, run, 0, BSRPAD)
+    m, mb, bd = plan.values[0], plan.values[1], plan.values[2]
+    value = np.frombuffer(plan.values[3], "<f8")[0]
+    assert (mb, bd) == (sparse.SIZES[run], sparse.SIZES[run] + 1) and 0 < m % bd and -(-m // bd) == mb
+    image = _execute(data, BSRPAD, plan, 0, None)[0]
+    assert not isinstance(image, Exception), image
+    before, after = _inputs(plan, image, 5, "<f8", mb * bd * bd)
+    want = before.copy().reshape(mb, bd, bd)
+    for i in range(m % bd, bd):
+        want[mb - 1, i, i] = value
+    assert after.view("<u8").tolist() == want.reshape(-1).view("<u8").tolist()
+    assert (after != before).any()
