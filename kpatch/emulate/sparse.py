@@ -119,7 +119,8 @@ BLOCK_PADDING = {"bsrpad_value_kernel_unsorted": (0, 1, 2, 6, 7), "bsrpad_value_
 #: rocSPARSE kernels whose names hold no rocSPARSE type (``rocsparse_...``)
 #: and which the recipe claims all the same, by name (with a template
 #: argument list): the kernels a rule of this module names that are
-#: templates on builtin types only (rocSPARSE 5.3 library/src/precond/gtsv_device.h).
+#: templates on builtin types only (rocSPARSE 5.3 library/src/precond/gtsv_device.h,
+#: conversion/csr2csc_device.h, level2/rocsparse_coomv.cpp).
 UNTYPED = ("gtsv_LBM_wv_kernel", "gtsv_LBM_rhs_kernel", "gtsv_solve_spike_propagate_kernel",
            "gtsv_spike_backward_substitution_kernel", "csr2csc_permute_kernel", "coomvn_segmented_loops_reduce")
 
