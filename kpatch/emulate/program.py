@@ -584,7 +584,7 @@ def _valu(inst, ctx):
         readers[0] = (v0, 1, readers[0][2])
         sdwa_src[0] = (x["src0_sel"], x["src0_sext"], x["src0_neg"], x["src0_abs"])
         if nsrc > 1 and fmt != "VOP1":
-            if fmt == "VOPC" and x["s1"]:
+            if x["s1"]:  # src1 is an SGPR (VOP2 and VOPC alike)
                 readers[1] = (f["vsrc1"], 1, readers[1][2])
             sdwa_src[1] = (x["src1_sel"], x["src1_sext"], x["src1_neg"], x["src1_abs"])
     elif kind in ("dpp16", "dpp8"):
@@ -1110,8 +1110,8 @@ def _ds(inst, ctx):
             def ds2(w):
                 ex = w.exec
                 base = w.v[a][ex].astype(np.int64)
-                a0 = base + o0 * scale
-                a1 = base + o1 * scale
+                a0 = (base + o0 * scale) & _M32  # the address wraps in 32 bits
+                a1 = (base + o1 * scale) & _M32
                 if rd:
                     v0 = from_bytes(w.lds.read(a0, size), nd)
                     v1 = from_bytes(w.lds.read(a1, size), nd)
@@ -1126,7 +1126,7 @@ def _ds(inst, ctx):
 
         def ds1(w):
             ex = w.exec
-            ad = w.v[a][ex].astype(np.int64) + off
+            ad = (w.v[a][ex].astype(np.int64) + off) & _M32  # the address wraps in 32 bits
             if rd:
                 b = w.lds.read(ad, size)
                 if t in ("i8", "i16"):
@@ -1149,7 +1149,7 @@ def _ds(inst, ctx):
 
         def ds1d16(w):
             ex = w.exec
-            ad = w.v[a][ex].astype(np.int64) + off
+            ad = (w.v[a][ex].astype(np.int64) + off) & _M32
             if rd:
                 _vmem_loaded(w, ex, vd, w.lds.read(ad, size), size, signed, True, hi)
             else:
@@ -1227,7 +1227,7 @@ def _ds_atomic(inst, ctx, op, rtn, t, off):
     def atom(w):
         ex = np.nonzero(w.exec)[0]
         for lane in ex:
-            ad = np.array([int(w.v[a][lane]) + off], np.int64)
+            ad = np.array([(int(w.v[a][lane]) + off) & _M32], np.int64)
             old = int(from_bytes(w.lds.read(ad, 4), 1)[0, 0])
             new = fn(old, int(w.v[d0][lane]), int(w.v[d1][lane]), signed, fl) & _M32
             w.lds.write(ad, to_bytes(np.array([[new]], np.uint32), 4))
@@ -1245,7 +1245,7 @@ def _ds_atomic64(inst, ctx, op, rtn, signed, off):
 
     def atom(w):
         for lane in np.nonzero(w.exec)[0]:
-            ad = np.array([int(w.v[a][lane]) + off], np.int64)
+            ad = np.array([(int(w.v[a][lane]) + off) & _M32], np.int64)
             o = from_bytes(w.lds.read(ad, 8), 2)[0]
             old = int(o[0]) | (int(o[1]) << 32)
             x = int(w.v[d0][lane]) | (int(w.v[d0 + 1][lane]) << 32)

@@ -346,7 +346,7 @@ RECIPES: tuple[Recipe, ...] = (
            "Tensile (github ROCm/Tensile) Tensile/KernelWriterSource.py (functionSignature: the argument "
            "order), ContractionSolution.cpp (values, workgroup size WG0*WG1*WG2); see kpatch/emulate/tensile.py",
            block=_tensile.launch_block, groups_y=_tensile.launch_groups_y),
-    Recipe("rocsparse", re.compile(r"^_ZL.*rocsparse_"),  # internal-linkage rocSPARSE kernels
+    Recipe("rocsparse", _sparse.PATTERN,  # internal-linkage rocSPARSE kernels
            None,
            lambda ctx, sig, name: _rocsparse(ctx, name),
            "rocSPARSE (github ROCm/rocSPARSE) library/include/rocsparse-types.h (enum values); the "

@@ -19,6 +19,12 @@ non-decreasing from the index base, at most ``base + s - 1``); every
 by-value integer is ``s`` (sizes, leading dimensions, block dimensions all
 agree) except where the kernel's source says the host passes something
 else (:data:`INT_INDEX_BASE`, :data:`REMAINDER_OFFSET`, :data:`PADDED_ROWS`);
+a kernel that uses only entries off the diagonal gets column indices that lie
+there (:data:`OFF_DIAGONAL`), one that drops entries below a tolerance values
+on both sides of it (:data:`THRESHOLDS`), a permutation a permutation
+(:data:`PERMUTATIONS`), row numbers without the base base 0 (:data:`ZERO_BASED`),
+gtsv's pivots valid pivot sequences (:data:`PIVOTS`), a BSR padding kernel a
+matrix with a partial last block (:data:`BLOCK_PADDING`);
 a matrix checker's values hold what it must report (:data:`CHECKERS`); rocSPARSE enums take valid values (the index base the arrays are
 shifted by, an operation, a direction ...); floating scalars small numbers;
 bools 0 or 1.  Other pointers (values, vectors, dense matrices) are the
@@ -73,10 +79,12 @@ INT_INDEX_BASE = {"csr2dense_kernel": 0, "csc2dense_kernel": 0}
 #: passes ``main = n - n % chunk`` (the columns the main kernel did), which is 0
 #: for every n below the smallest chunk, as all of :data:`SIZES` are: rocSPARSE
 #: 5.3 library/src/level3/rocsparse_csrmm_template_row_split.cpp (chunks of 8
-#: and more), rocsparse_coomm_template_atomic.cpp (64 and more).  Given the size
-#: like every other int, the kernel's column loop ``for l = offset; l < n``
-#: would not run at all.
-REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "coommnn_atomic_remainder": 2}
+#: and more), rocsparse_csrmm_template_general.cpp (8 and more; below 8 only
+#: the remainder kernel runs), rocsparse_coomm_template_atomic.cpp (64 and
+#: more).  Given the size like every other int, the kernel's column loop
+#: ``for l = offset; l < n`` would not run at all.
+REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "csrmmnt_general_remainder_kernel": 2,
+                    "coommnn_atomic_remainder": 2}
 
 #: Kernels whose row count is padded to whole blocks: the kernel's name -> the
 #: index of its ``m_pad`` parameter, which is a multiple of BLOCKSIZE x BLOCKDIM
@@ -84,15 +92,83 @@ REMAINDER_OFFSET = {"csrmmnt_row_split_remainder_kernel": 2, "coommnn_atomic_rem
 #: library/src/precond/rocsparse_gtsv.cpp (``m_pad = ((m - 1) / (block_dim *
 #: BLOCKSIZE) + 1) * (block_dim * BLOCKSIZE)``), gtsv_device.h (``nblocks =
 #: m_pad / BLOCKDIM``, nothing to do when it is 0).  The recipe passes one such
-#: multiple: every thread of one workgroup solves one padded block.
-PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0}
+#: multiple: every thread of one workgroup solves one padded block
+#: (gtsv_solve_spike_propagate_kernel: ``if(gid < nblocks)`` around its stores).
+PADDED_ROWS = {"gtsv_LBM_wv_kernel": 0, "gtsv_LBM_rhs_kernel": 0, "gtsv_solve_spike_propagate_kernel": 0,
+               "gtsv_spike_backward_substitution_kernel": 0}
+
+#: Kernels that follow the pivots another kernel chose: the kernel's name ->
+#: the index of the pivot array.  rocSPARSE 5.3 library/src/precond/gtsv_device.h:
+#: gtsv_LBM_wv_kernel stores, for the rows g + t * nblocks of each thread g,
+#: 1 (a 1x1 pivot) or 2 twice (a 2x2 pivot on rows t, t + 1; never starting
+#: at the last row), and gtsv_LBM_rhs_kernel steps through them (``k -=
+#: nblocks * pivot[k + gid]``: any other value sends it outside its rows).  The
+#: recipe's pivots are such a sequence for each thread (:func:`pivot_array`),
+#: for m_pad = BLOCKSIZE x BLOCKDIM (:data:`PADDED_ROWS`).
+PIVOTS = {"gtsv_LBM_rhs_kernel": 8}
+
+#: Kernels that pad the last block row of a BSR matrix: the kernel's name ->
+#: the indices of (m, mb, block_dim, bsr_row_ptr, bsr_col_ind).  rocSPARSE 5.3
+#: library/src/conversion/rocsparse_bsrpad_value.cpp launches them only when
+#: mb * block_dim != m (mb = ceil(m / block_dim)), and bsrpad_value_device.h
+#: writes the diagonal of the last row's diagonal block past m % block_dim:
+#: the recipe passes block_dim = s + 1, mb = s, m = mb * block_dim - 1 and a
+#: block-diagonal matrix (row pointers base + 0 .. s, columns base + 0 .. s - 1).
+BLOCK_PADDING = {"bsrpad_value_kernel_unsorted": (0, 1, 2, 6, 7), "bsrpad_value_kernel_sorted": (0, 1, 2, 6, 7)}
+
+#: rocSPARSE kernels whose names hold no rocSPARSE type (``rocsparse_...``)
+#: and which the recipe claims all the same, by name (with a template
+#: argument list): the kernels a rule of this module names that are
+#: templates on builtin types only (rocSPARSE 5.3 library/src/precond/gtsv_device.h,
+#: conversion/csr2csc_device.h, level2/rocsparse_coomv.cpp).
+UNTYPED = ("gtsv_LBM_wv_kernel", "gtsv_LBM_rhs_kernel", "gtsv_solve_spike_propagate_kernel",
+           "gtsv_spike_backward_substitution_kernel", "csr2csc_permute_kernel", "coomvn_segmented_loops_reduce")
+
+#: Kernels that gather through a permutation: the kernel's name -> the index of
+#: the parameter holding it, a permutation of 0 .. n - 1 (no index base) for
+#: the n = s entries the kernel moves.  rocSPARSE 5.3
+#: library/src/conversion/csr2csc_device.h (csr2csc_permute_kernel: ``idx =
+#: map[gid]; out1[gid] = in1[idx]``; rocsparse_csr2csc.cpp passes the
+#: permutation radix_sort_pairs made of the identity).
+PERMUTATIONS = {"csr2csc_permute_kernel": 3}
+
+#: Kernels whose index arrays hold row numbers without the index base: the
+#: kernel's name -> those parameters' indices; they get index arrays of base 0
+#: whatever the run's base.  rocSPARSE 5.3 library/src/level2/coomv_device.h
+#: (coomvn_segmented_loops_device stores ``coo_row_ind[...] - idx_base`` into
+#: row_block_red, which coomvn_segmented_loops_reduce adds into ``y[row]``).
+ZERO_BASED = {"coomvn_segmented_loops_reduce": (2,)}
+
+#: Kernels that use only the entries off the diagonal: the kernel's name -> the
+#: index of its column-index parameter.  rocSPARSE 5.3
+#: library/src/level2/csrmv_symm_device.h (csrmvt_symm_general_device: ``if(col
+#: != row) atomicAdd(&y[col], ...)``, the transposed half of a symmetric
+#: product; the diagonal is the non-transposed kernel's).  The recipe's arrays
+#: make row pointers and column indices alike, so that row r's entries lie
+#: mostly at column r and such a kernel often writes nothing; its column
+#: indices are :func:`column_array`'s instead (row 0's entry at column s - 1).
+OFF_DIAGONAL = {"csrmvt_symm_general_kernel": 4}
+
+#: Kernels that keep the entries above a tolerance: the kernel's name -> the
+#: indices of (its values parameter, its tolerance parameter, by value or
+#: through a pointer).  rocSPARSE 5.3 library/src/conversion/
+#: csr2csr_compress_device.h (an entry is kept when ``abs(value) >
+#: real(tol)`` and above FLT_MIN; rocsparse_csr2csr_compress.cpp refuses a
+#: negative tol).  The tolerance is :data:`TOLERANCE`, the values
+#: :func:`threshold_values`' (kept and dropped ones alternate), so that a
+#: run keeps some entries and drops others; random values against a random
+#: tolerance kept none of run 0's entries as often as not.
+THRESHOLDS = {"csr2csr_compress_kernel": (3, 11)}
+#: The tolerance of :data:`THRESHOLDS`' kernels.
+TOLERANCE = 0.5
 
 #: Kernels that check a matrix and write only what they find wrong (rocSPARSE
-#: 5.3 library/src/util/check_matrix_csr_device.h: ``record_data_status``
+#: 5.3 library/src/util/check_matrix_{csr,coo,ell,gebsr}_device.h: ``record_data_status``
 #: stores a status only when it is not success): their matrices' values hold
 #: infinities and NaNs among finite ones (what the check exists to find), so
 #: that a run writes a status.  Values of other kernels stay random buffers.
-CHECKERS = ("check_matrix_csr_device",)
+CHECKERS = ("check_matrix_csr_device", "check_matrix_coo_device", "check_matrix_ell_device",
+            "check_matrix_gebsr_device")
 
 #: rocSPARSE's complex type: two of its template argument (float or double).
 COMPLEX = "rocsparse_complex_num"
@@ -269,10 +345,14 @@ def template_and_parameters(mangled: str) -> tuple[tuple[Type, ...], tuple[Type,
     return tuple(p.targs), tuple(params)
 
 
+#: Kernels this recipe is for: internal-linkage rocSPARSE kernels (a rocSPARSE
+#: type in the name, or one of :data:`UNTYPED`'s templates).
+PATTERN = re.compile(r"^_ZL(?:.*rocsparse_|\d+(?:" + "|".join(UNTYPED) + r")I)")
+
+
 def claims(name: str) -> bool:
-    """Kernels this recipe is for: internal-linkage rocSPARSE kernels (a
-    rocSPARSE type in the name)."""
-    return name.startswith("_ZL") and "rocsparse_" in name
+    """Whether the recipe is for kernel ``name`` (:data:`PATTERN`)."""
+    return PATTERN.search(name) is not None
 
 
 def _scalar_bytes(t: Type, rng) -> bytes | None:
@@ -319,10 +399,82 @@ def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes
     return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
 
 
+def pivot_array(blocksize: int, blockdim: int, itemsize: int, rng) -> bytes:
+    """gtsv's pivots for m_pad = ``blocksize`` x ``blockdim`` rows: for each
+    thread g, at rows g + t * blocksize (t < ``blockdim``), 1 or a pair 2, 2
+    (not starting at the last t), about a third of them pairs."""
+    p = np.zeros((blockdim, blocksize), np.int64)
+    for t in range(blockdim):
+        free = p[t] == 0
+        pair = free & (rng.random(blocksize) < 0.3) if t < blockdim - 1 else np.zeros(blocksize, bool)
+        p[t][free] = 1
+        p[t][pair] = 2
+        if t + 1 < blockdim:
+            p[t + 1][pair] = 2
+    return p.reshape(-1).astype("<i8" if itemsize == 8 else "<i4").tobytes()
+
+
+def permutation_array(size: int, entries: int, itemsize: int, rng) -> bytes:
+    """``entries`` integers whose first ``size`` are a random permutation of
+    0 .. size - 1 (the rest 0)."""
+    a = np.zeros(entries, np.int64)
+    a[:size] = rng.permutation(size)
+    return a.astype("<i8" if itemsize == 8 else "<i4").tobytes()
+
+
+def column_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
+    """``entries`` column indices of an ``size`` x ``size`` matrix with index
+    base ``base``, the mirror image of :func:`index_array`'s: the first is
+    ``base + size - 1``, each next the same or one less (the second one less),
+    none below ``base``; with the recipe's row pointers the entries of row 0
+    (and most others) lie off the diagonal when ``size`` > 1."""
+    a = np.frombuffer(index_array(size, base, entries, itemsize, rng), "<i8" if itemsize == 8 else "<i4")
+    return (2 * base + max(size - 1, 0) - a).astype(a.dtype).tobytes()
+
+
+def _float_parts(t: Type) -> tuple[int, str] | None:
+    """(parts, numpy dtype) of element type ``t``: float, double or rocSPARSE's complex of them."""
+    if t.kind == "float" and t.size in (4, 8):
+        return 1, ("<f4" if t.size == 4 else "<f8")
+    if t.kind == "class" and t.name == COMPLEX and len(t.args) == 1 and t.args[0].kind == "float":
+        return 2, ("<f4" if t.args[0].size == 4 else "<f8")
+    return None
+
+
+def constant_array(t: Type, entries: int, value: float) -> bytes | None:
+    """``entries`` copies of ``value`` (a complex one's imaginary part 0) of element type ``t``; None for other types."""
+    pd = _float_parts(t)
+    if pd is None:
+        return None
+    v = np.zeros((entries, pd[0]))
+    v[:, 0] = value
+    return v.astype(pd[1]).tobytes()
+
+
+def threshold_values(t: Type, entries: int, tol: float, rng) -> bytes | None:
+    """``entries`` values of element type ``t`` whose magnitudes (moduli)
+    lie above ``tol`` (in [2 tol, 4 tol)) at even positions and below it (in
+    [0, tol / 2)) at odd ones, with random signs (phases); None for other types."""
+    pd = _float_parts(t)
+    if pd is None:
+        return None
+    mag = np.where(np.arange(entries) % 2 == 0, rng.uniform(2 * tol, 4 * tol, entries),
+                   rng.uniform(0, tol / 2, entries))
+    if pd[0] == 1:
+        v = (mag * rng.choice([-1.0, 1.0], entries))[:, None]
+    else:
+        phase = rng.uniform(0, 2 * np.pi, entries)
+        v = np.stack([mag * np.cos(phase), mag * np.sin(phase)], axis=1)
+    return v.astype(pd[1]).tobytes()
+
+
 def value_array(t: Type, entries: int, rng, special: bool = False) -> bytes | None:
     """``entries`` small random values of element type ``t`` (float, double or
-    rocSPARSE's complex of them), every third (from a random start) an
-    infinity or a NaN when ``special``; None for other types."""
+    rocSPARSE's complex of them), every third (from the first on: the entry
+    of row 0, which the recipe's matrices always have) +inf or a NaN (one
+    part of a complex one) when ``special`` -- rocSPARSE 5.3's
+    rocsparse_is_inf is ``== +inf`` (library/src/include/common.h), a -inf
+    is not reported; None for other types."""
     if t.kind == "float" and t.size in (4, 8):
         parts, dt = 1, ("<f4" if t.size == 4 else "<f8")
     elif t.kind == "class" and t.name == COMPLEX and len(t.args) == 1 and t.args[0].kind == "float":
@@ -331,8 +483,8 @@ def value_array(t: Type, entries: int, rng, special: bool = False) -> bytes | No
         return None
     v = rng.uniform(-2, 2, (entries, parts))
     if special:
-        at = np.arange(int(rng.integers(0, 3)), entries, 3)
-        v[at, rng.integers(0, parts, len(at)) if parts > 1 else 0] = rng.choice([np.inf, -np.inf, np.nan], len(at))
+        at = np.arange(0, entries, 3)
+        v[at, rng.integers(0, parts, len(at)) if parts > 1 else 0] = rng.choice([np.inf, np.nan], len(at))
     return v.astype(dt).tobytes()
 
 
@@ -365,7 +517,26 @@ def build(ctx, name: str) -> dict:
                 raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} is a pointer, "
                                         f"the metadata says {kind} of {n} bytes")
             if t.to is not None and t.to.kind == "int" and t.to.size in (4, 8):
-                out[i] = Buffer(index_array(size, base, INDEX_ENTRIES, t.to.size, ctx.rng))
+                if PIVOTS.get(kernel) == i:
+                    if padded is None:
+                        raise DoesNotHold(f"recipe rocsparse does not hold: {kernel}'s pivots without padded rows")
+                    out[i] = Buffer(pivot_array(targs[0].size, targs[1].size, t.to.size, ctx.rng))
+                elif kernel in BLOCK_PADDING and i in BLOCK_PADDING[kernel][3:]:
+                    diag = np.arange(size + 1 if i == BLOCK_PADDING[kernel][3] else size) + base
+                    out[i] = Buffer(diag.astype("<i8" if t.to.size == 8 else "<i4").tobytes())
+                elif PERMUTATIONS.get(kernel) == i:
+                    out[i] = Buffer(permutation_array(size, INDEX_ENTRIES, t.to.size, ctx.rng))
+                else:
+                    make = column_array if OFF_DIAGONAL.get(kernel) == i else index_array
+                    out[i] = Buffer(make(size, 0 if i in ZERO_BASED.get(kernel, ()) else base, INDEX_ENTRIES,
+                                         t.to.size, ctx.rng))
+            elif kernel in THRESHOLDS and i in THRESHOLDS[kernel]:
+                made = (threshold_values(t.to, INDEX_ENTRIES, TOLERANCE, ctx.rng) if i == THRESHOLDS[kernel][0]
+                        else constant_array(t.to, 16, TOLERANCE))
+                if made is None:
+                    raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} of {kernel} "
+                                      f"is not a pointer to floating values")
+                out[i] = Buffer(made)
             elif kernel in CHECKERS and t.to is not None and t.to.const:  # the values read
                 values = value_array(t.to, INDEX_ENTRIES, ctx.rng, special=True)
                 if values is not None:
@@ -386,10 +557,18 @@ def build(ctx, name: str) -> dict:
                 out[i] = 0
             elif i == padded:
                 out[i] = targs[0].size * targs[1].size
+            elif kernel in BLOCK_PADDING and i in BLOCK_PADDING[kernel][:3]:
+                mi, mbi, bdi = BLOCK_PADDING[kernel][:3]
+                out[i] = {mi: size * (size + 1) - 1, mbi: size, bdi: size + 1}[i]
             else:
                 out[i] = size
         elif t.kind == "bool":
             out[i] = (ctx.run + i) % 2
+        elif kernel in THRESHOLDS and i == THRESHOLDS[kernel][1]:
+            v = constant_array(t, 1, TOLERANCE)
+            if v is None:
+                raise DoesNotHold(f"recipe rocsparse does not hold: parameter {i} of {kernel} is no tolerance")
+            out[i] = v
         else:
             v = _scalar_bytes(t, ctx.rng)
             if v is None:
