@@ -603,6 +603,10 @@ def _hash(rows: np.ndarray) -> np.ndarray:
     return h
 
 
+#: How many instructions :func:`encoding_ids` hashes and looks up at a time.
+ID_CHUNK = 1 << 16
+
+
 def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
                  code: bytes | None = None, base: int = 0, ends: np.ndarray | None = None) -> np.ndarray:
     """The eid of each instruction of a list decoded for ``target`` (creating
@@ -625,8 +629,16 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     offs = (addresses - base) >> 2
     if sizes.min() < 1 or sizes.max() > MAX_DWORDS or offs.min() < 0 or offs.max() + 1 > len(words):
         return _ids_by_bytes(insts, table, range(n), out)
-    rows = _rows(words, offs, sizes)
-    return FACTS.lookup_hashes(target, _hash(rows), rows, insts, table)
+    # in chunks of instructions (in their order, so new encodings get the
+    # eids they would get all at once): the per-instruction arrays (rows,
+    # hashes, their sort) are a chunk's, not a whole 18 MB .text's, which
+    # set apply's peak memory on the largest Tensile object
+    for lo in range(0, n, ID_CHUNK):
+        hi = min(n, lo + ID_CHUNK)
+        rows = _rows(words, offs[lo:hi], sizes[lo:hi])
+        part = insts[lo:hi] if lo or hi < n else insts
+        out[lo:hi] = FACTS.lookup_hashes(target, _hash(rows), rows, part, table)
+    return out
 
 
 def dword_counts(addresses: np.ndarray, ends: np.ndarray) -> np.ndarray:
