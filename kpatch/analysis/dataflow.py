@@ -44,7 +44,7 @@ from typing import Callable
 import numpy as np
 
 from kpatch.analysis.cfg import CFG
-from kpatch.analysis.facts import FACTS, Facts
+from kpatch.analysis.facts import FACTS, Facts, FactsColumns
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,12 @@ class MaskRule:
     #: the mitigation is inserted right before a hit and kills (expires the
     #: whole state): each hit is then a kill for what follows it
     lean: bool = False
+    #: the same rule over per-encoding columns (optional): ``columns(c)``
+    #: (``c``: a :class:`kpatch.analysis.facts.FactsColumns`) gives (check,
+    #: gen, kill) of those encodings -- check and gen as one uint64 array
+    #: per 64 bits of state, kill as a bool or 0/1 array; it must agree
+    #: with ``check``/``gen``/``kill`` encoding by encoding
+    columns: Callable | None = None
 
 
 class RuleHits:
@@ -193,11 +199,39 @@ class HazardEngine:
                                                   for _, i, part, ch in self._keys[1:]])
         return row
 
+    def _rows_bulk(self, lo: int, hi: int) -> np.ndarray:
+        """:meth:`_row` of the encodings with eids ``lo..hi-1``, all at once
+        from the rules' column forms (``MaskRule.columns``)."""
+        c = FactsColumns(lo, hi)
+        n = hi - lo
+        roles = np.zeros(n, dtype=np.uint64)
+        parts: dict[tuple[int, int, int], np.ndarray] = {}
+        for i, r in enumerate(self.rules):
+            ck, g, kill = r.columns(c)
+            fm = (1 << r.width) - 1
+            any_ck = np.zeros(n, dtype=bool)
+            any_g = np.zeros(n, dtype=bool)
+            for ch in _chunks(r.width):
+                m = np.uint64((fm >> (64 * ch)) & _M64)
+                parts[(i, 0, ch)] = a = np.asarray(ck[ch], dtype=np.uint64) & m
+                parts[(i, 1, ch)] = b = np.asarray(g[ch], dtype=np.uint64) & m
+                any_ck |= a != 0
+                any_g |= b != 0
+            bits = (any_ck.astype(np.uint64) | (any_g.astype(np.uint64) << np.uint64(1))
+                    | (np.asarray(kill, dtype=bool).astype(np.uint64) << np.uint64(2)))
+            roles |= bits << np.uint64(3 * i)
+        out = np.empty((n, len(self._keys)), dtype=np.uint64)
+        out[:, 0] = roles
+        for j, (_, i, part, ch) in enumerate(self._keys[1:], 1):
+            out[:, j] = parts[(i, part, ch)]
+        return out
+
     def _column(self, what: str, i: int = 0, part: int = 0, chunk: int = 0) -> np.ndarray:
         """The roles column, or one 64-bit chunk of a rule's check (part 0) or
         gen (part 1) masks; all columns are extended together, in one pass
         over the encodings added since."""
-        cols = FACTS.columns_of(self._keys, self._row)
+        bulk = self._rows_bulk if all(r.columns is not None for r in self.rules) else None
+        cols = FACTS.columns_of(self._keys, self._row, bulk=bulk)
         if what == "roles":
             return cols[0]
         return cols[self._keys.index((self.key, i, part, chunk))]

@@ -26,7 +26,8 @@ the hazards (see gfx1010-hazards.md): ``VALU`` (VOP1/2/3/3P/C, VINTRP),
 from __future__ import annotations
 
 import re
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, rshift
 
 import numpy as np
 
@@ -541,15 +542,20 @@ class FactsCache:
             out[k] = self.eid_of(insts[k], table)
         return out
 
-    def columns_of(self, keys: list, get, dtype=np.uint64) -> list[np.ndarray]:
+    def columns_of(self, keys: list, get, dtype=np.uint64, bulk=None) -> list[np.ndarray]:
         """Several columns at once: ``get(facts)`` gives one row, a tuple of
         non-negative ints below 2**64 (one per key), so a caller with many
-        columns looks at each encoding once.  Stored like :meth:`column`."""
+        columns looks at each encoding once; or ``bulk(lo, hi)`` gives the
+        rows of eids ``lo..hi-1`` at once (a uint64 array, one column per
+        key), worked out from other columns.  Stored like :meth:`column`."""
         arrs = [self.columns.get(k) for k in keys]
         have = min(0 if a is None else len(a) for a in arrs)
         n = len(self.all)
         if have < n:
-            more = np.array(list(map(get, self.all[have:n])), dtype=np.uint64).reshape(n - have, len(keys))
+            if bulk is not None:
+                more = np.asarray(bulk(have, n), dtype=np.uint64).reshape(n - have, len(keys))
+            else:
+                more = np.array(list(map(get, self.all[have:n])), dtype=np.uint64).reshape(n - have, len(keys))
             arrs = [self._extend(k, have, more[:, j].astype(dtype)) for j, k in enumerate(keys)]
         return arrs
 
@@ -583,6 +589,37 @@ class FactsCache:
 FACTS = FactsCache()
 
 
+_M64 = (1 << 64) - 1
+
+
+class FactsColumns:
+    """Attributes of the encodings with eids ``lo..hi-1`` as numpy arrays
+    (per-eid columns of :data:`FACTS`, each worked out once per encoding),
+    for rules written over columns rather than one Facts at a time."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+
+    def int(self, name: str) -> np.ndarray:
+        """An int or bool attribute (never None), as int64."""
+        return FACTS.column(("attr", name), attrgetter(name))[self.lo:self.hi]
+
+    def mask(self, name: str, chunks: int) -> list[np.ndarray]:
+        """A register mask attribute (a non-negative int), as ``chunks``
+        uint64 arrays of 64 bits each (one pass over the new encodings)."""
+        keys = [("attr", name, ch) for ch in range(chunks)]
+        have = min(len(FACTS.columns.get(k, ())) for k in keys)
+        n = len(FACTS.all)
+        if have < n:
+            vals = list(map(attrgetter(name), FACTS.all[have:n]))
+            for ch, k in enumerate(keys):
+                part = map(_M64.__and__, map(rshift, vals, repeat(64 * ch)))
+                FACTS._extend(k, have, np.fromiter(part, dtype=np.uint64, count=n - have))
+        return [FACTS.columns[k][self.lo:self.hi] for k in keys]
+
+
 _PRIME = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -601,6 +638,10 @@ def _hash(rows: np.ndarray) -> np.ndarray:
     for j in range(rows.shape[1]):
         h = (h ^ rows[:, j]) * _PRIME
     return h
+
+
+#: How many instructions :func:`encoding_ids` hashes and looks up at a time.
+ID_CHUNK = 1 << 16
 
 
 def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
@@ -625,8 +666,16 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     offs = (addresses - base) >> 2
     if sizes.min() < 1 or sizes.max() > MAX_DWORDS or offs.min() < 0 or offs.max() + 1 > len(words):
         return _ids_by_bytes(insts, table, range(n), out)
-    rows = _rows(words, offs, sizes)
-    return FACTS.lookup_hashes(target, _hash(rows), rows, insts, table)
+    # in chunks of instructions (in their order, so new encodings get the
+    # eids they would get all at once): the per-instruction arrays (rows,
+    # hashes, their sort) are a chunk's, not a whole 18 MB .text's, which
+    # set apply's peak memory on the largest Tensile object
+    for lo in range(0, n, ID_CHUNK):
+        hi = min(n, lo + ID_CHUNK)
+        rows = _rows(words, offs[lo:hi], sizes[lo:hi])
+        part = insts[lo:hi] if lo or hi < n else insts
+        out[lo:hi] = FACTS.lookup_hashes(target, _hash(rows), rows, part, table)
+    return out
 
 
 def dword_counts(addresses: np.ndarray, ends: np.ndarray) -> np.ndarray:

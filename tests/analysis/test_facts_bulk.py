@@ -72,6 +72,35 @@ def test_numpy_path_matches_the_bytes_even_on_hash_collisions(monkeypatch):
     assert _numpy_ids(code, insts).tolist() == by_bytes  # a second time, through the sorted hashes
 
 
+def test_numpy_path_works_in_chunks_with_the_eids_of_one_pass(monkeypatch):
+    """encoding_ids hashes and looks up at most ID_CHUNK instructions at a
+    time (its per-instruction arrays were those of a whole 18 MB .text:
+    apply's peak memory on the largest Tensile object), and the chunks give
+    every instruction the eid its own bytes give, new encodings numbered in
+    the order of their first occurrence as in one pass."""
+    code, insts = _insts()
+    insts = insts * 3  # (the same addresses again: a chunk meets hashes an earlier one added)
+    FACTS.clear()
+    by_bytes = encoding_ids(insts, "gfx1030").tolist()
+    seen = []
+    real = FACTS.lookup_hashes
+    monkeypatch.setattr(FACTS, "lookup_hashes", lambda target, h, *a: seen.append(len(h)) or real(target, h, *a))
+    monkeypatch.setattr(facts_mod, "ID_CHUNK", 5)
+    FACTS.clear()
+    addresses = np.array([i.address for i in insts], dtype=np.int64)
+    ends = np.full(len(insts), -1, dtype=np.int64)
+    n = len(insts) // 3
+    for r in range(3):
+        ends[r * n + n - 1] = insts[-1].address + insts[-1].size
+    # (three runs of the same code, each at the same addresses: ids by the bytes)
+    got = []
+    for r in range(3):
+        got += encoding_ids(insts[r * n:(r + 1) * n], "gfx1030", addresses=addresses[r * n:(r + 1) * n],
+                            code=code, base=0x1000, ends=ends[r * n:(r + 1) * n]).tolist()
+    assert got == by_bytes
+    assert seen and max(seen) <= 5 and sum(seen) == len(insts)
+
+
 def test_blind_keys_in_bulk_are_the_one_by_one_keys():
     """blind_keys (numpy over per-opcode field rows) gives vgpr_blind_key's
     key for every distinct encoding of a fixture, the llvm-mc list above

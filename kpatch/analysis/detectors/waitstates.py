@@ -56,28 +56,41 @@ VMEM_TO_SCALAR = MaskRule(
     check=lambda f: f.sdefs if f.cls & (SALU | SMEM) else 0,
     kill=lambda f: f.kill_vm,
     gen=lambda f: f.sreads if f.cls & _VMEM_LIKE else 0,
-    lean=True)
+    lean=True,
+    columns=lambda c: (_where(c.int("cls") & (SALU | SMEM), c.mask("sdefs", 2)), _where(
+        c.int("cls") & _VMEM_LIKE, c.mask("sreads", 2)), c.int("kill_vm")))
 
 SMEM_TO_VECTOR = MaskRule(
     "SMEMtoVectorWriteHazard", SGPR_FIELD,
     check=lambda f: f.valu_sdst,
     kill=lambda f: f.kill_smem,
     gen=lambda f: f.sreads if f.cls & SMEM else 0,
-    lean=True)
+    lean=True,
+    columns=lambda c: (c.mask("valu_sdst", 2), _where(c.int("cls") & SMEM, c.mask("sreads", 2)),
+                       c.int("kill_smem")))
 
 VCMPX_PERMLANE = MaskRule(
     "VcmpxPermlaneHazard", 1,
     check=lambda f: 1 if f.is_permlane else 0,
     kill=lambda f: bool(f.cls & VALU) and not f.is_v_nop,
     gen=lambda f: 1 if f.vcmp_exec else 0,
-    lean=True)
+    lean=True,
+    columns=lambda c: ([c.int("is_permlane")], [c.int("vcmp_exec")],
+                       ((c.int("cls") & VALU) != 0) & (c.int("is_v_nop") == 0)))
 
 VCMPX_EXEC_WAR = MaskRule(
     "VcmpxExecWARHazard", 1,
     check=lambda f: 1 if f.writes_exec else 0,
     kill=lambda f: f.kill_vcmpx_war,
     gen=lambda f: 1 if f.reads_exec and not f.cls & VALU else 0,
-    lean=True)
+    lean=True,
+    columns=lambda c: ([c.int("writes_exec")], [(c.int("reads_exec") != 0) & ((c.int("cls") & VALU) == 0)],
+                       c.int("kill_vcmpx_war")))
+
+def _where(cond: np.ndarray, chunks: list[np.ndarray]) -> list[np.ndarray]:
+    """Each 64-bit chunk of a mask column where ``cond`` is non-zero, else 0."""
+    return [np.where(cond != 0, a, np.uint64(0)) for a in chunks]
+
 
 DS_F, DS_T, VM_F, VM_T = 1, 2, 4, 8
 _NO_BRANCH, _BRANCH_SINCE = DS_F | VM_F, DS_T | VM_T
@@ -92,6 +105,15 @@ def _lds_check(f: Facts) -> int:
 
 
 # on_branch / before_branch use bit operations only: they also run on numpy arrays
+def _lds_columns(cls: np.ndarray, vscnt0: np.ndarray):
+    """(check, gen, kill) of LdsBranchVmemWARHazard over columns (as :func:`_lds_check` and the lambdas)."""
+    ds = (cls & DS) != 0
+    vm = ~ds & ((cls & _LDS_VMEM) != 0)
+    check = np.where(ds, VM_T, np.where(vm, DS_T, 0))
+    gen = np.where(ds, DS_F, np.where(vm, VM_F, 0))
+    return [check], [gen], ((cls & (DS | _LDS_VMEM)) != 0) | (vscnt0 != 0)
+
+
 LDS_BRANCH_VMEM = MaskRule(
     "LdsBranchVmemWARHazard", 4,
     check=_lds_check,
@@ -99,7 +121,8 @@ LDS_BRANCH_VMEM = MaskRule(
     gen=lambda f: DS_F if f.cls & DS else VM_F if f.cls & _LDS_VMEM else 0,
     on_branch=lambda v: ((v & _NO_BRANCH) << 1) | (v & _BRANCH_SINCE),
     before_branch=lambda m: m | ((m & _BRANCH_SINCE) >> 1),
-    lean=True)
+    lean=True,
+    columns=lambda c: _lds_columns(c.int("cls"), c.int("vscnt0")))
 
 RULES = [VMEM_TO_SCALAR, SMEM_TO_VECTOR, VCMPX_PERMLANE, VCMPX_EXEC_WAR, LDS_BRANCH_VMEM]
 ENGINE = HazardEngine(RULES)
