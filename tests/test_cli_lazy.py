@@ -36,6 +36,20 @@ def test_light_commands_import_no_heavy_module(args):
     assert p.stdout  # it did print
 
 
+#: what listing rules needs none of: the code-object model and the header editor
+#: (the rule loader checks header actions against kpatch.rewrite.headeractions)
+NOT_FOR_RULES = ("kpatch.codeobject", "kpatch.rewrite.headers", "kpatch.elf.reader")
+
+
+@pytest.mark.parametrize("args", [["explain"], ["rules"], ["rules", "KH001"]])
+def test_listing_rules_reads_no_code_object_module(args):
+    p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=NOT_FOR_RULES), *args],
+                       capture_output=True, text=True, check=True)
+    loaded = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    assert loaded == "", f"kpatch {' '.join(args)} imported {loaded}"
+    assert p.stdout
+
+
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_listed_summary_is_the_commands_own(name):
     module, function = COMMANDS[name]

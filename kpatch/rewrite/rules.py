@@ -45,7 +45,7 @@ file is loaded, naming the file, the rule and the key):
 
 * ``match.finding``: ``set``/``replace``/``insert_before``/``insert_after``
   at the finding's instruction, or ``fix``; kernel header actions
-  (:data:`kpatch.rewrite.headers.HEADER_ACTIONS`, scope ``kernel``) for the
+  (:data:`kpatch.rewrite.headeractions.HEADER_ACTIONS`, scope ``kernel``) for the
   kernels with the finding - a device function with it is refused;
 * ``match.mnemonic``: the same instruction actions at every instruction
   that matches (the first such rule that changes an instruction wins), and
@@ -122,7 +122,7 @@ class Rule:
 
     def header_actions(self, scope: str) -> tuple[tuple[str, object], ...]:
         """The rule's header actions of ``scope`` (``kernel`` or ``object``)."""
-        from kpatch.rewrite.headers import HEADER_ACTIONS
+        from kpatch.rewrite.headeractions import HEADER_ACTIONS
 
         return tuple((k, v) for k, v in self.header if HEADER_ACTIONS[k].scope == scope)
 
@@ -311,7 +311,7 @@ def _actions(path: str, where: str, kind: str, on_object: bool, raw: dict) -> di
 
 def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: dict) -> None:
     """Reject every action the engine does not perform for this match (see the module docstring)."""
-    from kpatch.rewrite.headers import HEADER_ACTIONS, header_problem
+    from kpatch.rewrite.headeractions import HEADER_ACTIONS, header_problem
 
     inst = [a for a in INSTRUCTION_ACTIONS if a in raw]
     if on_object or kind == "header":
