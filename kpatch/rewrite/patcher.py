@@ -226,7 +226,7 @@ def _instruction_edits(ctx: FixContext, rule: Rule, address: int, inst) -> list[
 
 def _matching(rules: list[Rule], finding, ctx: FixContext) -> Rule | None:
     """The first of ``rules`` that applies to ``finding`` (looking at its instruction)."""
-    cand = [r for r in rules if r.finding == finding.cls]
+    cand = [r for r in rules if r.finding == finding.cls] if rules else ()
     if not cand or ctx.kernel is None:
         return None
     inst = ctx.code.at(finding.address)
@@ -481,6 +481,8 @@ class _RulePlan:
         self.pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
         self.object_headers = tuple(a for s in sets for r in s.rules if r.on_object
                                     for a in r.header_actions("object"))
+        #: rule id -> its kernel header actions (asked once per finding)
+        self.kernel_actions = {r.id: r.header_actions("kernel") for s in sets for r in s.rules}
 
     def unit_edits(self, ctx: FixContext, kr, code_range: tuple[int, int] | None, *, device_function: bool
                    ) -> tuple[list[Edit], list[str], dict[str, tuple[Rule, str]]]:
@@ -507,7 +509,7 @@ class _RulePlan:
             where = f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
             if rule is None:
                 raise CannotFix(f"{where} needs rule set {f.fix}, which was not chosen")
-            acts = rule.header_actions("kernel")
+            acts = self.kernel_actions[rule.id]
             if acts:
                 if device_function:
                     raise CannotFix(f"{where} in a device function: rule {rule.id} sets "
