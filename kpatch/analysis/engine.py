@@ -97,7 +97,7 @@ def build_unit(co, source: str, ranges, parts: list | None = None) -> tuple[list
     return insts, spans
 
 
-def analyse(co, target: str = "gfx1010", only=None) -> Report:
+def analyse(co, target: str = "gfx1010", only=None, scan: TextScan | None = None) -> Report:
     """Analyse every kernel of ``co`` (a :class:`kpatch.codeobject.CodeObject`)
     for running on ``target``.
 
@@ -106,15 +106,19 @@ def analyse(co, target: str = "gfx1010", only=None) -> Report:
     and ``unseen`` are exactly those of a whole analysis; their verdicts are
     not (a kernel that calls takes the verdicts of the functions reported).
 
+    ``scan``: ``scan_text(co, ISA, keep_ids=True)`` made by the caller (the
+    rewriter reads the same scan afterwards), used when ``ISA`` is the one
+    the analysis decodes ``co`` with (:func:`decode_family`); it is not changed.
+
     Threads: the decode memo is per thread, but the decoder's caches
     (:func:`kpatch.isa.decoder.cache_for`) and the ELF symbol memo are shared
     by the process and not locked; call this from one thread at a time (kpatch
     runs parallel work in processes)."""
     with no_gc(), decode_memo():  # (the scan of .text and the functions decode the same code)
-        return _analyse(co, target, only)
+        return _analyse(co, target, only, scan)
 
 
-def _analyse(co, target: str, only=None) -> Report:
+def _analyse(co, target: str, only=None, given: TextScan | None = None) -> Report:
     if target not in SUPPORTED_TARGETS:
         raise UsageError(f"kpatch analyses code for {', '.join(SUPPORTED_TARGETS)}, not {target!r}")
     processor = co.target.processor if co.target is not None else ""
@@ -127,7 +131,7 @@ def _analyse(co, target: str, only=None) -> Report:
             report.kernels.append(_not_analysable(k.name, "kernel", k.entry, k.code_size or 0, why))
         return report
     ranges = function_ranges(co)
-    scan = scan_text(co, source, keep_ids=True)
+    scan = given if given is not None and given.target == source else scan_text(co, source, keep_ids=True)
     jumps = bounded_jumps(scan)
     known = scan.known if scan is not None else None
     if only is not None:

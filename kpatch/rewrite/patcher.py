@@ -54,7 +54,7 @@ from kpatch.rewrite import headers, residency
 from kpatch.rewrite.edits import CannotFix, Edit, Refusal
 from kpatch.rewrite.outcome import KernelOutcome, PatchResult
 from kpatch.rewrite.fixes import APPROX_FOR, FIXES, FixContext, InstructionMatch
-from kpatch.analysis.codescan import scan_text
+from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
 from kpatch.rewrite.rules import Rule, RuleSet, load_all
@@ -127,14 +127,15 @@ def _code_ranges(co: CodeObject) -> dict[str, tuple[int, int]]:
     return {e.name: (e.start, e.end) for e in co.function_extents()}
 
 
-def reachable_units(co: CodeObject) -> dict[str, set[str]]:
+def reachable_units(co: CodeObject, scan: TextScan | None = None) -> dict[str, set[str]]:
     """For each kernel, the names of the other units of ``.text`` it can reach
     (device functions, other kernels, and ``<code@ADDR>`` runs no symbol
     names), following the rewriter's call edges (:mod:`kpatch.analysis.codescan`:
     calls, tail calls, branches into other units, addresses taken by getpc
     patterns).  A kernel that reaches a computed jump kpatch cannot bound
-    reaches every unit."""
-    scan = scan_text(co, SOURCE_ISA)
+    reaches every unit.  ``scan``: ``co``'s scan as SOURCE_ISA code, when made already."""
+    if scan is None or scan.target != SOURCE_ISA:
+        scan = scan_text(co, SOURCE_ISA)
     if scan is None:
         return {}
     every = {u.name for u in scan.units}
@@ -225,7 +226,7 @@ def _instruction_edits(ctx: FixContext, rule: Rule, address: int, inst) -> list[
 
 def _matching(rules: list[Rule], finding, ctx: FixContext) -> Rule | None:
     """The first of ``rules`` that applies to ``finding`` (looking at its instruction)."""
-    cand = [r for r in rules if r.finding == finding.cls]
+    cand = [r for r in rules if r.finding == finding.cls] if rules else ()
     if not cand or ctx.kernel is None:
         return None
     inst = ctx.code.at(finding.address)
@@ -374,7 +375,11 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         return _refused(names, e.reason)
 
     plan = _RulePlan(sets, mode)
-    report = analyse(co, MADE_SAFE_FOR)
+    # one scan of .text for the analysis, the reach of kernels and the rewriter
+    scan = scan_text(co, SOURCE_ISA, keep_ids=True)
+    report = analyse(co, MADE_SAFE_FOR, scan=scan)
+    if scan is not None:
+        scan.known = None  # (the analysis' encoding ids: the rewriter does not read them)
     if mode == "harden" and any(r.findings or r.unseen for r in (*report.kernels, *report.functions)):
         try:  # something to change: the code must read the same as gfx1030 code
             _same_on_both(co)
@@ -418,7 +423,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     # rewriter scans the code again; the loop's last unit holds it too
     report = units = kr = fr = unit = ctx = into = None
     # a kernel is only as safe as everything it can reach
-    reach = reachable_units(co) if calls else {}
+    reach = reachable_units(co, scan) if calls else {}
     _spread_refusals(outcomes, fn_outcomes, reach, edits_by_kernel)
     if mode in ALL_OR_NOTHING:
         refused = _all_or_nothing(outcomes, fn_outcomes, mode)
@@ -432,7 +437,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     headers_and_note = _HeadersAndNote(data, co, mode, sets, outcomes, fn_outcomes, contexts, header_kernels,
                                        plan.object_headers)
     try:
-        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=headers_and_note)
+        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=headers_and_note, scan=scan)
     except Refusal as e:
         return _refused(names, e.reason)
     except CannotFix as e:
@@ -449,7 +454,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     kept = [r for r in plan.approx if r.fix in KEEPS]
     # the original's decode and analysis are not needed any more: never hold
     # both objects' at once (a whole Tensile library's are half a GiB each)
-    del contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan
+    del contexts, edits_by_kernel, all_edits, headers_and_note, result, kernel_objs, co, plan, scan
     forget_decodes()
     if len(data) >= _COLLECT_FROM:
         # the collector is paused: the original's reference cycles (e.g. its
@@ -476,6 +481,8 @@ class _RulePlan:
         self.pattern_rules = [r for s in sets for r in s.rules if r.match_kind == "mnemonic"]
         self.object_headers = tuple(a for s in sets for r in s.rules if r.on_object
                                     for a in r.header_actions("object"))
+        #: rule id -> its kernel header actions (asked once per finding)
+        self.kernel_actions = {r.id: r.header_actions("kernel") for s in sets for r in s.rules}
 
     def unit_edits(self, ctx: FixContext, kr, code_range: tuple[int, int] | None, *, device_function: bool
                    ) -> tuple[list[Edit], list[str], dict[str, tuple[Rule, str]]]:
@@ -502,7 +509,7 @@ class _RulePlan:
             where = f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
             if rule is None:
                 raise CannotFix(f"{where} needs rule set {f.fix}, which was not chosen")
-            acts = rule.header_actions("kernel")
+            acts = self.kernel_actions[rule.id]
             if acts:
                 if device_function:
                     raise CannotFix(f"{where} in a device function: rule {rule.id} sets "

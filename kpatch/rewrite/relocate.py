@@ -110,19 +110,22 @@ Finalize = Callable[[RewriteResult], "tuple[bytes, dict[int | str, bytes]] | Non
 
 
 def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool = True,
-                finalize: Finalize | None = None) -> RewriteResult:
+                finalize: Finalize | None = None, scan: TextScan | None = None) -> RewriteResult:
     """Apply ``edits`` to the code object ``data`` whose code is ``target`` code.
 
     ``target`` names the ISA the code is decoded as (``gfx1030`` for the
     objects kpatch patches).  ``offset3f``: fix every branch that relocation
     gives the offset 0x3f (needed when the result runs on gfx1010).
     ``finalize`` (see :data:`Finalize`) adds what depends on the result
-    without scanning and laying out the code a second time.
+    without scanning and laying out the code a second time.  ``scan``: the
+    scan of ``data``'s ``.text`` as ``target`` code
+    (:func:`~kpatch.analysis.codescan.scan_text`) when the caller has made it
+    already (the patcher, for its analysis); the rewrite may add to its problems.
     Raises :class:`Refusal` when the object cannot be rewritten at all and
     :class:`~kpatch.errors.UsageError` for edits that do not name an
     instruction or hold code that does not decode.
     """
-    return rewrite(data, target, edits, offset3f=offset3f, finalize=finalize)
+    return rewrite(data, target, edits, offset3f=offset3f, finalize=finalize, scan=scan)
 
 
 # ---------------------------------------------------------------------------
@@ -382,10 +385,11 @@ def _scan(co: CodeObject, target: str | None) -> TextScan | None:
 
 def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f: bool = True,
             section_contents: dict[int | str, bytes] | None = None,
-            finalize: Finalize | None = None) -> RewriteResult:
+            finalize: Finalize | None = None, scan: TextScan | None = None) -> RewriteResult:
     """Apply ``edits`` and give sections (by index or name) new contents
     (``section_contents``, e.g. a re-encoded ``.note``), moving whatever has to move.  ``target`` may be
-    None to decode the code for the object's own target.  See :func:`apply_edits`."""
+    None to decode the code for the object's own target; ``scan`` (used only
+    when it is of ``target`` code) spares scanning ``.text`` again.  See :func:`apply_edits`."""
     co = CodeObject.from_bytes(data)
     if co.is_legacy:
         raise Refusal("cannot patch: code object V2 uses another kernel format", kind="layout")
@@ -394,7 +398,8 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
                       kind="layout")
     contents = dict(section_contents or {})
     slots_by_addr, conflict_list = group_edits(list(edits))
-    scan = _scan(co, target) if slots_by_addr else None
+    given = scan if scan is not None and target is not None and scan.target == target else None
+    scan = (given or _scan(co, target)) if slots_by_addr else None
     slots: dict[int, Slot] = {}
     conflicts: dict[int, Refusal] = {}
     if slots_by_addr:

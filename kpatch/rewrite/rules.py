@@ -352,8 +352,35 @@ def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: d
                        "the rule needs match.finding (without match.header)")
 
 
+#: path -> (the file's bytes when it was read, its RuleSet): a rule file is
+#: parsed and validated once per process while its contents stay the same
+#: (``apply --db`` patches every code object with the same rules).  The sets
+#: are shared: not to be changed.
+_LOADED: dict[str, tuple[bytes, RuleSet]] = {}
+
+
+def _contents(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None  # (read_toml says why)
+
+
 def load_file(path: str) -> RuleSet:
-    """Load and validate one rule file; FormatError names the file, rule and key."""
+    """Load and validate one rule file; FormatError names the file, rule and key.
+    A file whose bytes are those of a file read before gives the same set."""
+    raw = _contents(path)
+    got = _LOADED.get(path)
+    if raw is not None and got is not None and got[0] == raw:
+        return got[1]
+    rs = _load_file(path)
+    if raw is not None and _contents(path) == raw:  # (not changed while it was read)
+        _LOADED[path] = (raw, rs)
+    return rs
+
+
+def _load_file(path: str) -> RuleSet:
     doc = read_toml(path, os.path.basename(path))
     head = doc.get("set")
     if not isinstance(head, dict) or not isinstance(head.get("id"), str):
