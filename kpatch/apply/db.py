@@ -44,6 +44,8 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
+import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -314,13 +316,33 @@ def _patch_entry(entry, kw: dict, keep_pairs: bool = True) -> Outcome:
 _WORKER_KW: dict = {}
 
 
+#: How often a worker looks whether the process that started it is still there (seconds).
+PARENT_POLL = 0.2
+
+
 def _init_worker(kw: dict, keep_pairs: bool) -> None:
     """Set up a worker: it ignores SIGINT (forked with SIGINT blocked by
     :func:`_sigint_held`, so none arrives before this), leaving Ctrl-C to the
-    calling process, which shuts the pool down."""
+    calling process, which shuts the pool down; and it ends by itself when
+    that process is gone (:func:`_end_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _WORKER_KW.update(kw, keep_pairs=keep_pairs)
+    threading.Thread(target=_end_with_parent, args=(os.getppid(),), daemon=True,
+                     name="kpatch-parent-watch").start()
+
+
+def _end_with_parent(parent: int) -> None:
+    """End this worker as soon as its parent ``parent`` is gone.  A worker
+    ignores Ctrl-C; if the parent ends without shutting the pool down (it
+    exits 130 at once on a Ctrl-C that lands where no clean-up runs), the
+    orphaned workers would otherwise wait for each other forever on the
+    pool's pipes (each holds the other's end open), holding the terminal's
+    stderr.  Nothing a worker does is wanted once its parent is gone: it
+    only computes what the parent would have written."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    os._exit(1)
 
 
 @contextmanager
