@@ -12,8 +12,8 @@
 #     there, never into the system or global interpreter (PEP 668), so a
 #     package that happens to be installed globally cannot hide a missing
 #     dependency;
-#   - the real corpora (Debian's librocrand1, and Debian unstable's librocblas4,
-#     its gfx1010/gfx1030 files) into kdb_cache/.
+#   - the real corpora (Debian's librocrand1 and librocsparse0, and Debian
+#     unstable's librocblas4, its gfx1010/gfx1030 files) into kdb_cache/.
 # Extra arguments go to pytest (e.g. tools/test.sh -k kdb -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +37,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
 bash tools/fetch_corpus.sh >/dev/null
+# librocsparse0 too: the emulator's rocSPARSE recipes are tested on its real kernels (94 MB download)
+bash tools/fetch_corpus.sh --all >/dev/null || echo "warning: could not fetch Debian's librocsparse0: its tests will be skipped"
 # rocBLAS 4.4.1 from Debian unstable (gfx1010/gfx1030 files; downloads kept in ~/.cache/kpatch/sid)
 bash tools/fetch_sid.sh >/dev/null || echo "warning: could not fetch Debian unstable's librocblas4: its tests will be skipped"
 # the venv's kpatch and python come first for tests that run the command
