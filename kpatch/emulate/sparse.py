@@ -32,6 +32,14 @@ usual random buffers.  A parameter list that does not line up with the
 metadata's explicit arguments (count, kinds, sizes), or an enum whose
 values are not known here, gives no arguments at all.
 
+The launch is the one rocSPARSE's host code makes where its source says
+(the recipe's ``block`` and ``groups_x`` hooks): workgroups of the kernel's
+BLOCKSIZE, its first template argument, for the kernels every launch of
+which passes that as the block (:data:`LAUNCH_BLOCKSIZE`; a BLOCKSIZE the
+metadata does not allow gives no arguments), and one workgroup for the
+kernels launched with one (:data:`ONE_WORKGROUP`); other kernels get the
+verifier's default launch.
+
 Enum values: rocSPARSE (github ROCm/rocSPARSE) library/include/rocsparse-types.h.
 """
 
