@@ -93,6 +93,9 @@ class Recipe:
     #: kernel name -> the workgroups the launch has in y (a Tensile GlobalSplitU kernel's
     #: summation splits), or None for verify's one
     groups_y: Callable[[str], int | None] | None = None
+    #: kernel name -> the workgroups the launch has in x (a rocSPARSE kernel its host launches
+    #: with one), or None for verify's 1-3 by run
+    groups_x: Callable[[str], int | None] | None = None
 
 
 class RecipeDoesNotHold(Exception):
@@ -350,5 +353,7 @@ RECIPES: tuple[Recipe, ...] = (
            None,
            lambda ctx, sig, name: _rocsparse(ctx, name),
            "rocSPARSE (github ROCm/rocSPARSE) library/include/rocsparse-types.h (enum values); the "
-           "parameter types from the kernel's mangled name (Itanium C++ ABI); see kpatch/emulate/sparse.py"),
+           "parameter types from the kernel's mangled name (Itanium C++ ABI); the launch's block and grid from "
+           "library/src's launch sites (sparse.LAUNCH_BLOCKSIZE, sparse.ONE_WORKGROUP); see kpatch/emulate/sparse.py",
+           block=_sparse.launch_block, groups_x=_sparse.launch_groups),
 )

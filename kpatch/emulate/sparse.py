@@ -32,6 +32,14 @@ usual random buffers.  A parameter list that does not line up with the
 metadata's explicit arguments (count, kinds, sizes), or an enum whose
 values are not known here, gives no arguments at all.
 
+The launch is the one rocSPARSE's host code makes where its source says
+(the recipe's ``block`` and ``groups_x`` hooks): workgroups of the kernel's
+BLOCKSIZE, its first template argument, for the kernels every launch of
+which passes that as the block (:data:`LAUNCH_BLOCKSIZE`; a BLOCKSIZE the
+metadata does not allow gives no arguments), and one workgroup for the
+kernels launched with one (:data:`ONE_WORKGROUP`); other kernels get the
+verifier's default launch.
+
 Enum values: rocSPARSE (github ROCm/rocSPARSE) library/include/rocsparse-types.h.
 """
 
@@ -138,6 +146,104 @@ PERMUTATIONS = {"csr2csc_permute_kernel": 3}
 #: (coomvn_segmented_loops_device stores ``coo_row_ind[...] - idx_base`` into
 #: row_block_red, which coomvn_segmented_loops_reduce adds into ``y[row]``).
 ZERO_BASED = {"coomvn_segmented_loops_reduce": (2,)}
+
+#: Kernels rocSPARSE's host code launches with workgroups of as many
+#: work-items as the kernel's first template argument (its BLOCKSIZE, a
+#: literal in the mangled name): at every launch of each of these kernels in
+#: rocSPARSE 5.3 library/src (``hipLaunchKernelGGL((kernel<X, ...>), grid,
+#: dim3(X), ...)``, ``kernel<X, ...><<<grid, X, ...>>>``, or a ``dim3
+#: threads(X)`` declared before the launch) the block is the same expression
+#: as the first template argument (or both are integer literals of the same
+#: value: bsrxmvn_general_kernel<64, 8> with dim3(8 * 8)).  Read from the
+#: source (tag rocm-5.3.3) by listing every launch site; a kernel launched
+#: anywhere with another block (two-dimensional, ``WF_SIZE *
+#: NROWS_PER_BLOCK``, an expression that is not the first template argument:
+#: csr2dense_kernel, csrmvn_general_kernel, bsrxmvn_17_32_kernel, csrsm, the
+#: bsric0/bsrilu0 small-block kernels ...) is not here and keeps
+#: :mod:`kpatch.emulate.verify`'s default.  See :func:`launch_block`.
+LAUNCH_BLOCKSIZE = frozenset((
+    "abs_kernel", "axpby_scale_kernel", "axpyi_kernel", "bsr2csr_block_dim_equals_one_kernel",
+    "bsric0_binsearch_kernel", "bsrilu0_33_64", "bsrilu0_general", "bsrmmnn_small_blockdim_kernel",
+    "bsrmmnt_small_blockdim_kernel", "bsrpad_value_kernel_sorted", "bsrpad_value_kernel_unsorted",
+    "bsrsm_copy_scale", "bsrsv_lower_general", "bsrsv_lower_shared", "bsrsv_upper_general", "bsrsv_upper_shared",
+    "bsrxmvn_16x16_kernel", "bsrxmvn_2x2_kernel", "bsrxmvn_3x3_kernel", "bsrxmvn_4x4_kernel", "bsrxmvn_5x5_kernel",
+    "bsrxmvn_8x8_kernel", "bsrxmvn_general_kernel", "check_matrix_coo_device", "check_matrix_csr_device",
+    "check_matrix_ell_device", "check_matrix_gebsr_device", "check_row_ptr_array",
+    "compute_nnz_from_row_ptr_array_kernel", "conjugate", "coo2csr_kernel", "coo2dense_kernel",
+    "coommnn_atomic_main", "coommnn_atomic_remainder", "coommnn_general_block_reduce", "coommnn_scale_kernel",
+    "coommnn_segmented_atomic", "coommnn_segmented_main_kernel", "coommnn_segmented_remainder_kernel",
+    "coommtn_atomic_main", "coomv_scale", "coomvn_aos_atomic_loops", "coomvn_aos_segmented_loops",
+    "coomvn_atomic_loops", "coomvn_segmented_loops", "coomvn_segmented_loops_reduce", "coomvt_aos_kernel",
+    "coomvt_kernel", "coosort_permute_kernel", "count_uncolored", "csr2bsr_65_inf_kernel",
+    "csr2bsr_block_dim_equals_one_kernel", "csr2bsr_nnz_2_32_kernel", "csr2bsr_nnz_33_64_kernel",
+    "csr2bsr_nnz_65_inf_kernel", "csr2bsr_nnz_block_dim_equals_one_kernel", "csr2bsr_nnz_compute_nnz_total_kernel",
+    "csr2coo_kernel", "csr2csc_permute_kernel", "csr2csr_compress_kernel", "csr2ell_kernel",
+    "csr2gebsr_general_kernel", "csr2gebsr_kernel_bm1", "csr2gebsr_kernel_bm1_bn1",
+    "csr2gebsr_nnz_compute_nnz_total_kernel", "csr2gebsr_nnz_fast_kernel", "csr2gebsr_nnz_general_kernel",
+    "csr2gebsr_nnz_kernel_bm1", "csr2gebsr_nnz_kernel_bm1_bn1", "csr2hyb_kernel", "csr_max_nnz_per_row",
+    "csrcolor_kernel_count_colors", "csrcolor_kernel_count_colors_finalize", "csrcolor_kernel_count_uncolored",
+    "csrcolor_kernel_count_uncolored_finalize", "csrcolor_kernel_jpl", "csrcolor_reordering_identity",
+    "csrgeam_fill_multipass_kernel", "csrgeam_index_base", "csrgeam_nnz_multipass_device", "csrgemm_copy",
+    "csrgemm_copy_scale_device_pointer", "csrgemm_copy_scale_host_pointer",
+    "csrgemm_fill_block_per_row_device_pointer", "csrgemm_fill_block_per_row_host_pointer",
+    "csrgemm_fill_block_per_row_multipass_device_pointer", "csrgemm_fill_block_per_row_multipass_host_pointer",
+    "csrgemm_fill_wf_per_row_device_pointer", "csrgemm_fill_wf_per_row_host_pointer", "csrgemm_group_reduce_part1",
+    "csrgemm_group_reduce_part2", "csrgemm_group_reduce_part3", "csrgemm_index_base",
+    "csrgemm_intermediate_products", "csrgemm_max_row_nnz_part1", "csrgemm_max_row_nnz_part2",
+    "csrgemm_nnz_block_per_row", "csrgemm_nnz_block_per_row_multipass", "csrgemm_nnz_wf_per_row",
+    "csrgemm_numeric_copy_scale_kernel", "csrgemm_numeric_fill_block_per_row_kernel",
+    "csrgemm_numeric_fill_block_per_row_multipass_kernel", "csrgemm_numeric_fill_wf_per_row_kernel",
+    "csrgemm_set_base", "csrgemm_symbolic_copy", "csrgemm_symbolic_fill_block_per_row",
+    "csrgemm_symbolic_fill_block_per_row_multipass", "csrgemm_symbolic_fill_wf_per_row",
+    "csrgemm_symbolic_group_reduce_part2", "csrgemm_symbolic_group_reduce_part3",
+    "csrgemm_symbolic_max_row_nnz_part1", "csrgemm_symbolic_max_row_nnz_part2", "csric0_binsearch_kernel",
+    "csric0_hash_kernel", "csrilu0_binsearch", "csrilu0_hash", "csrmmnn_general_kernel",
+    "csrmmnn_merge_compute_row_limits", "csrmmnn_merge_scale", "csrmmnn_row_split_kernel",
+    "csrmmnt_general_block_reduce", "csrmmnt_general_main_kernel", "csrmmnt_general_remainder_kernel",
+    "csrmmnt_merge_main_kernel", "csrmmnt_merge_remainder_kernel", "csrmmnt_row_split_main_kernel",
+    "csrmmnt_row_split_remainder_kernel", "csrmmtn_general_kernel", "csrmmtt_general_kernel", "csrmvt_scale_kernel",
+    "csrsort_shift_kernel", "csrsv_analysis_lower_kernel", "csrsv_analysis_upper_kernel", "csrsv_kernel",
+    "dotci_kernel_part1", "dotci_kernel_part2", "doti_kernel_part1", "doti_kernel_part2", "ell2csr_fill",
+    "ell2csr_index_base", "ell2csr_nnz_per_row", "ell_width_kernel_part1", "ell_width_kernel_part2",
+    "ellmvn_kernel", "ellmvt_kernel", "ellmvt_scale_kernel", "fill_row_ptr_device", "gebsr2gebsc_permute_kernel",
+    "gebsr2gebsr_compute_nnz_total_kernel", "gebsr2gebsr_fill_row_ptr_kernel", "gebsr2gebsr_nnz_fast_kernel",
+    "gebsrmvn_1xn_kernel", "gebsrmvn_2xn_kernel", "gebsrmvn_3xn_kernel", "gebsrmvn_4xn_kernel",
+    "gebsrmvn_general_kernel", "gebsrmvn_mxn_16_kernel", "gebsrmvn_mxn_kernel", "gemmi_scale_kernel",
+    "gemmit_kernel", "gemvi_kernel", "gemvi_scale_kernel", "gpsv_interleaved_batch_givens_qr_kernel",
+    "gpsv_interleaved_batch_householder_qr_kernel", "gpsv_strided_gather", "gthr_kernel", "gthrz_kernel",
+    "gtsv_LBM_rhs_kernel", "gtsv_LBM_wv_kernel", "gtsv_interleaved_batch_lu_kernel",
+    "gtsv_interleaved_batch_qr_kernel", "gtsv_interleaved_batch_thomas_kernel",
+    "gtsv_nopivot_cr_pow2_shared_kernel", "gtsv_nopivot_cr_pow2_stage2_kernel",
+    "gtsv_nopivot_crpcr_pow2_shared_kernel", "gtsv_nopivot_pcr_pow2_shared_kernel",
+    "gtsv_nopivot_pcr_pow2_stage1_kernel", "gtsv_nopivot_pcr_pow2_stage1_n_kernel",
+    "gtsv_nopivot_pcr_shared_kernel", "gtsv_nopivot_pcr_stage1_kernel", "gtsv_nopivot_pcr_stage1_n_kernel",
+    "gtsv_nopivot_pcr_stage2_kernel", "gtsv_nopivot_strided_batch_cr_pow2_shared_kernel",
+    "gtsv_nopivot_strided_batch_cr_pow2_stage2_kernel", "gtsv_nopivot_strided_batch_crpcr_pow2_shared_kernel",
+    "gtsv_nopivot_strided_batch_pcr_pow2_shared_kernel", "gtsv_nopivot_strided_batch_pcr_pow2_stage1_kernel",
+    "gtsv_nopivot_strided_batch_pcr_shared_kernel", "gtsv_nopivot_strided_batch_pcr_stage1_kernel",
+    "gtsv_nopivot_strided_batch_pcr_stage2_kernel", "gtsv_nopivot_thomas_pow2_stage2_kernel",
+    "gtsv_nopivot_thomas_stage2_kernel", "gtsv_solve_spike_grid_level_kernel", "gtsv_solve_spike_propagate_kernel",
+    "gtsv_spike_backward_substitution_kernel", "gtsv_spike_block_level_kernel",
+    "gtsv_transpose_and_pad_array_shared_kernel", "gtsv_transpose_back_array_kernel", "hyb2csr_fill_kernel",
+    "hyb2csr_nnz_kernel", "hyb_coo_nnz", "identity_kernel", "nnz_compress_kernel", "nnz_kernel_col", "roti_kernel",
+    "scale_array", "sctr_kernel", "sddmm_coox_kernel", "sddmm_csx_kernel", "sddmm_ell_kernel", "set_array_to_value",
+    "shift_offsets_kernel"
+))
+
+#: Kernels rocSPARSE's host code launches with exactly one workgroup
+#: (``dim3(1)`` as the grid at every launch site in rocSPARSE 5.3
+#: library/src: reductions of per-block partial results, e.g.
+#: rocsparse_coomv.cpp's coomvn_segmented_loops_reduce, and total counts);
+#: see :func:`launch_groups`.
+ONE_WORKGROUP = frozenset((
+    "compute_nnz_from_row_ptr_array_kernel", "coomvn_segmented_loops_reduce",
+    "csr2bsr_nnz_compute_nnz_total_kernel", "csr2gebsr_nnz_compute_nnz_total_kernel",
+    "csrcolor_kernel_count_colors_finalize", "csrcolor_kernel_count_uncolored_finalize", "csrgeam_index_base",
+    "csrgemm_group_reduce_part3", "csrgemm_index_base", "csrgemm_max_row_nnz_part2",
+    "csrgemm_symbolic_group_reduce_part3", "csrgemm_symbolic_max_row_nnz_part2", "dotci_kernel_part2",
+    "doti_kernel_part2", "ell2csr_index_base", "ell_width_kernel_part2", "gebsr2gebsr_compute_nnz_total_kernel",
+    "init_kernel"
+))
 
 #: Kernels that use only the entries off the diagonal: the kernel's name -> the
 #: index of its column-index parameter.  rocSPARSE 5.3
@@ -345,6 +451,49 @@ def template_and_parameters(mangled: str) -> tuple[tuple[Type, ...], tuple[Type,
     return tuple(p.targs), tuple(params)
 
 
+def kernel_name(mangled: str) -> str:
+    """The unqualified name of internal-linkage kernel ``mangled`` (``_ZL<n><name>...``), "" for others."""
+    m = re.match(r"_ZL(\d+)", mangled)
+    return mangled[m.end():m.end() + int(m.group(1))] if m else ""
+
+
+def host_blocksize(mangled: str) -> int | None:
+    """The block rocSPARSE's host code launches kernel ``mangled`` with: its
+    first template argument when the kernel is one of
+    :data:`LAUNCH_BLOCKSIZE` and that argument is a positive literal; None
+    otherwise (the name not read, or the block not known from the name)."""
+    if kernel_name(mangled) not in LAUNCH_BLOCKSIZE:
+        return None
+    try:
+        targs = template_and_parameters(mangled)[0]
+    except NotParsed:
+        return None
+    if not targs or targs[0].kind != "value" or targs[0].size <= 0:
+        return None
+    return targs[0].size
+
+
+def launch_block(mangled: str, md: dict) -> tuple | None:
+    """The workgroup size of kernel ``mangled`` as rocSPARSE launches it
+    (:func:`host_blocksize`), when the metadata allows it (at most
+    ``.max_flat_workgroup_size``, equal to a ``.reqd_workgroup_size``);
+    None for the verifier's default otherwise (:func:`build` then refuses
+    a kernel whose host block is known but not the launch's)."""
+    bs = host_blocksize(mangled)
+    if bs is None or md.get(".max_flat_workgroup_size") is None or bs > int(md[".max_flat_workgroup_size"]):
+        return None
+    req = md.get(".reqd_workgroup_size")
+    if req and tuple(int(x) for x in req) + (1,) * (3 - len(req)) != (bs, 1, 1):
+        return None
+    return (bs, 1, 1)
+
+
+def launch_groups(mangled: str) -> int | None:
+    """The workgroups rocSPARSE launches kernel ``mangled`` with: 1 for
+    :data:`ONE_WORKGROUP`'s kernels, None (the verifier's 1-3 by run) for others."""
+    return 1 if kernel_name(mangled) in ONE_WORKGROUP else None
+
+
 #: Kernels this recipe is for: internal-linkage rocSPARSE kernels (a rocSPARSE
 #: type in the name, or one of :data:`UNTYPED`'s templates).
 PATTERN = re.compile(r"^_ZL(?:.*rocsparse_|\d+(?:" + "|".join(UNTYPED) + r")I)")
@@ -502,8 +651,14 @@ def build(ctx, name: str) -> dict:
                                 f"{len(explicit)} explicit arguments in the metadata")
     size = SIZES[ctx.run % len(SIZES)]
     base = ctx.run % 2
-    m = re.match(r"_ZL(\d+)", name)
-    kernel = name[m.end():m.end() + int(m.group(1))] if m else ""
+    kernel = kernel_name(name)
+    bs = host_blocksize(name)
+    if bs is not None and tuple(ctx.block) != (bs, 1, 1):
+        md = ctx.md or {}
+        raise DoesNotHold(f"recipe rocsparse does not hold: rocSPARSE launches {kernel} with {bs} work-items "
+                          f"(its BLOCKSIZE), the metadata allows "
+                          + (f"only {tuple(md['.reqd_workgroup_size'])}" if md.get(".reqd_workgroup_size") else
+                             f"at most {md.get('.max_flat_workgroup_size', 'an unstated number')}"))
     int_base = INT_INDEX_BASE.get(kernel, None)
     offset = REMAINDER_OFFSET.get(kernel, None)
     padded = PADDED_ROWS.get(kernel, None)

@@ -125,7 +125,8 @@ def synthesise(md: dict, run: int, seed: int, name: str | None = None) -> Plan:
     if found is not None and found[0].block is not None:  # the launch's workgroup size, as the recipe knows it
         block = found[0].block(name, md) or block
     gy = (found[0].groups_y(name) if found is not None and found[0].groups_y is not None else None) or 1
-    plan = Plan(block=block, grid=(block[0] * (1 + run % 3), block[1] * gy, block[2]))
+    gx = (found[0].groups_x(name) if found is not None and found[0].groups_x is not None else None) or 1 + run % 3
+    plan = Plan(block=block, grid=(block[0] * gx, block[1] * gy, block[2]))
     chosen = {}
     if found is not None:
         plan.recipe = found[0].name

@@ -628,8 +628,7 @@ def test_the_real_coomvn_segmented_reduce_adds_each_rows_partial_sums(run):
     row 0 first whatever the run's base) and adds, for each row, the partial
     sums of its blocks into y[row]: numpy's y + bincount(rows, vals).
     Launched as rocsparse_coomv.cpp launches it, one workgroup (the
-    verifier's runs of two and three workgroups add twice and three times,
-    the same on both sides)."""
+    verifier's plan has one too: see the test below)."""
     from kpatch.codeobject import CodeObject
     from kpatch.emulate.launch import run as launch
     code = real_object(*COOMV_BUNDLE)
@@ -754,3 +753,86 @@ def test_the_real_bsrpad_kernel_pads_the_recipes_last_block(run):
         want[mb - 1, i, i] = value
     assert after.view("<u8").tolist() == want.reshape(-1).view("<u8").tolist()
     assert (after != before).any()
+
+
+# -- the launch as rocSPARSE's host code makes it (block size, one workgroup) -------------------------------
+
+CSRGEMM_MULTIPASS = ("_ZL51csrgemm_fill_block_per_row_multipass_device_pointerILj512ELj16ELj2048EiifEvT3_PKS0_S2_"
+                     "PKT4_PKT2_S2_S5_S8_S2_S5_S5_S8_S2_S5_S8_PS0_PS3_PS6_21rocsparse_index_base_SC_SC_SC_bb")
+CSRGEMM_BUNDLE = (856563712, 25376680)
+CSRSV_1024 = ("_ZL12csrsv_kernelILj1024ELj32ELb0EiifPKfEvT3_T5_PKT2_PKS2_PKT4_SB_PS9_PiPS2_iSE_21rocsparse_index_base_"
+              "20rocsparse_fill_mode_20rocsparse_diag_type_")
+CSRSV_BUNDLE = (205549568, 4503064)
+BSRXMVN_GENERAL = ("_ZL22bsrxmvn_general_kernelILj1024ELj32EfiiPKfEv20rocsparse_direction_T4_T3_PKS4_PKT2_S9_S6_PKT1_S4_SC_"
+                   "S3_PSA_21rocsparse_index_base_")
+BSRXMVN_BUNDLE = (105615360, 3443432)
+CSR2DENSE = "_ZL16csr2dense_kernelILi16ELi32EiifEviT2_S0_PKT3_PKT1_PKS0_PS1_S4_16rocsparse_order_"
+CSR2DENSE_BUNDLE = (1038733312, 1229368)
+
+
+def _real_md(bundle, name):
+    from kpatch.codeobject import CodeObject
+    return CodeObject(real_object(*bundle)).kernel(name).metadata
+
+
+@pytest.mark.parametrize("bundle,name,threads", [
+    # rocsparse_csrgemm.cpp: hipLaunchKernelGGL((csrgemm_fill_block_per_row_multipass_device_pointer<CSRGEMM_DIM,
+    #   ...>), dim3(m), dim3(CSRGEMM_DIM), ...) with CSRGEMM_DIM 512
+    (CSRGEMM_BUNDLE, CSRGEMM_MULTIPASS, 512),
+    # rocsparse_csrsv_solve.cpp: dim3 csrsv_threads(CSRSV_DIM); csrsv_kernel<CSRSV_DIM, 32, ...> with CSRSV_DIM 1024
+    (CSRSV_BUNDLE, CSRSV_1024, 1024),
+    # rocsparse_bsrxmv_spzl_general.cpp: bsrxmvn_general_kernel<1024, 32, ...> launched with dim3(32 * 32)
+    (BSRXMVN_BUNDLE, BSRXMVN_GENERAL, 1024),
+])
+@pytest.mark.parametrize("run", [0, 1])
+def test_a_real_kernel_is_launched_with_the_block_its_host_gives_it(bundle, name, threads, run):
+    """rocSPARSE 5.3 launches these kernels with dim3(BLOCKSIZE), their first
+    template argument, more than verify's default 256 work-items; the plan
+    has that block (the metadata allows it), and the grid whole workgroups
+    of it."""
+    md = _real_md(bundle, name)
+    assert int(md[".max_flat_workgroup_size"]) >= threads
+    plan = synthesise(md, run, 0, name)
+    assert plan.recipe == "rocsparse"
+    assert plan.block == (threads, 1, 1)
+    assert plan.grid == (threads * (1 + run), 1, 1)
+
+
+def test_a_kernel_whose_first_template_argument_is_not_its_block_keeps_the_default():
+    """csr2dense_kernel<NROWS_PER_BLOCK 16, WF_SIZE 32, ...> is launched with
+    ``dim3 k_threads(WF_SIZE * NROWS_PER_BLOCK)`` (rocsparse_csx2dense.hpp):
+    its first template argument is not the block, so the plan keeps
+    verify's default, min(.max_flat_workgroup_size, 256)."""
+    md = _real_md(CSR2DENSE_BUNDLE, CSR2DENSE)
+    assert sparse.host_blocksize(CSR2DENSE) is None
+    plan = synthesise(md, 0, 0, CSR2DENSE)
+    assert plan.recipe == "rocsparse"
+    assert plan.block == (min(int(md[".max_flat_workgroup_size"]), 256), 1, 1)
+
+
+def test_a_block_the_metadata_does_not_allow_is_refused():
+    """The host's block (512) above the metadata's .max_flat_workgroup_size,
+    or other than its .reqd_workgroup_size, is no launch the library makes:
+    the kernel is not verified (no arguments), never run with a smaller block."""
+    md = _real_md(CSRGEMM_BUNDLE, CSRGEMM_MULTIPASS)
+    for change in ({".max_flat_workgroup_size": 256}, {".reqd_workgroup_size": [256, 1, 1]}):
+        with pytest.raises(CannotSynthesise, match="launches csrgemm_fill_block_per_row_multipass_device_pointer "
+                                                   "with 512 work-items"):
+            synthesise({**md, **change}, 0, 0, CSRGEMM_MULTIPASS)
+
+
+@pytest.mark.parametrize("run", [0, 1, 2])
+def test_coomvn_segmented_reduce_is_launched_with_one_workgroup(run):
+    """rocsparse_coomv.cpp and rocsparse_coomv_aos.cpp launch
+    coomvn_segmented_loops_reduce<COOMVN_DIM> with dim3(1) workgroups of
+    dim3(COOMVN_DIM): every run's grid is one workgroup of 256 work-items
+    (verify's runs otherwise have 1, 2 and 3)."""
+    md = _real_md(COOMV_BUNDLE, COOMVN_REDUCE)
+    plan = synthesise(md, run, 0, COOMVN_REDUCE)
+    assert plan.block == (256, 1, 1) and plan.grid == (256, 1, 1)
+
+
+def test_other_kernels_keep_one_to_three_workgroups():
+    """A kernel not launched with one workgroup (axpyi) keeps 1, 2, 3 workgroups by run."""
+    assert sparse.launch_groups(AXPYI) is None
+    assert [synthesise(_md_for(AXPYI), r, 0, AXPYI).grid[0] // 256 for r in (0, 1, 2)] == [1, 2, 3]
