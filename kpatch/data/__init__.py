@@ -20,13 +20,25 @@ def read_toml(path: str, name: str | None = None) -> dict:
     is a UsageError naming ``path``; one that is not valid TOML a
     FormatError naming the file as ``name`` (default: ``path``).  What the
     document must hold is the caller's to check (FormatError too)."""
+    return parse_toml(read_bytes(path), name or path)
+
+
+def read_bytes(path: str) -> bytes:
+    """The contents of the file ``path``; UsageError naming it when it cannot be read."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            return f.read()
     except OSError as e:
         raise UsageError(e.strerror or str(e), path) from None
+
+
+def parse_toml(data: bytes, name: str) -> dict:
+    """The TOML document ``data`` (a file's bytes, as :func:`read_toml` reads
+    them); FormatError naming it ``name`` when it is not valid TOML."""
+    try:
+        return tomllib.loads(data.decode())
     except tomllib.TOMLDecodeError as e:
-        raise FormatError(f"not valid TOML: {e}", name or path) from None
+        raise FormatError(f"not valid TOML: {e}", name) from None
 
 
 def sample_db_path() -> str:

@@ -73,7 +73,7 @@ import re
 from dataclasses import dataclass, field
 from importlib.resources import files
 
-from kpatch.data import read_toml
+from kpatch.data import parse_toml, read_bytes
 from kpatch.errors import FormatError
 from kpatch.rewrite.fixnames import FIX_NAMES, NEEDS_FINDING
 
@@ -352,36 +352,27 @@ def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: d
                        "the rule needs match.finding (without match.header)")
 
 
-#: path -> (the file's bytes when it was read, its RuleSet): a rule file is
-#: parsed and validated once per process while its contents stay the same
-#: (``apply --db`` patches every code object with the same rules).  The sets
-#: are shared: not to be changed.
+#: path -> (the file's bytes, the RuleSet parsed from exactly those bytes):
+#: a rule file is parsed and validated once per process while its contents
+#: stay the same (``apply --db`` patches every code object with the same
+#: rules).  The sets are shared: not to be changed.
 _LOADED: dict[str, tuple[bytes, RuleSet]] = {}
-
-
-def _contents(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return None  # (read_toml says why)
 
 
 def load_file(path: str) -> RuleSet:
     """Load and validate one rule file; FormatError names the file, rule and key.
     A file whose bytes are those of a file read before gives the same set."""
-    raw = _contents(path)
+    raw = read_bytes(path)
     got = _LOADED.get(path)
-    if raw is not None and got is not None and got[0] == raw:
+    if got is not None and got[0] == raw:
         return got[1]
-    rs = _load_file(path)
-    if raw is not None and _contents(path) == raw:  # (not changed while it was read)
-        _LOADED[path] = (raw, rs)
+    rs = _rule_set(path, parse_toml(raw, os.path.basename(path)))
+    _LOADED[path] = (raw, rs)
     return rs
 
 
-def _load_file(path: str) -> RuleSet:
-    doc = read_toml(path, os.path.basename(path))
+def _rule_set(path: str, doc: dict) -> RuleSet:
+    """The rule set the TOML document ``doc`` of the file ``path`` describes, validated."""
     head = doc.get("set")
     if not isinstance(head, dict) or not isinstance(head.get("id"), str):
         raise _err(path, "[set]", "needs id = NAME")

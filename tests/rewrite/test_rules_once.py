@@ -12,14 +12,15 @@ RULE = ('[set]\nid="mine"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nnam
 
 
 def _count_reads(monkeypatch) -> list[str]:
+    """The rule files parsed and validated from now on (their paths)."""
     paths: list[str] = []
-    real = rules.read_toml
+    real = rules._rule_set
 
     def spy(path, *a, **k):
         paths.append(path)
         return real(path, *a, **k)
 
-    monkeypatch.setattr(rules, "read_toml", spy)
+    monkeypatch.setattr(rules, "_rule_set", spy)
     return paths
 
 
