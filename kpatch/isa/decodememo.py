@@ -64,12 +64,10 @@ def return_freed_memory() -> None:
     GiB on the largest Tensile object, under the patched object's analysis
     (apply's peak)."""
     if not _TRIM:
-        try:
+        try:  # (the C library is in the process's own namespace: no search, no ldconfig run)
             import ctypes
-            import ctypes.util
-            name = ctypes.util.find_library("c")
-            _TRIM.append(getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None)
-        except (OSError, ImportError, AttributeError):
+            _TRIM.append(getattr(ctypes.CDLL(None), "malloc_trim", None))
+        except (OSError, ImportError):
             _TRIM.append(None)
     if _TRIM[0] is not None:
         _TRIM[0](0)
