@@ -559,6 +559,20 @@ class FactsCache:
             arrs = [self._extend(k, have, more[:, j].astype(dtype)) for j, k in enumerate(keys)]
         return arrs
 
+    def mask_columns(self, name: str, chunks: int) -> list[np.ndarray]:
+        """The register-mask attribute ``name`` (a non-negative int) of every
+        encoding as ``chunks`` uint64 columns of 64 bits each, extended in
+        one pass over the encodings added since.  Stored like :meth:`column`."""
+        keys = [("attr", name, ch) for ch in range(chunks)]
+        have = min(len(self.columns.get(k, ())) for k in keys)
+        n = len(self.all)
+        if have < n:
+            vals = list(map(attrgetter(name), self.all[have:n]))
+            for ch, k in enumerate(keys):
+                part = map(_M64.__and__, map(rshift, vals, repeat(64 * ch)))
+                self._extend(k, have, np.fromiter(part, dtype=np.uint64, count=n - have))
+        return [self.columns[k] for k in keys]
+
     def column(self, key, get=None, dtype=np.int64) -> np.ndarray:
         """``get(facts)`` (default: the attribute named ``key``) of every
         encoding, indexed by eid; extended as encodings are added."""
@@ -608,16 +622,8 @@ class FactsColumns:
 
     def mask(self, name: str, chunks: int) -> list[np.ndarray]:
         """A register mask attribute (a non-negative int), as ``chunks``
-        uint64 arrays of 64 bits each (one pass over the new encodings)."""
-        keys = [("attr", name, ch) for ch in range(chunks)]
-        have = min(len(FACTS.columns.get(k, ())) for k in keys)
-        n = len(FACTS.all)
-        if have < n:
-            vals = list(map(attrgetter(name), FACTS.all[have:n]))
-            for ch, k in enumerate(keys):
-                part = map(_M64.__and__, map(rshift, vals, repeat(64 * ch)))
-                FACTS._extend(k, have, np.fromiter(part, dtype=np.uint64, count=n - have))
-        return [FACTS.columns[k][self.lo:self.hi] for k in keys]
+        uint64 arrays of 64 bits each (:meth:`FactsCache.mask_columns`)."""
+        return [c[self.lo:self.hi] for c in FACTS.mask_columns(name, chunks)]
 
 
 _PRIME = np.uint64(0x9E3779B97F4A7C15)

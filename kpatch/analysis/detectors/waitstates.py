@@ -87,6 +87,7 @@ VCMPX_EXEC_WAR = MaskRule(
     columns=lambda c: ([c.int("writes_exec")], [(c.int("reads_exec") != 0) & ((c.int("cls") & VALU) == 0)],
                        c.int("kill_vcmpx_war")))
 
+
 def _where(cond: np.ndarray, chunks: list[np.ndarray]) -> list[np.ndarray]:
     """Each 64-bit chunk of a mask column where ``cond`` is non-zero, else 0."""
     return [np.where(cond != 0, a, np.uint64(0)) for a in chunks]
