@@ -41,8 +41,8 @@ from operator import attrgetter
 import numpy as np
 
 from kpatch.codeobject import CodeObject
-from kpatch.isa.decodememo import decode_ranges
-from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids
+from kpatch.isa.decodememo import columns_of, decode_ranges
+from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, encoding_ids_of_columns
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
                                   UNMODELLED, UNMODELLED_MNEMONICS, kind)
 from kpatch.isa.instruction import Instruction
@@ -318,12 +318,18 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
     problems: list[RelocationProblem] = []
     bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
     whole: list[tuple[list, int]] = []  # (list decode_ranges gave, its first index) kept whole
+    cols: list | None = []  # (instructions, ids, table) of each unit, if the decode kept them all
     for ui, (u, got) in enumerate(zip(units, bodies)):
+        c = columns_of(got) if cols is not None else None
+        if c is None:
+            cols = None
         if not u.sized:
             keep = _trim_padding(got)
             if keep < len(got):
                 got = got[:keep]
             u.end = got[-1].address + got[-1].size if got else u.start
+        if cols is not None:
+            cols.append((got, c[0][:len(got)], c[1]))
         if got is bodies[ui]:
             whole.append((got, len(insts)))
         u.first, u.count = len(insts), len(got)
@@ -341,7 +347,7 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
     scan.index_at = index_of(insts)
     for ui in range(len(units)):
         scan.edges[ui] = set()
-    control = _Control(scan, data, start)
+    control = _Control(scan, data, start, cols)
     if not keep_ids:
         scan.known = None
     elif scan.known is not None:
@@ -486,7 +492,7 @@ class _Control:
     indices), their ``role``, and for branches the ``target`` address and
     the index of the instruction there (-1: none)."""
 
-    def __init__(self, scan: TextScan, data: bytes, start: int):
+    def __init__(self, scan: TextScan, data: bytes, start: int, cols: list | None = None):
         insts = scan.insts
         n = len(insts)
         addresses = scan.index_at.addresses if isinstance(scan.index_at, AddressIndex) else None
@@ -495,7 +501,10 @@ class _Control:
             if u.count:
                 e = insts[u.last]
                 ends[u.last] = e.address + e.size
-        if start % 4 or addresses is None:
+        if cols is not None and addresses is not None and not start % 4:  # the decode's columns: no work per instruction
+            eids = encoding_ids_of_columns(cols, scan.target)
+            scan.known = KnownIds(scan.target, addresses, dword_counts(addresses, ends), eids)
+        elif start % 4 or addresses is None:
             eids = encoding_ids(insts, scan.target)  # by their bytes
         else:
             eids = encoding_ids(insts, scan.target, addresses=addresses, code=data[:len(data) // 4 * 4],

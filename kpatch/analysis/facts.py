@@ -684,6 +684,35 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     return out
 
 
+def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: str) -> np.ndarray:
+    """:func:`encoding_ids` of the instructions of ``parts`` one after the
+    other, each part decoded as columns: ``(insts, ids, table)``, where
+    ``table[ids[k]]`` is the :class:`~kpatch.isa.instruction.Decoded` of
+    ``insts[k]`` (:func:`kpatch.isa.decodememo.columns_of`).  Work per
+    distinct encoding, none per instruction but one gather: each Decoded of
+    a table is looked up once, by its bytes (an eid is a function of the
+    bytes); the new ones get their eids in the order of their first
+    occurrence, as :func:`encoding_ids` gives them, from that occurrence."""
+    t = FACTS.table(target)
+    get = t.get
+    per_table: dict[int, np.ndarray] = {}  # id(table) -> eid of each entry (-1: new)
+    out = []
+    for insts, ids, table in parts:
+        te = per_table.get(id(table))
+        if te is None:
+            te = per_table[id(table)] = np.fromiter((get(d.raw, -1) for d in table), dtype=np.int64,
+                                                    count=len(table))
+        if len(ids) and te.min() < 0:
+            at = np.flatnonzero(te[ids] < 0)
+            if at.size:
+                _, first = np.unique(ids[at], return_index=True)
+                first = at[np.sort(first)]  # the first occurrence of each new encoding, in order
+                firsts = [insts[k] for k in first.tolist()]
+                te[ids[first]] = FACTS._eids_of_new(firsts, [ins.raw for ins in firsts], t)
+        out.append(te[ids])
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
 def dword_counts(addresses: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The dword count of each instruction of runs of code (``addresses``
     and ``ends`` as for :func:`encoding_ids`): up to the next one's

@@ -7,7 +7,11 @@ work, sizing every dword with numpy and looking the encodings up, is done
 once rather than once per function); inside :func:`decode_memo` (a ``with``
 block) it keeps every list it returns, keyed by (target, address, bytes),
 and hands back the same list for the same key.  The lists returned must
-not be changed by the caller.
+not be changed by the caller.  It also keeps, for each list it decoded, the
+decode's columns (:func:`columns_of`: per instruction the index of its
+encoding in a table of :class:`~kpatch.isa.instruction.Decoded`, one per
+distinct encoding), so that work per encoding (the analysis' facts) needs
+no work per instruction to find which encoding each one is.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from typing import Iterator
 import numpy as np
 
 from kpatch.isa.bulk import decode as _decode
-from kpatch.isa.bulk import Buffer
+from kpatch.isa.bulk import Buffer, per_instruction
 from kpatch.isa.decoder import cache_for, no_gc
 from kpatch.isa.instruction import Instruction
 
-#: ``memo``: this thread's active memo (None outside :func:`decode_memo`).
+#: ``memo``: this thread's active memo (None outside :func:`decode_memo`),
+#: and ``cols``: the columns of the lists it holds (:func:`columns_of`).
 #: Per thread, so that two threads patching at once never share or clear
 #: each other's memo.
 _LOCAL = threading.local()
@@ -37,10 +42,11 @@ def decode_memo() -> Iterator[None]:
         yield
         return
     _LOCAL.memo = {}
+    _LOCAL.cols = {}
     try:
         yield
     finally:
-        _LOCAL.memo = None
+        _LOCAL.memo = _LOCAL.cols = None
 
 
 def forget() -> None:
@@ -50,6 +56,7 @@ def forget() -> None:
     memo = getattr(_LOCAL, "memo", None)
     if memo is not None:
         memo.clear()
+        _LOCAL.cols.clear()
         return_freed_memory()
 
 
@@ -79,20 +86,45 @@ def decode_ranges(code: bytes, target: str, base_address: int, ranges: list[tupl
     remembered yet decoded together."""
     keys = [(target, base_address + a, bytes(code[a:b])) for a, b in ranges]
     memo = getattr(_LOCAL, "memo", None)
+    cols = None
     if memo is None:
         memo = {}
+    else:
+        cols = _LOCAL.cols
     out = [memo.get(key) for key in keys]
     todo = [j for j, got in enumerate(out) if got is None]
     if todo:
         together = _decode_together(bytes(code), target, base_address, [ranges[j] for j in todo])
-        for j, insts in zip(todo, together):
+        for j, got in zip(todo, together):
             key = keys[j]
-            out[j] = memo[key] = insts if insts is not None else _decode(key[2], target, key[1])
+            if got is None:
+                out[j] = memo[key] = _decode(key[2], target, key[1])
+                continue
+            insts, ids, table = got
+            out[j] = memo[key] = insts
+            if cols is not None:
+                cols[id(insts)] = (insts, ids, table)
     return out
 
 
+def columns_of(insts: list) -> tuple[np.ndarray, list] | None:
+    """``(ids, table)`` of a list :func:`decode_ranges` returned inside the
+    active :func:`decode_memo`: ``table[ids[k]]`` is the
+    :class:`~kpatch.isa.instruction.Decoded` of ``insts[k]`` (one table
+    shared by the lists decoded together); None for a list it does not
+    know (decoded outside the memo, or one by one after a rejected
+    encoding)."""
+    cols = getattr(_LOCAL, "cols", None)
+    got = cols.get(id(insts)) if cols else None
+    if got is None or got[0] is not insts:
+        return None
+    return got[1], got[2]
+
+
 def _decode_together(code: bytes, target: str, base_address: int, ranges: list[tuple[int, int]]) -> list:
-    """The instructions of each range of ``code``, or None for a range whose
+    """``(instructions, ids, table)`` of each range of ``code`` (``ids``: the
+    index of each instruction's Decoded in ``table``, shared by all the
+    ranges), or None for a range whose
     instructions could differ from decoding its bytes alone: one that is not
     whole dwords, or whose last instruction runs past its end (alone it
     would be cut short); every range is None if the walk meets an encoding
@@ -103,9 +135,10 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
         starts = [buf.starts(a // 4, b // 4, False) if ok else [] for (a, b), ok in zip(ranges, whole)]
         flat = list(chain.from_iterable(starts))
         at = np.array(flat, dtype=np.int64)
-        ds, bad = buf.lookup(flat, at)
+        ids, table, bad = buf.lookup_ids(at)
         if bad is not None:
             return [None] * len(ranges)
+        ds = per_instruction(ids, table)
         if 0 <= base_address and base_address + len(code) < 2**63:
             addrs = (at * 4 + base_address).tolist()
         else:  # beyond int64 (a damaged header can put code anywhere)
@@ -118,6 +151,6 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
             if not ok or (n and 4 * st[-1] + ds[i + n - 1].size > b):
                 out.append(None)
             else:
-                out.append(insts[i:i + n])
+                out.append((insts[i:i + n], ids[i:i + n], table))
             i += n
         return out

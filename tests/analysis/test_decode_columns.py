@@ -1,0 +1,75 @@
+"""The decode memo keeps the decode's columns of each list it hands out
+(decodememo.columns_of): per instruction the index of its encoding in a
+table of Decoded; the facts lookup works from them per distinct encoding
+(facts.encoding_ids_of_columns) and must give the eids of the bytes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from conftest import FIXTURES, ROOT
+from kpatch.analysis.engine import decode_family, function_ranges
+from kpatch.analysis.facts import FACTS, encoding_ids, encoding_ids_of_columns
+from kpatch.codeobject import CodeObject
+from kpatch.isa.decodememo import columns_of, decode_memo, decode_ranges
+
+
+def _objects():
+    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
+        yield CodeObject.from_bytes(fh.read())
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        from isa_corpus import gfx1030_objects
+        for k, (_, blob) in enumerate(gfx1030_objects(("librocrand.so.1.1",))):
+            yield CodeObject.from_bytes(blob)
+            break
+    finally:
+        sys.path.pop(0)
+
+
+def _ranges(co):
+    return sorted((a, b) for _, _, _, a, b in function_ranges(co) if a >= 0)
+
+
+def test_columns_describe_each_list_and_give_the_eids_of_the_bytes():
+    for co in _objects():
+        source = decode_family(co.target.processor)
+        with decode_memo():
+            lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
+            parts = []
+            for insts in lists:
+                got = columns_of(insts)
+                assert got is not None
+                ids, table = got
+                assert len(ids) == len(insts)
+                assert all(table[i] is ins.d for i, ins in zip(ids.tolist(), insts))
+                parts.append((insts, ids, table))
+            flat = [i for insts in lists for i in insts]
+            FACTS.clear()
+            cols = encoding_ids_of_columns(parts, source).tolist()
+            n_cols = len(FACTS.all)
+            FACTS.clear()
+            by_bytes = encoding_ids(flat, source).tolist()  # each instruction by its own bytes
+            assert cols == by_bytes  # (same eids, new ones numbered in the same order)
+            assert len(FACTS.all) == n_cols
+            # a part whose ids point at the wrong table entries gives other eids
+            insts, ids, table = parts[0]
+            if len(set(ids.tolist())) > 1:
+                FACTS.clear()
+                wrong = encoding_ids_of_columns([(insts, np.roll(ids, 1), table)], source).tolist()
+                assert wrong != by_bytes[:len(insts)]
+
+
+def test_no_columns_outside_the_memo_or_for_a_copy():
+    co = next(_objects())
+    source = decode_family(co.target.processor)
+    lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
+    assert columns_of(lists[0]) is None  # (decoded outside a memo)
+    with decode_memo():
+        lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
+        assert columns_of(lists[0]) is not None
+        assert columns_of(list(lists[0])) is None
+    assert columns_of(lists[0]) is None  # (the memo is over)
