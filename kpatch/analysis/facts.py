@@ -689,28 +689,33 @@ def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: 
     other, each part decoded as columns: ``(insts, ids, table)``, where
     ``table[ids[k]]`` is the :class:`~kpatch.isa.instruction.Decoded` of
     ``insts[k]`` (:func:`kpatch.isa.decodememo.columns_of`).  Work per
-    distinct encoding, none per instruction but one gather: each Decoded of
-    a table is looked up once, by its bytes (an eid is a function of the
+    distinct encoding, none per instruction but a few gathers: each Decoded
+    of a table is looked up once, by its bytes (an eid is a function of the
     bytes); the new ones get their eids in the order of their first
     occurrence, as :func:`encoding_ids` gives them, from that occurrence."""
     t = FACTS.table(target)
     get = t.get
-    per_table: dict[int, np.ndarray] = {}  # id(table) -> eid of each entry (-1: new)
-    out = []
-    for insts, ids, table in parts:
-        te = per_table.get(id(table))
-        if te is None:
-            te = per_table[id(table)] = np.fromiter((get(d.raw, -1) for d in table), dtype=np.int64,
-                                                    count=len(table))
-        if len(ids) and te.min() < 0:
-            at = np.flatnonzero(te[ids] < 0)
-            if at.size:
-                _, first = np.unique(ids[at], return_index=True)
-                first = at[np.sort(first)]  # the first occurrence of each new encoding, in order
-                firsts = [insts[k] for k in first.tolist()]
-                te[ids[first]] = FACTS._eids_of_new(firsts, [ins.raw for ins in firsts], t)
-        out.append(te[ids])
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    offset: dict[int, int] = {}  # id(table) -> where its entries start in ``te``
+    tables = []
+    for _, _, table in parts:
+        if id(table) not in offset:
+            offset[id(table)] = sum(map(len, tables))
+            tables.append(table)
+    n_entries = sum(map(len, tables))
+    te = np.fromiter((get(d.raw, -1) for table in tables for d in table), dtype=np.int64, count=n_entries)
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    keys = np.concatenate([ids.astype(np.int64, copy=False) + offset[id(table)] for _, ids, table in parts])
+    if n_entries and te.min() < 0:
+        at = np.flatnonzero(te[keys] < 0)
+        if at.size:
+            _, first = np.unique(keys[at], return_index=True)
+            first = at[np.sort(first)]  # the first occurrence of each new encoding, in instruction order
+            starts = np.cumsum([0] + [len(p[0]) for p in parts])
+            part = np.searchsorted(starts, first, "right") - 1
+            firsts = [parts[j][0][k] for j, k in zip(part.tolist(), (first - starts[part]).tolist())]
+            te[keys[first]] = FACTS._eids_of_new(firsts, [ins.raw for ins in firsts], t)
+    return te[keys]
 
 
 def dword_counts(addresses: np.ndarray, ends: np.ndarray) -> np.ndarray:
