@@ -30,7 +30,7 @@ from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
 from kpatch.isa.decodememo import decode_memo, decode_ranges
-from kpatch.analysis.facts import FactsView, KnownIds, known_ids, known_unit
+from kpatch.analysis.facts import FACTS, FactsView, KnownIds, known_ids, known_unit
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.targets import SUPPORTED_TARGETS
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
@@ -213,12 +213,23 @@ def bounded_jumps(scan: TextScan | None) -> list[tuple[int, int]]:
         return []
     insts = scan.insts
     out = [(insts[i].address, insts[j].address) for i, js in scan.jumps.items() for j in sorted(js)]
-    for i, t in scan.branches.items():
-        if insts[i].mnemonic == "s_call_b64":
-            j = scan.index_at.get(t)
-            if j is not None and scan.unit_of[j] == scan.unit_of[i]:
-                out.append((insts[i].address, t))
+    branches = scan.branches
+    known = scan.known
+    if known is not None and branches and known.generation == FACTS.generation:  # (the calls, with numpy)
+        at = np.fromiter(branches, dtype=np.int64, count=len(branches))
+        is_call = FACTS.column(("is-call",), _is_call, dtype=np.bool_)[known.eids[at]]
+        calls = [(i, branches[i]) for i in at[is_call].tolist()]
+    else:
+        calls = [(i, t) for i, t in branches.items() if insts[i].mnemonic == "s_call_b64"]
+    for i, t in calls:
+        j = scan.index_at.get(t)
+        if j is not None and scan.unit_of[j] == scan.unit_of[i]:
+            out.append((insts[i].address, t))
     return out
+
+
+def _is_call(f) -> bool:
+    return f.mnemonic == "s_call_b64"
 
 
 def _without_instructions(scan: TextScan | None) -> TextScan | None:

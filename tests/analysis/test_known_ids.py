@@ -119,3 +119,4 @@ def test_function_ranges_copies_text_once(monkeypatch):
     monkeypatch.setattr(Model, "text", property(lambda self: calls.append(1) or real.fget(self)))
     assert len(function_ranges(co)) >= len(co.kernels)
     assert len(calls) <= 1
+

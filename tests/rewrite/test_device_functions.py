@@ -163,3 +163,24 @@ def test_a_kernel_calling_code_no_symbol_names_is_refused(tmp_path):
     assert report.functions == []
     [o] = patch_code_object(data, mode="override").kernels
     assert o.status == "refused" and "that no symbol names" in o.reason
+
+
+@pytest.mark.llvm
+def test_bounded_jumps_finds_the_calls_with_or_without_the_scan_ids(tmp_path):
+    """bounded_jumps picks the s_call_b64 among the scan's branches with the
+    scan's eids (numpy) when it kept them, by mnemonic otherwise: the same
+    edges, among them the call to a label inside the caller's own unit."""
+    from kpatch.analysis.codescan import scan_text
+    from kpatch.analysis.engine import bounded_jumps
+    from kpatch.isa.decodememo import decode_memo
+    body = ("    s_call_b64 s[30:31], inner\n    s_branch done\ninner:\n    s_mov_b32 s2, 0\n"
+            "    s_setpc_b64 s[30:31]\ndone:\n    s_nop 0")
+    co = CodeObject.from_bytes(open(_build(tmp_path, body), "rb").read())
+    with decode_memo():
+        with_ids = scan_text(co, "gfx1030", keep_ids=True)
+        without = scan_text(co, "gfx1030")
+        assert with_ids.known is not None and without.known is None
+        got = bounded_jumps(with_ids)
+        assert got == bounded_jumps(without)
+    call = next(i for i in with_ids.insts if i.mnemonic == "s_call_b64")
+    assert (call.address, call.branch_target) in got
