@@ -41,7 +41,7 @@ from operator import attrgetter
 import numpy as np
 
 from kpatch.codeobject import CodeObject
-from kpatch.isa.decodememo import columns_of, decode_ranges
+from kpatch.isa.decodememo import addresses_of, columns_of, decode_ranges
 from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, encoding_ids_of_columns
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
                                   UNMODELLED, UNMODELLED_MNEMONICS, kind)
@@ -182,14 +182,18 @@ class AddressIndex:
         return i
 
 
-def index_of(insts: list[Instruction]) -> AddressIndex | dict[int, int]:
+def index_of(insts: list[Instruction], addresses: np.ndarray | None = None) -> AddressIndex | dict[int, int]:
     """Address -> instruction index of ``insts``: an :class:`AddressIndex`
     when the addresses strictly increase and fit int64 (what one pass over
-    ``.text`` gives), else a dict (the last instruction at an address wins)."""
-    try:
-        at = np.fromiter(map(attrgetter("address"), insts), dtype=np.int64, count=len(insts))
-    except OverflowError:  # (a damaged header can put code beyond int64)
-        at = None
+    ``.text`` gives), else a dict (the last instruction at an address wins).
+    ``addresses``: those of ``insts`` as an int64 array, when known (the
+    decode's column)."""
+    at = addresses
+    if at is None or len(at) != len(insts):
+        try:
+            at = np.fromiter(map(attrgetter("address"), insts), dtype=np.int64, count=len(insts))
+        except OverflowError:  # (a damaged header can put code beyond int64)
+            at = None
     if at is not None and (len(at) < 2 or bool(np.all(at[1:] > at[:-1]))):
         return AddressIndex(at)
     return dict(zip([ins.address for ins in insts], range(len(insts))))
@@ -319,6 +323,7 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
     bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
     whole: list[tuple[list, int]] = []  # (list decode_ranges gave, its first index) kept whole
     cols: list | None = []  # (instructions, ids, table) of each unit, if the decode kept them all
+    addrs: list | None = []  # the addresses of each unit's instructions, if the decode kept them all
     for ui, (u, got) in enumerate(zip(units, bodies)):
         c = columns_of(got) if cols is not None else None
         if c is None:
@@ -330,6 +335,11 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
             u.end = got[-1].address + got[-1].size if got else u.start
         if cols is not None:
             cols.append((got, c[0][:len(got)], c[1]))
+            a = addresses_of(bodies[ui])
+            if addrs is not None and a is not None:
+                addrs.append(a[:len(got)])
+            else:
+                addrs = None
         if got is bodies[ui]:
             whole.append((got, len(insts)))
         u.first, u.count = len(insts), len(got)
@@ -344,7 +354,7 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
     scan = TextScan(text_index, start, end, data, target, units, gaps, insts, unit_of,
                     problems=problems)
     scan._starts = [u.start for u in units]
-    scan.index_at = index_of(insts)
+    scan.index_at = index_of(insts, np.concatenate(addrs) if cols is not None and addrs else None)
     for ui in range(len(units)):
         scan.edges[ui] = set()
     control = _Control(scan, data, start, cols)

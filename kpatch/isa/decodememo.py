@@ -100,10 +100,10 @@ def decode_ranges(code: bytes, target: str, base_address: int, ranges: list[tupl
             if got is None:
                 out[j] = memo[key] = _decode(key[2], target, key[1])
                 continue
-            insts, ids, table = got
+            insts, ids, table, addresses = got
             out[j] = memo[key] = insts
             if cols is not None:
-                cols[id(insts)] = (insts, ids, table)
+                cols[id(insts)] = (insts, ids, table, addresses)
     return out
 
 
@@ -121,10 +121,22 @@ def columns_of(insts: list) -> tuple[np.ndarray, list] | None:
     return got[1], got[2]
 
 
+def addresses_of(insts: list) -> np.ndarray | None:
+    """The addresses of a list :func:`decode_ranges` returned inside the
+    active :func:`decode_memo`, as an int64 array (None: a list it does not
+    know, or addresses beyond int64)."""
+    cols = getattr(_LOCAL, "cols", None)
+    got = cols.get(id(insts)) if cols else None
+    if got is None or got[0] is not insts:
+        return None
+    return got[3]
+
+
 def _decode_together(code: bytes, target: str, base_address: int, ranges: list[tuple[int, int]]) -> list:
-    """``(instructions, ids, table)`` of each range of ``code`` (``ids``: the
-    index of each instruction's Decoded in ``table``, shared by all the
-    ranges), or None for a range whose
+    """``(instructions, ids, table, addresses)`` of each range of ``code``
+    (``ids``: the index of each instruction's Decoded in ``table``, shared by
+    all the ranges; ``addresses``: an int64 array, or None beyond int64), or
+    None for a range whose
     instructions could differ from decoding its bytes alone: one that is not
     whole dwords, or whose last instruction runs past its end (alone it
     would be cut short); every range is None if the walk meets an encoding
@@ -139,9 +151,11 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
         if bad is not None:
             return [None] * len(ranges)
         ds = per_instruction(ids, table)
-        if 0 <= base_address and base_address + len(code) < 2**63:
-            addrs = (at * 4 + base_address).tolist()
+        if 0 <= base_address and base_address + len(code) < 2**62:
+            address = at * 4 + base_address
+            addrs = address.tolist()
         else:  # beyond int64 (a damaged header can put code anywhere)
+            address = None
             addrs = [base_address + 4 * p for p in flat]
         insts = list(map(Instruction, addrs, ds))
         out: list = []
@@ -151,6 +165,6 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
             if not ok or (n and 4 * st[-1] + ds[i + n - 1].size > b):
                 out.append(None)
             else:
-                out.append((insts[i:i + n], ids[i:i + n], table))
+                out.append((insts[i:i + n], ids[i:i + n], table, None if address is None else address[i:i + n]))
             i += n
         return out

@@ -14,7 +14,7 @@ from conftest import FIXTURES, ROOT
 from kpatch.analysis.engine import decode_family, function_ranges
 from kpatch.analysis.facts import FACTS, encoding_ids, encoding_ids_of_columns
 from kpatch.codeobject import CodeObject
-from kpatch.isa.decodememo import columns_of, decode_memo, decode_ranges
+from kpatch.isa.decodememo import addresses_of, columns_of, decode_memo, decode_ranges
 
 
 def _objects():
@@ -46,6 +46,7 @@ def test_columns_describe_each_list_and_give_the_eids_of_the_bytes():
                 ids, table = got
                 assert len(ids) == len(insts)
                 assert all(table[i] is ins.d for i, ins in zip(ids.tolist(), insts))
+                assert addresses_of(insts).tolist() == [ins.address for ins in insts]
                 parts.append((insts, ids, table))
             flat = [i for insts in lists for i in insts]
             FACTS.clear()
@@ -71,5 +72,5 @@ def test_no_columns_outside_the_memo_or_for_a_copy():
     with decode_memo():
         lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
         assert columns_of(lists[0]) is not None
-        assert columns_of(list(lists[0])) is None
+        assert columns_of(list(lists[0])) is None and addresses_of(list(lists[0])) is None
     assert columns_of(lists[0]) is None  # (the memo is over)
