@@ -40,6 +40,7 @@ from typing import Callable
 import numpy as np
 
 from kpatch.emulate import rocprim as _rocprim
+from kpatch.emulate.argvalues import Aggregate, Buffer
 from kpatch.emulate import sparse as _sparse
 from kpatch.emulate import tensile as _tensile
 
@@ -108,7 +109,7 @@ def _rocsparse(ctx, name: str) -> dict:
         out = _sparse.build(ctx, name)
     except _sparse.DoesNotHold as e:
         raise RecipeDoesNotHold(str(e)) from None
-    return {i: Fill(v.head) if isinstance(v, _sparse.Buffer) else v for i, v in out.items()}
+    return {i: _from_values(v) for i, v in out.items()}
 
 
 def signature(md: dict) -> tuple:
@@ -137,12 +138,13 @@ def _show(sig: tuple) -> str:
 
 # -- rocPRIM: kpatch.emulate.rocprim's builders -------------------------------------------
 
-def _from_rocprim(v):
-    """A recipe value from a kpatch.emulate.rocprim value (Buffer -> Fill, Aggregate -> Struct)."""
-    if isinstance(v, _rocprim.Buffer):
-        return Fill(v.head, tuple((o, _from_rocprim(b)) for o, b in v.pointers))
-    if isinstance(v, _rocprim.Aggregate):
-        return Struct(v.size, v.data, tuple((o, _from_rocprim(b)) for o, b in v.pointers))
+def _from_values(v):
+    """A recipe value from a :mod:`kpatch.emulate.argvalues` value (Buffer ->
+    Fill, Aggregate -> Struct); anything else as it is."""
+    if isinstance(v, Buffer):
+        return Fill(v.head, tuple((o, _from_values(b)) for o, b in v.pointers))
+    if isinstance(v, Aggregate):
+        return Struct(v.size, v.data, tuple((o, _from_values(b)) for o, b in v.pointers))
     return v
 
 
@@ -153,7 +155,7 @@ def _rocprim_recipe(label: str, build) -> Callable:
             out = build(ctx, sig, name)
         except _rocprim.NotRead as e:
             raise RecipeDoesNotHold(f"recipe {label} does not hold: {e}") from None
-        return {i: _from_rocprim(v) for i, v in out.items()}
+        return {i: _from_values(v) for i, v in out.items()}
     return run
 
 

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kpatch.emulate.argvalues import Aggregate, Buffer  # noqa: F401 (the values this module returns)
+
 #: Builtin type codes of the Itanium ABI that are iterators' value types here: (size, kind).
 BUILTINS = {"a": (1, "i"), "c": (1, "i"), "h": (1, "u"), "s": (2, "i"), "t": (2, "u"), "i": (4, "i"),
             "j": (4, "u"), "l": (8, "i"), "m": (8, "u"), "x": (8, "i"), "y": (8, "u"), "f": (4, "f"),
@@ -57,26 +59,6 @@ _TOKEN = re.compile(r"P(K?)([a-z])|P(?:NS_10empty_typeE|S[0-9A-Z]*_)|S[0-9A-Z]*_
 class NotRead(Exception):
     """A rocPRIM kernel whose name (iterators, configuration) or arguments
     are not what a builder here reads: its recipe does not hold."""
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """A global buffer whose first bytes are ``head`` (the rest zero), with
-    the address of each ``(offset, Buffer)`` of ``pointers`` written at its
-    offset."""
-
-    head: bytes = b""
-    pointers: tuple = ()
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """A by-value struct of ``size`` bytes: ``data``, with the address of each
-    ``(offset, Buffer)`` of ``pointers`` written at its offset."""
-
-    size: int
-    data: bytes = b""
-    pointers: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kpatch.emulate.argvalues import Buffer
+
 #: Builtin type codes: (kind, size, signed).
 BUILTINS = {
     "c": ("int", 1, True), "a": ("int", 1, True), "h": ("int", 1, False),
@@ -526,14 +528,6 @@ def _size_of(t: Type) -> int | None:
 class DoesNotHold(Exception):
     """The kernel's name or metadata do not fit the rocSPARSE recipe
     (:mod:`kpatch.emulate.recipes` reports it as its RecipeDoesNotHold)."""
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """A global buffer whose first bytes are ``head`` (the recipe module
-    makes it a Fill): this module imports nothing of kpatch."""
-
-    head: bytes
 
 
 def index_array(size: int, base: int, entries: int, itemsize: int, rng) -> bytes:
