@@ -22,7 +22,7 @@ from kpatch.rewrite.outcome import PatchResult
 from kpatch.codeobject import CodeObject
 from kpatch.isa import formats as F
 
-from tests.emulate.test_verify import FIXTURES, kpatch, mutate, with_field
+from tests.emulate.common import FIXTURES, kpatch, mutate, with_field
 
 VECOPS = os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco")
 

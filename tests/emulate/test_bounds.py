@@ -12,8 +12,6 @@ numpy's unfused f32(f32(a*b) + c).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tomllib
 
 import numpy as np
@@ -22,7 +20,7 @@ import pytest
 from kpatch.errors import FormatError
 from kpatch.rewrite.rules import load_file
 
-from tests.emulate.test_verify import FIXTURES, assemble, kpatch, read
+from tests.emulate.common import FIXTURES, assemble, kpatch, read
 
 RULES = os.path.join(os.path.dirname(__file__), "..", "..", "rules")
 

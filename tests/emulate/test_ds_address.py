@@ -9,14 +9,9 @@ csrgemm_*_fill_block_per_row_multipass kernels read their row table with
 
 import numpy as np
 
-DS_WRAP = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
-.text
-.globl ds_wrap
-.p2align 8
-.type ds_wrap,@function
-ds_wrap:
-    s_load_dwordx2 s[4:5], s[0:1], 0
+from tests.emulate.common import GLOBAL, assemble, kernel
+
+DS_WRAP = kernel("ds_wrap", """    s_load_dwordx2 s[4:5], s[0:1], 0
     v_lshlrev_b32 v3, 2, v0
     v_add_nc_u32 v1, 0xfffffe00, v3
     v_add_nc_u32 v2, 0x1000, v0
@@ -33,39 +28,7 @@ ds_wrap:
     v_add_nc_u32 v5, v5, v8
     s_waitcnt lgkmcnt(0)
     global_store_dword v3, v5, s[4:5]
-    s_endpgm
-.Lds_wrap_end:
-    .size ds_wrap, .Lds_wrap_end - ds_wrap
-
-.rodata
-.p2align 6
-.amdhsa_kernel ds_wrap
-    .amdhsa_user_sgpr_kernarg_segment_ptr 1
-    .amdhsa_group_segment_fixed_size 1024
-    .amdhsa_next_free_vgpr 12
-    .amdhsa_next_free_sgpr 8
-    .amdhsa_wavefront_size32 1
-.end_amdhsa_kernel
-
-.amdgpu_metadata
----
-amdhsa.version: [ 1, 1 ]
-amdhsa.kernels:
-  - .name: ds_wrap
-    .symbol: ds_wrap.kd
-    .kernarg_segment_size: 8
-    .group_segment_fixed_size: 1024
-    .private_segment_fixed_size: 0
-    .kernarg_segment_align: 8
-    .wavefront_size: 32
-    .sgpr_count: 8
-    .vgpr_count: 12
-    .max_flat_workgroup_size: 32
-    .args:
-      - { .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
-...
-.end_amdgpu_metadata
-"""
+""", args=(GLOBAL,), vgprs=12, lds=1024)
 
 
 def test_a_negative_vgpr_plus_the_offset_wraps_in_32_bits(tmp_path):
@@ -74,7 +37,6 @@ def test_a_negative_vgpr_plus_the_offset_wraps_in_32_bits(tmp_path):
     wrapped addresses (read_u8, read2 with offsets 128 and 129 dwords) give
     what was written: out = (word(4 l) | byte(4 l + 128) << 16) + word(4 l + 4)."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "ds_wrap", DS_WRAP), "rb").read()
     out = run(code, "ds_wrap", [np.zeros(32, np.uint32)], (32,), (32,)).array(0)
     lds = np.zeros(1024, np.uint8)

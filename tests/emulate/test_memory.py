@@ -4,6 +4,7 @@ gives 0, a write is dropped -- also when the workgroup has no LDS at all."""
 import numpy as np
 
 from kpatch.emulate.memory import LocalMemory
+from tests.emulate.common import GLOBAL, VALUE, assemble, kernel
 
 
 def test_lds_out_of_range():
@@ -20,14 +21,7 @@ def test_no_lds_at_all():
     assert len(lds.data) == 0
 
 
-OOB3 = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
-.text
-.globl oob3
-.p2align 8
-.type oob3,@function
-oob3:
-    s_load_dwordx4 s[4:7], s[0:1], 0
+_OOB3_BODY = """    s_load_dwordx4 s[4:7], s[0:1], 0
     s_load_dword s12, s[0:1], 16
     v_lshlrev_b32 v2, 2, v0
     s_waitcnt lgkmcnt(0)
@@ -39,40 +33,9 @@ oob3:
     buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
     s_waitcnt vmcnt(0)
     global_store_dword v2, v1, s[6:7]
-    s_endpgm
-.Loob3_end:
-    .size oob3, .Loob3_end - oob3
-
-.rodata
-.p2align 6
-.amdhsa_kernel oob3
-    .amdhsa_user_sgpr_kernarg_segment_ptr 1
-    .amdhsa_next_free_vgpr 4
-    .amdhsa_next_free_sgpr 16
-    .amdhsa_wavefront_size32 1
-.end_amdhsa_kernel
-
-.amdgpu_metadata
----
-amdhsa.version: [ 1, 1 ]
-amdhsa.kernels:
-  - .name: oob3
-    .symbol: oob3.kd
-    .kernarg_segment_size: 20
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .kernarg_segment_align: 8
-    .wavefront_size: 32
-    .sgpr_count: 16
-    .vgpr_count: 4
-    .max_flat_workgroup_size: 32
-    .args:
-      - { .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
-      - { .size: 8, .offset: 8, .value_kind: global_buffer, .address_space: global }
-      - { .size: 4, .offset: 16, .value_kind: by_value }
-...
-.end_amdgpu_metadata
 """
+
+OOB3 = kernel("oob3", _OOB3_BODY, args=(GLOBAL, GLOBAL, VALUE), sgprs=16)
 
 
 def test_structured_buffer_with_oob_select_3(tmp_path):
@@ -81,7 +44,6 @@ def test_structured_buffer_with_oob_select_3(tmp_path):
     (index * stride + offset) against NUM_RECORDS in bytes, as for a raw
     buffer; lanes past it read 0."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "oob3", OOB3), "rb").read()
     src = np.arange(1000, 1000 + 128, dtype=np.uint32)
     for nrec in (200, 96, 0):
@@ -111,7 +73,7 @@ def test_lazy_bytes_are_made_where_touched_and_compared_over_both_sides():
     assert ia[:3] == ib[:3] and ia[3] != ib[3] and len(ia[3][2]) == LazyBytes.PAGE
 
 
-FAR = OOB3.replace("oob3", "far").replace("""    s_load_dword s12, s[0:1], 16
+_FAR_BODY = _OOB3_BODY.replace("""    s_load_dword s12, s[0:1], 16
     v_lshlrev_b32 v2, 2, v0
     s_waitcnt lgkmcnt(0)
     s_mov_b32 s8, s4
@@ -127,6 +89,7 @@ FAR = OOB3.replace("oob3", "far").replace("""    s_load_dword s12, s[0:1], 16
     global_load_dword v1, v3, s[4:5]
     s_waitcnt vmcnt(0)
     global_store_dword v3, v1, s[6:7]""")
+FAR = kernel("far", _FAR_BODY, args=(GLOBAL, GLOBAL, VALUE), sgprs=16)
 
 
 def test_a_kernel_addressing_tensors_past_a_mebibyte_is_verified(tmp_path):
@@ -134,20 +97,12 @@ def test_a_kernel_addressing_tensors_past_a_mebibyte_is_verified(tmp_path):
     address far into their buffers: one reading and writing 32 MiB in is
     proven equal to itself, not stopped by a fault."""
     from kpatch.emulate.verify import EQUAL, verify_kernel
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "far", FAR), "rb").read()
     v = verify_kernel(code, code, "far", runs=2)
     assert v.status == EQUAL, v.detail
 
 
-SCRATCH = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
-.text
-.globl pscr
-.p2align 8
-.type pscr,@function
-pscr:
-    s_load_dwordx2 s[8:9], s[4:5], 0
+SCRATCH = kernel("pscr", """    s_load_dwordx2 s[8:9], s[4:5], 0
     s_add_u32 s0, s0, s7
     s_addc_u32 s1, s1, 0
     v_lshlrev_b32 v2, 2, v0
@@ -163,41 +118,9 @@ pscr:
     s_waitcnt vmcnt(0)
     v_mul_lo_u32 v5, v5, v6
     global_store_dword v2, v5, s[8:9] offset:128
-    s_endpgm
-.Lpscr_end:
-    .size pscr, .Lpscr_end - pscr
-
-.rodata
-.p2align 6
-.amdhsa_kernel pscr
-    .amdhsa_user_sgpr_private_segment_buffer 1
-    .amdhsa_user_sgpr_kernarg_segment_ptr 1
+""", args=(GLOBAL,), vgprs=8, sgprs=16, scratch=32, descriptor="""    .amdhsa_user_sgpr_private_segment_buffer 1
     .amdhsa_system_sgpr_private_segment_wavefront_offset 1
-    .amdhsa_private_segment_fixed_size 32
-    .amdhsa_next_free_vgpr 8
-    .amdhsa_next_free_sgpr 16
-    .amdhsa_wavefront_size32 1
-.end_amdhsa_kernel
-
-.amdgpu_metadata
----
-amdhsa.version: [ 1, 1 ]
-amdhsa.kernels:
-  - .name: pscr
-    .symbol: pscr.kd
-    .kernarg_segment_size: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 32
-    .kernarg_segment_align: 8
-    .wavefront_size: 32
-    .sgpr_count: 16
-    .vgpr_count: 8
-    .max_flat_workgroup_size: 32
-    .args:
-      - { .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
-...
-.end_amdgpu_metadata
-"""
+""")
 
 
 def test_scratch_through_the_private_segment_buffer(tmp_path):
@@ -206,7 +129,6 @@ def test_scratch_through_the_private_segment_buffer(tmp_path):
     each lane's private memory: two dwords stored at private bytes 12 and 16
     (offen and off), read back swapped, multiplied."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "pscr", SCRATCH), "rb").read()
     buf = np.zeros(64, np.uint32)
     buf[:32] = np.random.default_rng(3).integers(0, 1 << 32, 32, dtype=np.uint32)
@@ -215,7 +137,7 @@ def test_scratch_through_the_private_segment_buffer(tmp_path):
     assert out[32:].tolist() == ((x * (x + 1)) & 0xFFFFFFFF).tolist()
 
 
-OFF = OOB3.replace("oob3", "woff").replace("""    s_mov_b32 s11, 0x31000000
+OFF = kernel("woff", _OOB3_BODY.replace("""    s_mov_b32 s11, 0x31000000
     buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
     s_waitcnt vmcnt(0)
     global_store_dword v2, v1, s[6:7]
@@ -225,7 +147,7 @@ OFF = OOB3.replace("oob3", "woff").replace("""    s_mov_b32 s11, 0x31000000
     buffer_store_dword v3, v0, s[8:11], 0 idxen
     s_waitcnt vmcnt(0)
     global_store_dword v2, v1, s[6:7]
-""")
+"""), args=(GLOBAL, GLOBAL, VALUE), sgprs=16)
 
 
 def test_a_resource_with_word3_zero_is_switched_off(tmp_path):
@@ -234,12 +156,16 @@ def test_a_resource_with_word3_zero_is_switched_off(tmp_path):
     writes nothing, though its base, stride and NUM_RECORDS cover a real
     buffer."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "woff", OFF), "rb").read()
     src = np.arange(1000, 1000 + 128, dtype=np.uint32)
     r = run(code, "woff", [src, np.full(32, 5, np.uint32), 200], (32,), (32,))
     assert r.array(1).tolist() == [0] * 32
     assert r.array(0).tolist() == list(range(1000, 1128))
+
+
+FAR320 = kernel("far320", _FAR_BODY.replace("""    global_load_dword v1, v3, s[4:5]""", """    v_add_nc_u32 v4, 0x14000000, v2
+    global_load_dword v1, v4, s[6:7]""").replace("global_store_dword v3, v1, s[6:7]", "global_store_dword v3, v1, s[4:5]"),
+                args=(GLOBAL, GLOBAL, VALUE), sgprs=16)
 
 
 def test_a_kernel_reading_320_mib_into_a_buffer_is_verified(tmp_path):
@@ -248,16 +174,12 @@ def test_a_kernel_reading_320_mib_into_a_buffer_is_verified(tmp_path):
     MiB into its second buffer to 32 MiB into its first is proven equal to itself;
     only the pages it touched are made and compared."""
     from kpatch.emulate.verify import EQUAL, verify_kernel
-    from tests.emulate.test_verify import assemble
-    text = FAR.replace("far", "far320").replace("""    global_load_dword v1, v3, s[4:5]""",
-                                                """    v_add_nc_u32 v4, 0x14000000, v2
-    global_load_dword v1, v4, s[6:7]""").replace("global_store_dword v3, v1, s[6:7]", "global_store_dword v3, v1, s[4:5]")
-    code = open(assemble(tmp_path, "far320", text), "rb").read()
+    code = open(assemble(tmp_path, "far320", FAR320), "rb").read()
     v = verify_kernel(code, code, "far320", runs=1)
     assert v.status == EQUAL, v.detail
 
 
-PART = OOB3.replace("oob3", "part").replace("""    s_mov_b32 s11, 0x31000000
+PART = kernel("part", _OOB3_BODY.replace("""    s_mov_b32 s11, 0x31000000
     buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
     s_waitcnt vmcnt(0)
     global_store_dword v2, v1, s[6:7]
@@ -273,7 +195,7 @@ PART = OOB3.replace("oob3", "part").replace("""    s_mov_b32 s11, 0x31000000
     s_waitcnt vmcnt(0)
     v_lshlrev_b32 v2, 4, v0
     global_store_dwordx4 v2, v[4:7], s[6:7]
-""").replace(".vgpr_count: 4", ".vgpr_count: 12").replace("amdhsa_next_free_vgpr 4", "amdhsa_next_free_vgpr 12")
+"""), args=(GLOBAL, GLOBAL, VALUE), sgprs=16, vgprs=12)
 
 
 def test_a_dwordx4_partly_out_of_range_keeps_the_dwords_inside(tmp_path):
@@ -284,7 +206,6 @@ def test_a_dwordx4_partly_out_of_range_keeps_the_dwords_inside(tmp_path):
     NUM_RECORDS 530 / 40 / 38 the dwords ending at or before it load and
     store, the rest read 0 and are not written."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "part", PART), "rb").read()
     src = np.arange(1000, 1000 + 256, dtype=np.uint32)
     for nrec in (530, 40, 38):
@@ -320,7 +241,7 @@ _D16_BODY = """    v_lshlrev_b32 v2, 2, v0
     global_store_dword v2, v6, s[6:7] offset:256
 """
 
-D16 = OOB3.replace("oob3", "dsd16").replace("""    s_load_dword s12, s[0:1], 16
+_D16_ALL = _OOB3_BODY.replace("""    s_load_dword s12, s[0:1], 16
     v_lshlrev_b32 v2, 2, v0
     s_waitcnt lgkmcnt(0)
     s_mov_b32 s8, s4
@@ -331,10 +252,8 @@ D16 = OOB3.replace("oob3", "dsd16").replace("""    s_load_dword s12, s[0:1], 16
     buffer_load_dword v1, v0, s[8:11], 0 idxen offset:4
     s_waitcnt vmcnt(0)
     global_store_dword v2, v1, s[6:7]
-""", _D16_BODY).replace("    .amdhsa_user_sgpr_kernarg_segment_ptr 1\n",
-             "    .amdhsa_user_sgpr_kernarg_segment_ptr 1\n    .amdhsa_group_segment_fixed_size 256\n"
-             ).replace(".group_segment_fixed_size: 0", ".group_segment_fixed_size: 256"
-             ).replace(".vgpr_count: 4", ".vgpr_count: 8").replace("amdhsa_next_free_vgpr 4", "amdhsa_next_free_vgpr 8")
+""", _D16_BODY)
+D16 = kernel("dsd16", _D16_ALL, args=(GLOBAL, GLOBAL, VALUE), sgprs=16, vgprs=8, lds=256)
 
 
 def test_lds_d16_reads_and_writes_keep_the_other_half(tmp_path):
@@ -343,7 +262,6 @@ def test_lds_d16_reads_and_writes_keep_the_other_half(tmp_path):
     high half, ds_read_i8_d16 a byte sign-extended to 16 bits into the low
     half; the other half of the VGPR is kept."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "dsd16", D16), "rb").read()
     x = np.random.default_rng(5).integers(0, 1 << 32, 32, dtype=np.uint64).astype(np.uint32)
     out = run(code, "dsd16", [x, np.zeros(96, np.uint32), 0], (32,), (32,)).array(1)
@@ -355,7 +273,7 @@ def test_lds_d16_reads_and_writes_keep_the_other_half(tmp_path):
     assert out[64:].tolist() == ((x & 0xFFFF0000) | sext).tolist()
 
 
-ATOM64 = D16.replace("dsd16", "atom64").replace(_D16_BODY, """    v_lshlrev_b32 v2, 3, v0
+ATOM64 = kernel("atom64", _D16_ALL.replace(_D16_BODY, """    v_lshlrev_b32 v2, 3, v0
     s_waitcnt lgkmcnt(0)
     global_load_dwordx2 v[4:5], v2, s[4:5]
     global_load_dwordx2 v[6:7], v2, s[4:5] offset:256
@@ -373,7 +291,7 @@ ATOM64 = D16.replace("dsd16", "atom64").replace(_D16_BODY, """    v_lshlrev_b32 
     global_store_dwordx2 v2, v[10:11], s[4:5] offset:1280
     global_store_dwordx2 v2, v[12:13], s[4:5] offset:1536
     global_store_dwordx2 v2, v[16:17], s[4:5] offset:1792
-""").replace(".vgpr_count: 8", ".vgpr_count: 24").replace("amdhsa_next_free_vgpr 8", "amdhsa_next_free_vgpr 24")
+"""), args=(GLOBAL, GLOBAL, VALUE), sgprs=16, vgprs=24, lds=256)
 
 
 def test_64_bit_atomics_follow_the_isa(tmp_path):
@@ -382,7 +300,6 @@ def test_64_bit_atomics_follow_the_isa(tmp_path):
     data0, store data1) on 64-bit values, with the old value returned (GLC /
     _rtn), computed here from the GFX10 ISA's definitions with Python ints."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     code = open(assemble(tmp_path, "atom64", ATOM64), "rb").read()
     rng = np.random.default_rng(11)
     q = lambda n: rng.integers(0, 1 << 63, n, dtype=np.uint64) * 2 + rng.integers(0, 2, n, dtype=np.uint64)  # noqa: E731
@@ -441,7 +358,7 @@ def _batom_kernel():
              "    v_mov_b32 v5, v2", "    buffer_atomic_xor v5, v6, s[8:11], 0 offen offset:4", "    s_waitcnt vmcnt(0)",
              f"    v_add_nc_u32 v7, {out + one}, v3", "    global_store_dword v7, v4, s[4:5]",
              "    global_store_dword v7, v5, s[4:5] offset:128"]
-    text = OOB3.replace("oob3", "batom").replace("""    v_lshlrev_b32 v2, 2, v0
+    text = kernel("batom", _OOB3_BODY.replace("""    v_lshlrev_b32 v2, 2, v0
     s_waitcnt lgkmcnt(0)
     s_mov_b32 s8, s4
     s_and_b32 s9, s5, 0xffff
@@ -456,9 +373,8 @@ def _batom_kernel():
     s_and_b32 s9, s7, 0xffff
     s_mov_b32 s10, s12
     s_mov_b32 s11, 0x31000000
-""" + "\n".join(body) + "\n")
-    return text.replace(".vgpr_count: 4", ".vgpr_count: 16").replace("amdhsa_next_free_vgpr 4",
-                                                                    "amdhsa_next_free_vgpr 16"), one
+""" + "\n".join(body) + "\n"), args=(GLOBAL, GLOBAL, VALUE), sgprs=16, vgprs=16)
+    return text, one
 
 
 def _isa_atomic(op, old, d, cmp, bits):
@@ -480,7 +396,6 @@ def test_buffer_atomics_follow_the_isa(tmp_path):
     whose 4 / 8 bytes are not all inside NUM_RECORDS changes nothing and
     returns 0."""
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     text, one = _batom_kernel()
     code = open(assemble(tmp_path, "batom", text), "rb").read()
     rng = np.random.default_rng(23)

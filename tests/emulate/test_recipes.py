@@ -86,7 +86,7 @@ def test_a_recipe_does_not_make_a_wrong_patch_pass(rocprim_pair):
     """The scan kernel's patched code with its first global store's data
     register changed (v -> v+1): with the recipe's inputs the run writes
     other bytes, and the check says DIFFERENT."""
-    from tests.emulate.test_verify import mutate, with_field
+    from tests.emulate.common import mutate, with_field
     from kpatch.isa import formats as F
     a, b = rocprim_pair
     name = _kernel(a, SCAN[:120])

@@ -252,7 +252,7 @@ def test_gfx1010_build_is_proven_equal_and_a_mutant_is_different(pattern):
     DIFFERENT."""
     from kpatch.isa import decode
     from kpatch.isa import formats as F
-    from tests.emulate.test_verify import mutate, with_field
+    from tests.emulate.common import mutate, with_field
     a, b = _data("gfx1030"), _data("gfx1010")
     for name in _names(pattern):
         v = verify_kernel(a, b, name, runs=2, patched_target="gfx1010")

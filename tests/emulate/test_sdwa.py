@@ -6,14 +6,9 @@ index this way (``v_add_nc_u32_sdwa v1, v6, s14 ... src0_sel:WORD_1``)."""
 
 import numpy as np
 
-SDWA_S1 = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
-.text
-.globl sdwa_s1
-.p2align 8
-.type sdwa_s1,@function
-sdwa_s1:
-    s_load_dwordx2 s[4:5], s[0:1], 0
+from tests.emulate.common import GLOBAL, VALUE, assemble, kernel
+
+SDWA_S1 = kernel("sdwa_s1", """    s_load_dwordx2 s[4:5], s[0:1], 0
     s_load_dword s6, s[0:1], 8
     v_lshlrev_b32 v3, 2, v0
     v_lshlrev_b32 v2, 16, v0
@@ -24,39 +19,7 @@ sdwa_s1:
     v_sub_nc_u32_sdwa v4, v2, s6 dst_sel:WORD_0 dst_unused:UNUSED_PRESERVE src0_sel:WORD_1 src1_sel:BYTE_0
     v_add_nc_u32 v1, v1, v4
     global_store_dword v3, v1, s[4:5]
-    s_endpgm
-.Lsdwa_s1_end:
-    .size sdwa_s1, .Lsdwa_s1_end - sdwa_s1
-
-.rodata
-.p2align 6
-.amdhsa_kernel sdwa_s1
-    .amdhsa_user_sgpr_kernarg_segment_ptr 1
-    .amdhsa_next_free_vgpr 8
-    .amdhsa_next_free_sgpr 8
-    .amdhsa_wavefront_size32 1
-.end_amdhsa_kernel
-
-.amdgpu_metadata
----
-amdhsa.version: [ 1, 1 ]
-amdhsa.kernels:
-  - .name: sdwa_s1
-    .symbol: sdwa_s1.kd
-    .kernarg_segment_size: 12
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .kernarg_segment_align: 8
-    .wavefront_size: 32
-    .sgpr_count: 8
-    .vgpr_count: 8
-    .max_flat_workgroup_size: 32
-    .args:
-      - { .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global }
-      - { .size: 4, .offset: 8, .value_kind: by_value }
-...
-.end_amdgpu_metadata
-"""
+""", args=(GLOBAL, VALUE), vgprs=8)
 
 
 def test_a_vop2_sdwa_second_source_may_be_an_sgpr(tmp_path):
@@ -65,7 +28,6 @@ def test_a_vop2_sdwa_second_source_may_be_an_sgpr(tmp_path):
     v6's 0x7777; the store writes v1 + v4."""
     import subprocess
     from kpatch.emulate.launch import run
-    from tests.emulate.test_verify import assemble
     path = assemble(tmp_path, "sdwa_s1", SDWA_S1)
     enc = subprocess.run(["llvm-objdump-16", "-d", "--mcpu=gfx1030", path], capture_output=True, text=True).stdout
     assert "v_add_nc_u32_sdwa v1, v2, s6" in enc  # the assembler took the SGPR form

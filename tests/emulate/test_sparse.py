@@ -213,7 +213,7 @@ def test_gfx1010_build_is_proven_equal_and_a_mutant_is_different(name):
     one with the recipe's inputs (three runs); the gfx1010 build with its
     first global store's data register changed is DIFFERENT."""
     from kpatch.isa import formats as F
-    from tests.emulate.test_verify import mutate, with_field
+    from tests.emulate.common import mutate, with_field
     with open(OBJ["gfx1030"], "rb") as f:
         a = f.read()
     with open(OBJ["gfx1010"], "rb") as f:

@@ -28,7 +28,7 @@ from kpatch.emulate import recipes, tensile
 from kpatch.emulate.verify import (DIFFERENT, EQUAL, GUARD_BYTES, CannotSynthesise, _execute,
                                    synthesise, verify_kernel)
 from kpatch.isa import decode
-from tests.emulate.test_verify import assemble, read, with_field
+from tests.emulate.common import assemble, read, with_field
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 LIBRARY = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",

@@ -13,38 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 
 import pytest
 
 from kpatch.codeobject import CodeObject
 from kpatch.emulate.verify import DIFFERENT, EQUAL, NOT_VERIFIED, verify, verify_kernel
-from kpatch.isa import decode
 from kpatch.isa import formats as F
+from tests.emulate.common import FIXTURES, assemble, kernel, kpatch, mutate, read, with_field
 
 HERE = os.path.dirname(__file__)
-FIXTURES = os.path.join(HERE, "..", "fixtures", "bin")
-
-
-def kpatch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, timeout=300)
-
-
-def assemble(tmp_path, name: str, text: str | None = None) -> str:
-    """clang-15's code object of tests/emulate/data/NAME.s, or of ``text``."""
-    if shutil.which("clang-15") is None:
-        pytest.skip("clang-15 not installed")
-    src = os.path.join(HERE, "data", f"{name}.s")
-    if text is not None:
-        src = str(tmp_path / f"{name}.s")
-        with open(src, "w") as f:
-            f.write(text)
-    out = str(tmp_path / f"{name}.hsaco")
-    subprocess.run(["clang-15", "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1030",
-                    "-mcode-object-version=4", src, "-o", out], check=True)
-    return out
 
 
 REWRITE_DATA = os.path.join(HERE, "..", "rewrite", "data")
@@ -86,11 +63,6 @@ def patched(tmp_path, src: str) -> str:
     return out
 
 
-def read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def statuses(orig: str, new: str) -> dict:
     return {v.name: v.status for v in verify(read(orig), read(new), runs=2, patched_target="gfx1010")}
 
@@ -127,24 +99,6 @@ def test_long_branch_relocation_is_equal(tmp_path):
 
 
 # ---- mutation tests: wrong patches are caught --------------------------------------
-
-def mutate(data: bytes, kernel: str, pick, change, target: str = "gfx1010") -> bytes:
-    """``data`` with the first instruction of ``kernel`` that ``pick`` accepts
-    replaced by ``change(instruction)`` (same length)."""
-    co = CodeObject.from_bytes(data)
-    k = co.kernel(kernel)
-    insts = decode(co.data[k.code_offset:k.code_offset + k.code_size], target, base_address=k.entry)
-    inst = next(i for i in insts if pick(i))
-    new = change(inst)
-    assert len(new) == inst.size and new != inst.raw
-    off = k.code_offset + (inst.address - k.entry)
-    return data[:off] + new + data[off + len(new):]
-
-
-def with_field(inst, fmt: F.Format, name: str, value: int) -> bytes:
-    word = int.from_bytes(inst.raw[:fmt.size], "little")
-    return fmt.field(name).put(word, value).to_bytes(fmt.size, "little") + inst.raw[fmt.size:]
-
 
 def test_mutant_offset_is_caught(tmp_path):
     src = os.path.join(FIXTURES, "vecops.hip.gfx1030.v4.hsaco")
@@ -202,43 +156,8 @@ def test_cli(tmp_path):
     assert "Traceback" not in p.stderr
 
 
-MEMTIME = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
-.text
-.globl mt
-.p2align 8
-.type mt,@function
-mt:
-    s_memtime s[2:3]
-    s_endpgm
-.Lmt_end:
-    .size mt, .Lmt_end - mt
-.rodata
-.p2align 6
-.amdhsa_kernel mt
-    .amdhsa_user_sgpr_kernarg_segment_ptr 1
-    .amdhsa_next_free_vgpr 4
-    .amdhsa_next_free_sgpr 8
-    .amdhsa_wavefront_size32 1
-.end_amdhsa_kernel
-.amdgpu_metadata
----
-amdhsa.version: [ 1, 1 ]
-amdhsa.kernels:
-  - .name: mt
-    .symbol: mt.kd
-    .kernarg_segment_size: 0
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .kernarg_segment_align: 8
-    .wavefront_size: 32
-    .sgpr_count: 8
-    .vgpr_count: 4
-    .max_flat_workgroup_size: 32
-    .args: []
-...
-.end_amdgpu_metadata
-"""
+MEMTIME = kernel("mt", """    s_memtime s[2:3]
+""")
 
 
 def test_unmodelled_instruction_is_named_not_guessed(tmp_path):
@@ -281,14 +200,7 @@ def test_an_approximation_is_measured_in_ulps(tmp_path):
     assert loose.status == WITHIN and 0 < loose.max_ulp <= 1 << 20
 
 
-MASKED = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx1030"
-.text
-.globl masked
-.p2align 8
-.type masked,@function
-masked:
-    s_load_dwordx2 s[4:5], s[0:1], 0
+_MASKED_BODY = """    s_load_dwordx2 s[4:5], s[0:1], 0
     v_lshlrev_b32 v2, 2, v0
     s_waitcnt lgkmcnt(0)
     global_load_dword v1, v2, s[4:5]
@@ -297,38 +209,14 @@ masked:
     v_cmp_gt_u32 vcc_lo, LIMIT, v0
     s_and_saveexec_b32 s6, vcc_lo
     global_store_dword v2, v1, s[4:5] offset:128
-    s_endpgm
-.Lmasked_end:
-    .size masked, .Lmasked_end - masked
-
-.rodata
-.p2align 6
-.amdhsa_kernel masked
-    .amdhsa_user_sgpr_kernarg_segment_ptr 1
-    .amdhsa_next_free_vgpr 4
-    .amdhsa_next_free_sgpr 16
-    .amdhsa_wavefront_size32 1
-.end_amdhsa_kernel
-
-.amdgpu_metadata
----
-amdhsa.version: [ 1, 1 ]
-amdhsa.kernels:
-  - .name: masked
-    .symbol: masked.kd
-    .kernarg_segment_size: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .kernarg_segment_align: 8
-    .wavefront_size: 32
-    .sgpr_count: 16
-    .vgpr_count: 4
-    .max_flat_workgroup_size: 32
-    .args:
-      - { .name: data, .size: 8, .offset: 0, .value_kind: global_buffer, .address_space: global CONST }
-...
-.end_amdgpu_metadata
 """
+
+
+def masked_kernel(limit: int, const: str = "") -> str:
+    """Kernel ``masked``: its lanes below ``limit`` add 1 to their dword of
+    its buffer ``data`` (metadata ``const`` added to the argument's line)."""
+    arg = "{ .name: data, .size: 8, .offset: OFFSET, .value_kind: global_buffer, .address_space: global" + const + " }"
+    return kernel("masked", _MASKED_BODY.replace("LIMIT", str(limit)), args=(arg,), sgprs=16)
 
 
 def test_a_kernel_that_writes_nothing_is_not_verified(tmp_path):
@@ -339,8 +227,7 @@ def test_a_kernel_that_writes_nothing_is_not_verified(tmp_path):
     workgroups of runs 1-3); one whose only
     buffer is const says that nothing it computes can be compared."""
     def code(limit, const=""):
-        text = MASKED.replace("LIMIT", str(limit)).replace(" CONST", const)
-        return open(assemble(tmp_path, f"masked{limit}{bool(const)}", text), "rb").read()
+        return open(assemble(tmp_path, f"masked{limit}{bool(const)}", masked_kernel(limit, const)), "rb").read()
     off = code(0)
     v = verify_kernel(off, off, "masked", runs=3)
     assert v.status == NOT_VERIFIED and v.detail.startswith("wrote nothing") and "data" in v.detail, v.detail

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from kpatch.isa import formats as F
-from tests.emulate.test_verify import FIXTURES, mutate, read, with_field
+from tests.emulate.common import FIXTURES, mutate, read, with_field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("emulate_report", os.path.join(ROOT, "tools", "emulate_report.py"))
