@@ -32,6 +32,7 @@ from operator import attrgetter, rshift
 import numpy as np
 
 from kpatch.analysis.flow import kind_of  # the control-flow kinds (Facts.flow): one table there
+from kpatch.isa.instruction import Instruction
 from kpatch.isa.regs import Reg
 
 # --- instruction classes (bit flags) ------------------------------------------
@@ -249,7 +250,11 @@ def vgpr_blind_key(inst) -> tuple | None:
     VGPR numbers set to 0 (its target, base encoding bits and any literal),
     or None for other encodings.  Real code holds many such encodings for
     each key."""
-    d = inst.d
+    return _blind_key(inst.d)
+
+
+def _blind_key(d) -> tuple | None:
+    """:func:`vgpr_blind_key` of a :class:`~kpatch.isa.instruction.Decoded`."""
     fmt = d.fmt
     if fmt is None or d.kind is not None or fmt.name not in _VGPR_BLIND_FORMATS:
         return None
@@ -291,14 +296,14 @@ def _blind_slot(d) -> int:
     return slot
 
 
-def blind_keys(insts: list, raws: list[bytes]) -> list:
-    """:func:`vgpr_blind_key` of each of ``insts`` (``raws``: their bytes),
-    the masking done with numpy over per-opcode rows of field bits (the same
+def blind_keys(ds: list, raws: list[bytes]) -> list:
+    """:func:`vgpr_blind_key` of each of the encodings ``ds`` (their
+    :class:`~kpatch.isa.instruction.Decoded`; ``raws``: their bytes), the
+    masking done with numpy over per-opcode rows of field bits (the same
     keys, element for element)."""
-    n = len(insts)
+    n = len(ds)
     if not n:
         return []
-    ds = [ins.d for ins in insts]
     get = _BLIND_SLOTS.get
     slots = [get((id(d.info), d.kind)) for d in ds]
     for k in [k for k, sl in enumerate(slots) if sl is None]:
@@ -309,7 +314,7 @@ def blind_keys(insts: list, raws: list[bytes]) -> list:
     ok = np.flatnonzero(sl >= 0)
     out: list = [None] * n
     for k in np.flatnonzero(sl == -2).tolist():
-        out[k] = vgpr_blind_key(insts[k])
+        out[k] = _blind_key(ds[k])
     if not ok.size:
         return out
     oks = ok.tolist()
@@ -317,7 +322,7 @@ def blind_keys(insts: list, raws: list[bytes]) -> list:
     size = tab[:, 0].astype(np.int64)
     if (np.fromiter((len(raws[k]) for k in oks), dtype=np.int64, count=len(oks)) < size).any():
         for k in oks:  # (an encoding shorter than its format: the one-by-one rule)
-            out[k] = vgpr_blind_key(insts[k])
+            out[k] = _blind_key(ds[k])
         return out
     first = b"".join(raws[k][:8].ljust(8, b"\0") for k in oks)
     w = np.frombuffer(first, dtype="<u8").copy()
@@ -433,9 +438,11 @@ class FactsCache:
         self.columns: dict[object, np.ndarray] = {}
         self.buffers: dict[object, np.ndarray] = {}  # what the columns are views of
         self.templates: dict[tuple, int] = {}  # vgpr_blind_key -> eid
+        #: Decoded -> eid (:func:`encoding_ids_of_columns`: a Decoded's bytes never change)
+        self.by_decoded: dict = {}
 
     def table(self, target: str) -> dict[bytes, int]:
-        if len(self.all) + self.xeid.n >= self.limit:
+        if len(self.all) + self.xeid.n + len(self.by_decoded) >= self.limit:
             self.clear()
         m = self.maps.get(target)
         if m is None:
@@ -469,20 +476,24 @@ class FactsCache:
             self.templates[key] = e
         return e
 
-    def _eids_of_new(self, insts: list, raws: list[bytes], table: dict[bytes, int]) -> list[int]:
-        """:meth:`eid_of` of each of ``insts`` (``raws``: their bytes), with
-        their :func:`vgpr_blind_key` worked out together (:func:`blind_keys`)."""
+    def _eids_of_new(self, ds: list, raws: list[bytes], table: dict[bytes, int], insts: list | None = None
+                     ) -> list[int]:
+        """:meth:`eid_of` of each of the encodings ``ds`` (their Decoded;
+        ``raws``: their bytes), with their :func:`vgpr_blind_key` worked out
+        together (:func:`blind_keys`); new facts are worked out from
+        ``insts`` (occurrences of them), else from an occurrence at address
+        0 (no fact depends on the address)."""
         out = []
         append = out.append
         get = table.get
         new = self.new
         template = self.templates.get
-        for ins, raw, key in zip(insts, raws, blind_keys(insts, raws)):
+        for k, (raw, key) in enumerate(zip(raws, blind_keys(ds, raws))):
             e = get(raw)
             if e is None:
                 e = template(key) if key is not None else None  # (most: a VGPR variant seen before)
                 if e is None:
-                    e = new(ins, key)
+                    e = new(insts[k] if insts is not None else Instruction(0, ds[k]), key)
                 table[raw] = e
             append(e)
         return out
@@ -516,7 +527,7 @@ class FactsCache:
             at = miss[first[order]]  # first occurrence of each new hash, in instruction order
             first_insts = [insts[k] for k in at.tolist()]
             raws = [ins.raw for ins in first_insts]
-            eids = self._eids_of_new(first_insts, raws, table)
+            eids = self._eids_of_new([ins.d for ins in first_insts], raws, table, first_insts)
             # are the rows exactly the encoding (not so for an instruction cut
             # short, or one the addresses given do not bound)?
             real = np.frombuffer(b"".join(r[:4 * MAX_DWORDS].ljust(4 * MAX_DWORDS, b"\0") for r in raws),
@@ -694,27 +705,25 @@ def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: 
     bytes); the new ones get their eids in the order of their first
     occurrence, as :func:`encoding_ids` gives them, from that occurrence."""
     t = FACTS.table(target)
-    get = t.get
-    offset: dict[int, int] = {}  # id(table) -> where its entries start in ``te``
-    tables = []
-    for _, _, table in parts:
-        if id(table) not in offset:
-            offset[id(table)] = sum(map(len, tables))
-            tables.append(table)
-    n_entries = sum(map(len, tables))
-    te = np.fromiter((get(d.raw, -1) for table in tables for d in table), dtype=np.int64, count=n_entries)
     if not parts:
         return np.zeros(0, dtype=np.int64)
+    offset: dict[int, int] = {}  # id(table) -> where its entries start in ``entries``
+    entries: list = []  # the Decoded of every table, one after the other
+    for _, _, table in parts:
+        if id(table) not in offset:
+            offset[id(table)] = len(entries)
+            entries += table
+    # the eid of each Decoded seen before (its bytes give the same eid: see eid_of)
+    te = np.fromiter(map(FACTS.by_decoded.get, entries, repeat(-1)), dtype=np.int64, count=len(entries))
     keys = np.concatenate([ids.astype(np.int64, copy=False) + offset[id(table)] for _, ids, table in parts])
-    if n_entries and te.min() < 0:
+    if len(entries) and te.min() < 0:
         at = np.flatnonzero(te[keys] < 0)
         if at.size:
             _, first = np.unique(keys[at], return_index=True)
-            first = at[np.sort(first)]  # the first occurrence of each new encoding, in instruction order
-            starts = np.cumsum([0] + [len(p[0]) for p in parts])
-            part = np.searchsorted(starts, first, "right") - 1
-            firsts = [parts[j][0][k] for j, k in zip(part.tolist(), (first - starts[part]).tolist())]
-            te[keys[first]] = FACTS._eids_of_new(firsts, [ins.raw for ins in firsts], t)
+            first = keys[at[np.sort(first)]]  # each new encoding, in the order of its first occurrence
+            ds = [entries[k] for k in first.tolist()]
+            te[first] = got = FACTS._eids_of_new(ds, [d.raw for d in ds], t)
+            FACTS.by_decoded.update(zip(ds, got))
     return te[keys]
 
 

@@ -56,6 +56,9 @@ def test_columns_describe_each_list_and_give_the_eids_of_the_bytes():
             by_bytes = encoding_ids(flat, source).tolist()  # each instruction by its own bytes
             assert cols == by_bytes  # (same eids, new ones numbered in the same order)
             assert len(FACTS.all) == n_cols
+            # again: each Decoded's eid is remembered (FACTS.by_decoded), no new facts
+            assert encoding_ids_of_columns(parts, source).tolist() == by_bytes
+            assert len(FACTS.all) == n_cols and len(FACTS.by_decoded) > 0
             # a part whose ids point at the wrong table entries gives other eids
             insts, ids, table = parts[0]
             if len(set(ids.tolist())) > 1:
@@ -74,3 +77,26 @@ def test_no_columns_outside_the_memo_or_for_a_copy():
         assert columns_of(lists[0]) is not None
         assert columns_of(list(lists[0])) is None and addresses_of(list(lists[0])) is None
     assert columns_of(lists[0]) is None  # (the memo is over)
+
+
+def test_a_decoded_made_again_gets_the_eid_of_its_bytes():
+    """After the decoder's cache is emptied the same bytes decode to new
+    Decoded objects: they get the eids of their bytes, not new facts."""
+    from kpatch.isa.decoder import cache_for
+    co = next(_objects())
+    source = decode_family(co.target.processor)
+
+    def eids():
+        with decode_memo():
+            lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
+            return encoding_ids_of_columns([(i, *columns_of(i)) for i in lists], source).tolist(), lists
+
+    FACTS.clear()
+    first, lists = eids()
+    n = len(FACTS.all)
+    cache = cache_for(source)
+    for m in (cache.c4, cache.c8, cache.big):
+        m.clear()
+    again, lists2 = eids()
+    assert lists2[0][0].d is not lists[0][0].d  # (decoded anew)
+    assert again == first and len(FACTS.all) == n

@@ -138,6 +138,6 @@ def test_blind_keys_in_bulk_are_the_one_by_one_keys():
             groups.append(list(seen.values()))
             for group in groups:
                 want = [vgpr_blind_key(i) for i in group]
-                assert blind_keys(group, [i.raw for i in group]) == want
+                assert blind_keys([i.d for i in group], [i.raw for i in group]) == want
                 keyed += sum(k is not None for k in want)
     assert keyed > 100
