@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import struct
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -250,8 +251,11 @@ class TextScan:
         return seen
 
 
-def _words(data: bytes) -> list[int]:
-    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]
+def _words(data: bytes):
+    """The little-endian dwords of ``data`` (a trailing partial dword
+    dropped), one at a time: the callers stop at the first that is not
+    padding."""
+    return (w for (w,) in struct.iter_unpack("<I", data[:len(data) - len(data) % 4]))
 
 
 def _trim_padding(insts: list[Instruction]) -> int:
@@ -305,10 +309,10 @@ def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int
     for u in units + [None]:
         stop = u.start if u is not None else end
         if stop > pos:
-            real = [i for i, w in enumerate(_words(data[pos - start:stop - start]))
-                    if w not in PAD_WORDS]
-            if real:
-                a = pos + 4 * real[0]
+            real = next((i for i, w in enumerate(_words(data[pos - start:stop - start])) if w not in PAD_WORDS),
+                        None)
+            if real is not None:
+                a = pos + 4 * real
                 out.append(TextUnit(f"<code@{a:#x}>", a, stop, "code", align=4, sized=False))
         if u is not None:
             out.append(u)
@@ -376,8 +380,9 @@ def _gap(data: bytes, base: int, a: int, b: int, *, leading: bool, trailing: boo
     if leading:
         return Gap(a, b, raw, len(raw))
     rigid = 0
-    words = _words(raw)
-    while rigid < len(words) and words[rigid] == S_CODE_END:
+    for w in _words(raw):
+        if w != S_CODE_END:
+            break
         rigid += 1
     rigid *= 4
     if trailing:  # nothing after it needs alignment: keep it all
