@@ -274,3 +274,243 @@ def _untemplated(d, traits: _Traits, reads: list[Reg], writes: list[Reg], nsa_ad
         if n:
             reads.append(Reg("v", f["vaddr"], n))
     return reads
+
+
+# --- scalar registers as bit masks, per opcode ------------------------------------
+#: First bit of each scalar register file in a register mask (the 9-bit
+#: operand encoding: s0..s105 = bits 0..105, vcc_lo/hi 106/107, ttmp0..15
+#: 108..123, m0 124, exec_lo/hi 126/127); VGPRs, SCC and the like have none.
+MASK_BASE = {"s": 0, "vcc": 106, "ttmp": 108, "m0": 124, "exec": 126}
+
+
+def reg_bits(r: Reg) -> int:
+    """Bit mask of a scalar register (0 for VGPRs, SCC and the like)."""
+    base = MASK_BASE.get(r.file)
+    if base is None:
+        return 0
+    return ((1 << r.count) - 1) << (base + r.index)
+
+
+_ENTRIES: dict[int, list] = {}  # count -> per operand value: (mask, file) of scalar_reg(value, count), or None
+
+
+def _entries(count: int) -> list:
+    """(:func:`reg_bits`, file) of :func:`scalar_reg` of each operand value
+    0..1023 for a ``count``-register operand (None where it names none)."""
+    got = _ENTRIES.get(count)
+    if got is None:
+        got = _ENTRIES[count] = [None if r is None else (reg_bits(r), r.file)
+                                 for r in (scalar_reg(v, count) for v in range(1024))]
+    return got
+
+
+_VGPR_ENTRY = (0, "v")
+
+# steps of a ScalarPlan: (op, lo, mask, scale, entries, aux)
+_R, _W, _RW, _ATOMIC, _SDWA_SRC0, _SDWA_SDST, _SADDR, _CONST_W = range(8)
+
+
+class ScalarPlan:
+    """Which fields of an opcode's encodings name which scalar registers, in
+    which role (what :func:`registers` decides by the opcode alone), so
+    that the scalar registers of an encoding are a few shifts and table
+    lookups (:func:`scalar_effects`) instead of :class:`Reg` objects.
+
+    ``steps`` (in the order :func:`registers` lists the operands) say where
+    a field's value is (``x``: the SDWA dword, else the base encoding),
+    its bits, its scale (:func:`~kpatch.isa.operands.sgpr_number`) and the
+    table of what each value names; ``reads`` is the mask of the registers
+    read whatever the fields (fixed template registers, EXEC of vector
+    instructions, :data:`IMPLICIT`), ``tail`` the registers always written
+    after the explicit ones (:data:`IMPLICIT`).  ``writes`` is False when
+    the caller needs only the reads (then write steps are left out)."""
+
+    __slots__ = ("steps", "reads", "tail", "size", "extra")
+
+    def __init__(self, steps: tuple, reads: int, tail: tuple, size: int, extra: bool):
+        self.steps, self.reads, self.tail, self.size, self.extra = steps, reads, tail, size, extra
+
+
+_DESTS = ("vdst", "sdst", "sdata", "vdata")
+
+
+def scalar_plan(d, writes: bool = True) -> ScalarPlan | None:
+    """The :class:`ScalarPlan` of a Decoded encoding's opcode and form
+    (``writes``: with the registers written), or None where the roles
+    :func:`registers` gives depend on field values in a way the plan does
+    not describe (a fixed template register after a destination that may
+    or may not name a register) or a field the template names is missing
+    (then :func:`registers` is the way)."""
+    if d.fmt is None:
+        return ScalarPlan((), 0, (), 0, False)
+    fmt, kind, fmtname = d.fmt, d.kind, d.fmt.name
+    traits = _traits(d.mnemonic)
+    form = d.info.form if kind is None else getattr(d.info, kind)
+    base = {f.name: f for f in fmt.fields}
+    xfields = {}
+    if kind is not None:
+        from kpatch.isa.formats import EXTRA_FORMATS
+        from kpatch.isa.instruction import extra_format
+        xfields = {f.name: f for f in EXTRA_FORMATS[extra_format(fmt, kind)]}
+    steps: list = []
+    reads = 0
+    seen_src: bool | None = False  # None: depends on the fields
+
+    def field_step(op_, f, entries, scale=1, aux=None):
+        steps.append((op_, f.lo, f.mask, scale, entries, aux))
+
+    for op in form.operands:
+        if op.tag == "t":
+            r = _TEMPLATE_REGS.get(op.text)
+            if r is not None:
+                if seen_src is None:
+                    return None
+                if seen_src:
+                    reads |= reg_bits(r)
+                elif writes:
+                    steps.append((_CONST_W, 0, 0, 0, None, (reg_bits(r), r.file)))
+            continue
+        if op.tag != "f":
+            continue
+        name = op.field
+        if kind is not None and name == "src0":
+            seen_src = True
+            if kind == "sdwa":
+                if "src0" not in xfields or "s0" not in xfields:
+                    return None
+                s0 = xfields["s0"]
+                steps.append((_SDWA_SRC0, xfields["src0"].lo, xfields["src0"].mask, 1, _entries(op.width),
+                              (s0.lo, s0.mask)))
+            elif "src0" not in xfields:
+                return None
+            continue  # (DPP: a VGPR)
+        if kind == "sdwa" and name == "sdst":
+            if "sdst" not in xfields or "sd" not in xfields:
+                return None
+            if writes:
+                sd = xfields["sd"]
+                steps.append((_SDWA_SDST, xfields["sdst"].lo, xfields["sdst"].mask, 1, _entries(1),
+                              (sd.lo, sd.mask, (reg_bits(VCC_LO), VCC_LO.file))))
+            continue
+        f = base.get(name)
+        if f is None:
+            return None
+        dest = name in ("vdst", "sdst")
+        if (fmtname == "FLAT" and name in ("addr", "saddr")) or op.kind in ("param", "attr"):
+            if name not in _DESTS:  # (no scalar register: a VGPR address or none; saddr apart)
+                seen_src = True
+            continue
+        if op.kind == "v":
+            entries, scale, maybe_none = None, 1, False  # a VGPR
+        elif op.kind == "s":
+            from kpatch.isa.operands import FIELD_SCALE
+            entries, scale, maybe_none = _entries(op.width), FIELD_SCALE.get(name, 1), True
+        else:
+            entries, scale, maybe_none = _entries(op.width), 1, True
+        if dest:
+            if fmtname == "SOPK" and not traits.sopk_writes:
+                if entries is not None:
+                    field_step(_R, f, entries, scale)
+                seen_src = None if maybe_none and seen_src is not True else True
+                continue
+            rw = fmtname == "SOPK" and traits.sopk_reads_dst or (name == "vdst" and traits.tied)
+            if entries is None:
+                if writes:
+                    steps.append((_CONST_W, 0, 0, 0, None, _VGPR_ENTRY))
+            elif rw:
+                field_step(_RW if writes else _R, f, entries, scale)
+            elif writes:
+                field_step(_W, f, entries, scale)
+        elif name in ("sdata", "vdata", "data") and fmtname in ("SMEM", "MUBUF", "MTBUF", "MIMG", "FLAT"):
+            if traits.atomic:
+                if entries is not None:
+                    glc = base.get("glc")
+                    if fmtname != "FLAT" and glc is not None and writes:
+                        field_step(_ATOMIC, f, entries, scale, (glc.lo, glc.mask))
+                    else:
+                        field_step(_R, f, entries, scale)
+                elif fmtname != "FLAT" and "glc" in base and writes:
+                    return None  # (a VGPR written by glc: not described)
+            elif traits.store:
+                if entries is not None:
+                    field_step(_R, f, entries, scale)
+            elif entries is None:
+                if writes:
+                    steps.append((_CONST_W, 0, 0, 0, None, _VGPR_ENTRY))
+            elif writes:
+                field_step(_W, f, entries, scale)
+            if name not in _DESTS and maybe_none and seen_src is not True:
+                seen_src = None  # (a source once it names no register)
+        else:
+            if entries is not None:
+                field_step(_R, f, entries, scale)
+            if name not in _DESTS or not maybe_none:
+                seen_src = True
+            elif seen_src is not True:
+                seen_src = None
+    if fmtname == "FLAT":
+        if "seg" not in base or "saddr" not in base:
+            return None
+        seg, saddr = base["seg"], base["saddr"]
+        steps.append((_SADDR, saddr.lo, saddr.mask, 1, None, (seg.lo, seg.mask)))
+    if fmtname in _VALU or fmtname in _VMEM:
+        reads |= reg_bits(EXEC_LO)
+    for r in traits.implicit_reads:
+        reads |= reg_bits(r)
+    tail = tuple((reg_bits(r), r.file) for r in traits.implicit_writes) if writes else ()
+    return ScalarPlan(tuple(steps), reads, tail, fmt.size, kind is not None)
+
+
+def scalar_effects(plan: ScalarPlan, raw: bytes) -> tuple[int, list] | None:
+    """(mask of the scalar registers read, [(mask, file) of each register
+    written, in :func:`registers`' order]) of the encoding ``raw`` of the
+    plan's opcode; None where the plan cannot tell (then
+    :func:`registers` is the way)."""
+    w = int.from_bytes(raw[:plan.size], "little")
+    x = int.from_bytes(raw[plan.size:plan.size + 4], "little") if plan.extra else 0
+    reads = plan.reads
+    writes = []
+    for op, lo, mask, scale, entries, aux in plan.steps:
+        if op == _R:
+            e = entries[((w >> lo) & mask) * scale]
+            if e is not None:
+                reads |= e[0]
+        elif op == _W:
+            e = entries[((w >> lo) & mask) * scale]
+            if e is not None:
+                writes.append(e)
+        elif op == _CONST_W:
+            writes.append(aux)
+        elif op == _RW:
+            e = entries[((w >> lo) & mask) * scale]
+            if e is not None:
+                writes.append(e)
+                reads |= e[0]
+        elif op == _ATOMIC:
+            e = entries[((w >> lo) & mask) * scale]
+            if e is not None:
+                reads |= e[0]
+                if (w >> aux[0]) & aux[1]:
+                    writes.append(e)
+        elif op == _SADDR:
+            seg = (w >> aux[0]) & aux[1]
+            v = (w >> lo) & mask
+            if seg != 0 and v not in (0x7D, 0x7F):
+                e = _entries(2 if seg == 2 else 1)[v]
+                if e is not None:
+                    reads |= e[0]
+        elif op == _SDWA_SRC0:
+            if (x >> aux[0]) & aux[1]:
+                e = entries[(x >> lo) & mask]
+                if e is not None:
+                    reads |= e[0]
+        else:  # _SDWA_SDST
+            if (x >> aux[0]) & aux[1]:
+                e = entries[(x >> lo) & mask]
+                if e is None:
+                    return None
+                writes.append(e)
+            else:
+                writes.append(aux[2])
+    writes.extend(plan.tail)
+    return reads, writes
