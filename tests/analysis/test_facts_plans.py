@@ -107,11 +107,56 @@ def test_librocrand_every_encoding():
     assert planned == len(insts)
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.binary(min_size=4, max_size=24), st.sampled_from(["gfx1030", "gfx1010"]))
-def test_random_encodings(data, target):
-    """Any bytes the decoder reads as an instruction (unknown words too)."""
-    inst = decode_one(data, target)
+def _opcodes(target: str) -> list:
+    from kpatch.isa.tables import load
+    ops = load(target).ops
+    return [(target, fmt, key) for fmt in sorted(ops) for key in sorted(ops[fmt])]
+
+
+_OPCODES = _opcodes("gfx1030") + _opcodes("gfx1010")
+
+
+def _extra(info, src0, rest: bytes) -> bytes:
+    """``rest``, its first dword made a plausible SDWA dword after an SDWA
+    src0 (selects in range, reserved bits and the bits LLVM rejects set 0:
+    else most are invalid)."""
+    from kpatch.isa.formats import EXTRA_FORMATS
+    if src0 != 0xF9 or info.sdwa is None:
+        return rest
+    fmtname, mods = info.fmt.name, info.sdwa.mods
+    bits = int.from_bytes(rest[:4], "little")
+    x = 0
+    for f in EXTRA_FORMATS["SDWA_VOPC" if fmtname == "VOPC" else "SDWA"]:
+        v = (bits >> f.lo) & f.mask
+        if f.name.startswith("rsvd") or (f.width == 1 and mods.get(f"{f.name}=1") == "z"):
+            v = 0
+        elif f.name.endswith("_sel"):
+            v %= 7
+        elif f.name == "dst_unused":
+            v %= 3
+        x |= v << f.lo
+    return x.to_bytes(4, "little") + rest[4:]
+
+
+@settings(max_examples=4000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_OPCODES), st.integers(0, 2**64 - 1), st.sampled_from([None, 0xF9, 0xFA, 0xE9, 0xFF]),
+       st.binary(min_size=16, max_size=16), st.integers(-1, 5))
+def test_random_encodings(opcode, bits, src0, rest, cut):
+    """Every opcode of both targets' tables with random field values (its
+    zero fields 0, sometimes an SDWA/DPP/literal src0), followed by random
+    dwords, cut at random: whatever the decoder reads there (unknown words
+    and cut encodings too)."""
+    from kpatch.isa.encoder import encode_fields
+    from kpatch.isa.tables import load
+    target, fmtname, key = opcode
+    info = load(target).ops[fmtname][key]
+    fields = {f.name: (bits >> f.lo) & f.mask for f in info.fmt.fields
+              if f.name != "op" and not f.name.startswith("rsvd")}
+    fields.update(info.form.zero)
+    if src0 is not None and "src0" in fields:
+        fields["src0"] = src0
+    data = encode_fields(info.fmt, fields, opcode=key) + _extra(info, src0, rest)
+    inst = decode_one(data[:info.fmt.size + 4 * cut] if cut >= 0 else data[:4], target)
     bad, _ = mismatches([inst])
     assert bad == []
 
