@@ -32,7 +32,7 @@ from operator import attrgetter, rshift
 import numpy as np
 
 from kpatch.analysis.flow import kind_of  # the control-flow kinds (Facts.flow): one table there
-from kpatch.isa.regs import MASK_BASE, Reg, reg_bits, scalar_effects, scalar_plan
+from kpatch.isa.regs import MASK_BASE, Reg, reg_bits, scalar_plan
 
 # --- instruction classes (bit flags) ------------------------------------------
 VALU = 1 << 0
@@ -167,69 +167,78 @@ class Facts:
         o = _OP_FACTS.get((id(d.info), d.kind))
         if o is None or o.info is not d.info:
             o = _op_facts(d)
-        got = None if o.plan is None else scalar_effects(o.plan, d.raw)
-        if got is None:
+        effects = o.effects
+        if effects is not None:
+            raw = d.raw
+            n = o.size
+            w = int.from_bytes(raw[:n], "little")
+            got = effects(w, int.from_bytes(raw[n:n + 4], "little") if o.extra else 0)
+        if effects is None or got is None:
             facts_by_registers(self, inst)
             return
         sreads, writes = got
+        (cls, mn, flow, exec_all, sdefs, valu, readlane, vop3_def, vcmp, is_permlane, is_v_nop, kill_smem,
+         special) = o.consts
         self.inst = inst
-        cls = o.cls
-        if o.word:
-            w = int.from_bytes(d.raw[:o.plan.size], "little")
-            seg = None if o.seg is None else (w >> o.seg[0]) & o.seg[1]
-            s16 = None if o.simm16 is None else (w >> o.simm16[0]) & o.simm16[1]
-            nsa = 0 if o.nsa is None else (w >> o.nsa[0]) & o.nsa[1]
-            self.offset = None if o.offset is None else (w >> o.offset[0]) & o.offset[1]
-            if seg in (1, 2) and o.fmt == "FLAT":
-                cls |= FLAT_SEG
-        else:
-            w = seg = s16 = None
-            nsa = 0
-            self.offset = None
-        self.seg, self.simm16, self.nsa = seg, s16, nsa
+        fseg, fs16, fnsa, foff = o.fields
+        seg = None if fseg is None else (w >> fseg[0]) & fseg[1]
+        self.seg = seg
+        self.simm16 = s16 = None if fs16 is None else (w >> fs16[0]) & fs16[1]
+        self.nsa = nsa = 0 if fnsa is None else (w >> fnsa[0]) & fnsa[1]
+        self.offset = None if foff is None else (w >> foff[0]) & foff[1]
+        if seg is not None and seg in (1, 2):  # (FLAT's global and scratch segments)
+            cls |= FLAT_SEG
         self.cls = cls
-        mn = self.mnemonic = o.mnemonic
+        self.mnemonic = mn
         self.size = d.size
-        self.flow = o.flow
-        if sreads & (1 << 126) and o.exec_all:
+        self.flow = flow
+        if sreads & (1 << 126) and exec_all:
             sreads |= EXEC_MASK
         self.sreads = sreads
         self.reads_exec = bool(sreads & EXEC_MASK)
-        self.sdefs = writes[0][0] if o.sdefs and writes and writes[0][1] != "scc" else 0
+        self.sdefs = writes[0][0] if sdefs and writes and writes[0][1] != "scc" else 0
         valu_sdst = 0
         writes_exec = False
-        if o.valu:
+        if valu:
             for m, file in writes:
                 if file in SGPR_FILES and m:
                     valu_sdst = m
                     break
-            writes_exec = any(file == "exec" for _, file in writes)
+            for _, file in writes:
+                if file == "exec":
+                    writes_exec = True
+                    break
         self.valu_sdst = valu_sdst
-        self.valu_sgpr_def = sgpr_def = o.valu and ((valu_sdst != 0 and not o.readlane) or o.vop3_def)
+        self.valu_sgpr_def = sgpr_def = valu and ((valu_sdst != 0 and not readlane) or vop3_def)
         self.writes_exec = writes_exec
-        self.vcmp_exec = writes_exec and o.vcmp
-        self.is_permlane = o.is_permlane
-        self.is_v_nop = o.is_v_nop
+        self.vcmp_exec = writes_exec and vcmp
+        self.is_permlane = is_permlane
+        self.is_v_nop = is_v_nop
         # expiry of the scalar-write hazards
-        if o.special is None:
-            self.kill_vm = o.valu
-            self.kill_smem = o.kill_smem
+        if special is None:
+            self.kill_vm = valu
+            self.kill_smem = kill_smem
             self.kill_vcmpx_war = sgpr_def
             self.vscnt0 = False
         else:
             sdst = None if o.sdst is None else (w >> o.sdst[0]) & o.sdst[1]
-            self.kill_vm = o.valu or (mn == "s_waitcnt" and s16 == 0) or (
+            self.kill_vm = valu or (mn == "s_waitcnt" and s16 == 0) or (
                 mn == "s_waitcnt_depctr" and depctr_vm_vsrc(s16) == 0)
             if cls & SOPP:
                 self.kill_smem = mn == "s_waitcnt" and waitcnt_lgkm(s16) == 0
             elif mn == "s_waitcnt_lgkmcnt" and cls & SALU:
                 self.kill_smem = sdst == SGPR_NULL and s16 == 0
             else:
-                self.kill_smem = o.kill_smem
+                self.kill_smem = kill_smem
             self.kill_vcmpx_war = sgpr_def or (mn == "s_waitcnt_depctr" and depctr_sa_sdst(s16) == 0)
             self.vscnt0 = mn == "s_waitcnt_vscnt" and sdst == SGPR_NULL and s16 == 0
         self.eid = -1  # set by FactsCache.new
-        self.local = local = tuple(r for r in (check(self) for check in ENCODING_CHECKS) if r)
+        local = ()
+        for check in ENCODING_CHECKS:
+            r = check(self)
+            if r:
+                local += (r,)
+        self.local = local
         key = (cls, seg, nsa != 0, not local)
         marks = o.marks.get(key)
         if marks is None:
@@ -323,9 +332,15 @@ class _OpFacts:
     fields some fact reads, and the :data:`MARKS` already worked out, by
     (class, segment, NSA, no local finding)."""
 
-    __slots__ = ("info", "fmt", "cls", "mnemonic", "flow", "plan", "word", "seg", "simm16", "nsa", "offset",
-                 "sdst", "exec_all", "sdefs", "valu", "readlane", "vop3_def", "vcmp", "is_permlane",
-                 "is_v_nop", "special", "kill_smem", "marks")
+    __slots__ = ("info", "fmt", "cls", "mnemonic", "flow", "plan", "effects", "size", "extra", "seg", "simm16",
+                 "nsa", "offset", "fields", "sdst", "exec_all", "sdefs", "valu", "readlane", "vop3_def", "vcmp",
+                 "is_permlane", "is_v_nop", "special", "kill_smem", "consts", "marks")
+
+
+def _consts(o: _OpFacts) -> tuple:
+    """``o.consts``: the attributes :class:`Facts` reads of ``o``, as one tuple (one unpacking)."""
+    return (o.cls, o.mnemonic, o.flow, o.exec_all, o.sdefs, o.valu, o.readlane, o.vop3_def, o.vcmp,
+            o.is_permlane, o.is_v_nop, o.kill_smem, o.special)
 
 
 _OP_FACTS: dict[tuple, _OpFacts] = {}  # (id(OpInfo), kind) -> its _OpFacts
@@ -348,8 +363,7 @@ def _op_facts(d) -> _OpFacts:
     o.offset = fields.get("offset") if fmt in ("MUBUF", "MTBUF", "FLAT") else None
     o.sdst = fields.get("sdst")
     o.special = mn if mn in _SPECIAL else None
-    o.word = d.fmt is not None and (o.special is not None or any(
-        x is not None for x in (o.seg, o.simm16, o.nsa, o.offset)))
+    o.fields = (o.seg, o.simm16, o.nsa, o.offset)
     o.exec_all = bool(cls & (VALU | VMEM | DS | FLAT | EXP)) or mn.startswith("s_cbranch_exec") or "saveexec" in mn
     o.sdefs = bool(cls & (SALU | SMEM)) and not cls & SOPP and not (fmt == "SOPK" and mn.startswith("s_setreg"))
     o.valu = valu = bool(cls & VALU)
@@ -364,6 +378,9 @@ def _op_facts(d) -> _OpFacts:
         o.kill_smem = mn not in SALU_NOT_SMEM_BARRIER
     else:
         o.kill_smem = False
+    o.effects = None if o.plan is None else o.plan.effects
+    o.size, o.extra = (0, False) if o.plan is None else (o.plan.size, o.plan.extra)
+    o.consts = _consts(o)
     o.marks = {}
     _OP_FACTS[(id(d.info), d.kind)] = o
     return o

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from kpatch.isa.operands import flat_addr_width, mimg_operands, sgpr_number
+from kpatch.isa.formats import EXTRA_FORMATS, extra_format
+from kpatch.isa.operands import FIELD_SCALE, flat_addr_width, mimg_operands, sgpr_number
 
 
 class Reg(NamedTuple):
@@ -322,13 +323,83 @@ class ScalarPlan:
     table of what each value names; ``reads`` is the mask of the registers
     read whatever the fields (fixed template registers, EXEC of vector
     instructions, :data:`IMPLICIT`), ``tail`` the registers always written
-    after the explicit ones (:data:`IMPLICIT`).  ``writes`` is False when
-    the caller needs only the reads (then write steps are left out)."""
+    after the explicit ones (:data:`IMPLICIT`); ``size`` the bytes of the
+    base encoding, ``extra`` whether an SDWA dword follows it.
+    ``effects(w, x)`` is the steps as one function (generated from them,
+    :func:`_compile`) of the base encoding ``w`` and the SDWA dword ``x``
+    (as little-endian ints): what :func:`scalar_effects` returns."""
 
-    __slots__ = ("steps", "reads", "tail", "size", "extra")
+    __slots__ = ("steps", "reads", "tail", "size", "extra", "effects")
 
     def __init__(self, steps: tuple, reads: int, tail: tuple, size: int, extra: bool):
         self.steps, self.reads, self.tail, self.size, self.extra = steps, reads, tail, size, extra
+        self.effects = _compile(self)
+
+
+_CODE: dict[str, object] = {}  # generated source -> its code object
+_MASKS: dict[int, tuple] = {}  # id(entries) -> (entries, the mask of each entry, 0 for None)
+_NO_WRITES = ()
+
+
+def _masks(entries: list) -> list:
+    got = _MASKS.get(id(entries))
+    if got is None or got[0] is not entries:
+        got = _MASKS[id(entries)] = (entries, [0 if e is None else e[0] for e in entries])
+    return got[1]
+
+
+def _compile(plan: ScalarPlan):
+    """``plan.effects``: a function of (w, x) doing the plan's steps, made
+    from source generated from them (compiled once per distinct source;
+    the tables and constants are the function's globals)."""
+    names: dict[str, object] = {}
+
+    def name(obj, prefix: str) -> str:
+        key = f"{prefix}{len(names)}"
+        names[key] = obj
+        return key
+
+    lines = [f"reads = {plan.reads}"]
+    writes = any(st[0] in (_W, _RW, _CONST_W, _SDWA_SDST) or (st[0] == _ATOMIC) for st in plan.steps) or plan.tail
+    if writes:
+        lines.append("writes = []")
+    for op, lo, mask, scale, entries, aux in plan.steps:
+        val = f"((w >> {lo}) & {mask:#x})" + (f" * {scale}" if scale != 1 else "")
+        if op == _R:
+            lines.append(f"reads |= {name(_masks(entries), 'M')}[{val}]")
+        elif op in (_W, _RW, _ATOMIC):
+            lines += [f"e = {name(entries, 'T')}[{val}]", "if e is not None:"]
+            if op == _W:
+                lines.append("    writes.append(e)")
+            elif op == _RW:
+                lines += ["    writes.append(e)", "    reads |= e[0]"]
+            else:
+                lines += ["    reads |= e[0]", f"    if (w >> {aux[0]}) & {aux[1]:#x}:", "        writes.append(e)"]
+        elif op == _CONST_W:
+            lines.append(f"writes.append({name(aux, 'K')})")
+        elif op == _SADDR:
+            lines += [f"seg = (w >> {aux[0]}) & {aux[1]:#x}", f"v = (w >> {lo}) & {mask:#x}",
+                      "if seg != 0 and v not in (0x7D, 0x7F):",
+                      f"    reads |= {name(_masks(_entries(2)), 'M')}[v] if seg == 2 else "
+                      f"{name(_masks(_entries(1)), 'M')}[v]"]
+        elif op == _SDWA_SRC0:
+            lines += [f"if (x >> {aux[0]}) & {aux[1]:#x}:",
+                      f"    reads |= {name(_masks(entries), 'M')}[(x >> {lo}) & {mask:#x}]"]
+        else:  # _SDWA_SDST
+            lines += [f"if (x >> {aux[0]}) & {aux[1]:#x}:",
+                      f"    e = {name(entries, 'T')}[(x >> {lo}) & {mask:#x}]",
+                      "    if e is None:", "        return None",
+                      "    writes.append(e)", "else:", f"    writes.append({name(aux[2], 'K')})"]
+    if plan.tail:
+        lines.append(f"writes.extend({name(plan.tail, 'K')})")
+    lines.append("return reads, writes" if writes else "return reads, NO_WRITES")
+    src = "def effects(w, x):\n" + "".join(f"    {ln}\n" for ln in lines)
+    code = _CODE.get(src)
+    if code is None:
+        code = _CODE[src] = compile(src, "<ScalarPlan>", "exec")  # generated from the plan's steps
+    names["NO_WRITES"] = _NO_WRITES
+    exec(code, names)
+    return names["effects"]
 
 
 _DESTS = ("vdst", "sdst", "sdata", "vdata")
@@ -349,8 +420,6 @@ def scalar_plan(d, writes: bool = True) -> ScalarPlan | None:
     base = {f.name: f for f in fmt.fields}
     xfields = {}
     if kind is not None:
-        from kpatch.isa.formats import EXTRA_FORMATS
-        from kpatch.isa.instruction import extra_format
         xfields = {f.name: f for f in EXTRA_FORMATS[extra_format(fmt, kind)]}
     steps: list = []
     reads = 0
@@ -403,7 +472,6 @@ def scalar_plan(d, writes: bool = True) -> ScalarPlan | None:
         if op.kind == "v":
             entries, scale, maybe_none = None, 1, False  # a VGPR
         elif op.kind == "s":
-            from kpatch.isa.operands import FIELD_SCALE
             entries, scale, maybe_none = _entries(op.width), FIELD_SCALE.get(name, 1), True
         else:
             entries, scale, maybe_none = _entries(op.width), 1, True
@@ -466,51 +534,6 @@ def scalar_effects(plan: ScalarPlan, raw: bytes) -> tuple[int, list] | None:
     written, in :func:`registers`' order]) of the encoding ``raw`` of the
     plan's opcode; None where the plan cannot tell (then
     :func:`registers` is the way)."""
-    w = int.from_bytes(raw[:plan.size], "little")
-    x = int.from_bytes(raw[plan.size:plan.size + 4], "little") if plan.extra else 0
-    reads = plan.reads
-    writes = []
-    for op, lo, mask, scale, entries, aux in plan.steps:
-        if op == _R:
-            e = entries[((w >> lo) & mask) * scale]
-            if e is not None:
-                reads |= e[0]
-        elif op == _W:
-            e = entries[((w >> lo) & mask) * scale]
-            if e is not None:
-                writes.append(e)
-        elif op == _CONST_W:
-            writes.append(aux)
-        elif op == _RW:
-            e = entries[((w >> lo) & mask) * scale]
-            if e is not None:
-                writes.append(e)
-                reads |= e[0]
-        elif op == _ATOMIC:
-            e = entries[((w >> lo) & mask) * scale]
-            if e is not None:
-                reads |= e[0]
-                if (w >> aux[0]) & aux[1]:
-                    writes.append(e)
-        elif op == _SADDR:
-            seg = (w >> aux[0]) & aux[1]
-            v = (w >> lo) & mask
-            if seg != 0 and v not in (0x7D, 0x7F):
-                e = _entries(2 if seg == 2 else 1)[v]
-                if e is not None:
-                    reads |= e[0]
-        elif op == _SDWA_SRC0:
-            if (x >> aux[0]) & aux[1]:
-                e = entries[(x >> lo) & mask]
-                if e is not None:
-                    reads |= e[0]
-        else:  # _SDWA_SDST
-            if (x >> aux[0]) & aux[1]:
-                e = entries[(x >> lo) & mask]
-                if e is None:
-                    return None
-                writes.append(e)
-            else:
-                writes.append(aux[2])
-    writes.extend(plan.tail)
-    return reads, writes
+    n = plan.size
+    return plan.effects(int.from_bytes(raw[:n], "little"),
+                        int.from_bytes(raw[n:n + 4], "little") if plan.extra else 0)

@@ -225,6 +225,7 @@ def test_catches_wrong_opcode_constant(monkeypatch, fresh_plans):
     def op_facts(d):
         o = real(d)
         o.kill_smem = not o.kill_smem
+        o.consts = facts_mod._consts(o)
         return o
     monkeypatch.setattr(facts_mod, "_op_facts", op_facts)
     bad, _ = mismatches(_sample_insts())
