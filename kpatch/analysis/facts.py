@@ -12,6 +12,15 @@ instructions with one indexing operation, so the analyses do array work per
 instruction and Python work only per distinct encoding or per event
 (branch, hazard, finding).
 
+A new encoding's facts cost a few microseconds: what depends on its opcode
+entry and form alone (class, control flow, mnemonic-derived flags, which
+fields name which scalar registers in which role: :class:`_OpFacts` and its
+:class:`~kpatch.isa.regs.ScalarPlan`) is worked out once per opcode, and
+per encoding only field values are read and looked up in tables.
+:func:`facts_by_registers` (from ``inst.reads`` / ``inst.writes``) is the
+definition they are tested against, and the way for any encoding no plan
+describes.
+
 Scalar registers are bit masks indexed by their 9-bit operand encoding
 (s0..s105 = bits 0..105, vcc_lo/hi 106/107, ttmp0..15 108..123, m0 124,
 exec_lo/hi 126/127), so "does this instruction read a register that one
