@@ -12,6 +12,11 @@ Registers are :class:`Reg` ``(file, index, count)`` with files ``s`` (SGPRs
 0-105), ``v``, ``ttmp``, ``vcc``, ``exec`` (index 0 = lo, 1 = hi), ``m0`` and
 ``scc``.  Wave32 is assumed for implicit EXEC/VCC (what LLVM prints for GFX10).
 Indexed moves (``s_movrel*``/``v_movrel*``) report their base register only.
+
+For many encodings at a time, the scalar registers alone as bit masks
+(:data:`MASK_BASE`): a :class:`ScalarPlan` per opcode says which fields name
+which of them in which role (the same rules), and :func:`scalar_effects`
+reads an encoding through it without making :class:`Reg` objects.
 """
 
 from __future__ import annotations
@@ -324,7 +329,7 @@ class ScalarPlan:
     read whatever the fields (fixed template registers, EXEC of vector
     instructions, :data:`IMPLICIT`), ``tail`` the registers always written
     after the explicit ones (:data:`IMPLICIT`); ``size`` the bytes of the
-    base encoding, ``extra`` whether an SDWA dword follows it.
+    base encoding, ``extra`` whether an SDWA/DPP dword follows it.
     ``effects(w, x)`` is the steps as one function (generated from them,
     :func:`_compile`) of the base encoding ``w`` and the SDWA dword ``x``
     (as little-endian ints): what :func:`scalar_effects` returns."""
@@ -427,6 +432,8 @@ def scalar_plan(d, writes: bool = True) -> ScalarPlan | None:
 
     def field_step(op_, f, entries, scale=1, aux=None):
         steps.append((op_, f.lo, f.mask, scale, entries, aux))
+        if f.mask * scale >= len(entries):
+            steps.append(None)  # (a value past the table: not described)
 
     for op in form.operands:
         if op.tag == "t":
@@ -516,6 +523,8 @@ def scalar_plan(d, writes: bool = True) -> ScalarPlan | None:
                 seen_src = True
             elif seen_src is not True:
                 seen_src = None
+    if None in steps:
+        return None
     if fmtname == "FLAT":
         if "seg" not in base or "saddr" not in base:
             return None
