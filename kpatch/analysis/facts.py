@@ -177,15 +177,13 @@ class Facts:
         if o is None or o.info is not d.info:
             o = _op_facts(d)
         effects = o.effects
-        if effects is not None:
-            raw = d.raw
-            n = o.size
-            w = int.from_bytes(raw[:n], "little")
-            got = effects(w, int.from_bytes(raw[n:n + 4], "little") if o.extra else 0)
-        if effects is None or got is None:
+        if effects is None:
             facts_by_registers(self, inst)
             return
-        sreads, writes = got
+        raw = d.raw
+        n = o.size
+        w = int.from_bytes(raw[:n], "little")
+        sreads, writes = effects(w, int.from_bytes(raw[n:n + 4], "little") if o.extra else 0)
         (cls, mn, flow, exec_all, sdefs, valu, readlane, vop3_def, vcmp, is_permlane, is_v_nop, kill_smem,
          special) = o.consts
         self.inst = inst

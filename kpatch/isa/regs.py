@@ -220,8 +220,10 @@ def _explicit(d, traits: _Traits, widths: dict[str, int]) -> tuple[list[Reg], li
             if r:
                 reads.append(r)
             continue
-        if d.kind == "sdwa" and name == "sdst":
-            writes.append(scalar_reg(d.extra["sdst"], 1) if d.extra.get("sd") else VCC_LO)
+        if d.kind == "sdwa" and name == "sdst":  # (sdst "null": none written)
+            r = scalar_reg(d.extra["sdst"], 1) if d.extra.get("sd") else VCC_LO
+            if r is not None:
+                writes.append(r)
             continue
         r = _field_register(d, op, widths)
         if r is None:
@@ -393,8 +395,8 @@ def _compile(plan: ScalarPlan):
         else:  # _SDWA_SDST
             lines += [f"if (x >> {aux[0]}) & {aux[1]:#x}:",
                       f"    e = {name(entries, 'T')}[(x >> {lo}) & {mask:#x}]",
-                      "    if e is None:", "        return None",
-                      "    writes.append(e)", "else:", f"    writes.append({name(aux[2], 'K')})"]
+                      "    if e is not None:", "        writes.append(e)",
+                      "else:", f"    writes.append({name(aux[2], 'K')})"]
     if plan.tail:
         lines.append(f"writes.extend({name(plan.tail, 'K')})")
     lines.append("return reads, writes" if writes else "return reads, NO_WRITES")
@@ -538,11 +540,10 @@ def scalar_plan(d, writes: bool = True) -> ScalarPlan | None:
     return ScalarPlan(tuple(steps), reads, tail, fmt.size, kind is not None)
 
 
-def scalar_effects(plan: ScalarPlan, raw: bytes) -> tuple[int, list] | None:
+def scalar_effects(plan: ScalarPlan, raw: bytes) -> tuple[int, list]:
     """(mask of the scalar registers read, [(mask, file) of each register
     written, in :func:`registers`' order]) of the encoding ``raw`` of the
-    plan's opcode; None where the plan cannot tell (then
-    :func:`registers` is the way)."""
+    plan's opcode."""
     n = plan.size
     return plan.effects(int.from_bytes(raw[:n], "little"),
                         int.from_bytes(raw[n:n + 4], "little") if plan.extra else 0)
