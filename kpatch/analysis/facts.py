@@ -12,6 +12,15 @@ instructions with one indexing operation, so the analyses do array work per
 instruction and Python work only per distinct encoding or per event
 (branch, hazard, finding).
 
+A new encoding's facts cost a few microseconds: what depends on its opcode
+entry and form alone (class, control flow, mnemonic-derived flags, which
+fields name which scalar registers in which role: :class:`_OpFacts` and its
+:class:`~kpatch.isa.regs.ScalarPlan`) is worked out once per opcode, and
+per encoding only field values are read and looked up in tables.
+:func:`facts_by_registers` (from ``inst.reads`` / ``inst.writes``) is the
+definition they are tested against, and the way for any encoding no plan
+describes.
+
 Scalar registers are bit masks indexed by their 9-bit operand encoding
 (s0..s105 = bits 0..105, vcc_lo/hi 106/107, ttmp0..15 108..123, m0 124,
 exec_lo/hi 126/127), so "does this instruction read a register that one
@@ -33,7 +42,7 @@ import numpy as np
 
 from kpatch.analysis.flow import kind_of  # the control-flow kinds (Facts.flow): one table there
 from kpatch.isa.instruction import Instruction
-from kpatch.isa.regs import Reg
+from kpatch.isa.regs import MASK_BASE, Reg, reg_bits, scalar_plan
 
 # --- instruction classes (bit flags) ------------------------------------------
 VALU = 1 << 0
@@ -83,17 +92,12 @@ def register_encoding_check(check) -> None:
 
 
 # --- scalar register masks -----------------------------------------------------
-_FILE_BASE = {"s": 0, "vcc": 106, "ttmp": 108, "m0": 124, "exec": 126}
+_FILE_BASE = MASK_BASE
 EXEC_MASK = (1 << 126) | (1 << 127)
 SGPR_FILES = frozenset(_FILE_BASE)
 
-
-def reg_mask(r: Reg) -> int:
-    """Bit mask of a scalar register (0 for VGPRs, SCC and the like)."""
-    base = _FILE_BASE.get(r.file)
-    if base is None:
-        return 0
-    return ((1 << r.count) - 1) << (base + r.index)
+#: Bit mask of a scalar register (0 for VGPRs, SCC and the like).
+reg_mask = reg_bits
 
 
 def mask_of(regs) -> int:
@@ -169,73 +173,225 @@ class Facts:
     def __init__(self, inst):
         # a representative occurrence: its address is not meaningful, nor are
         # its VGPR numbers when its eid is shared (FactsCache.new)
+        d = inst.d
+        o = _OP_FACTS.get((id(d.info), d.kind))
+        if o is None or o.info is not d.info:
+            o = _op_facts(d)
+        effects = o.effects
+        if effects is None:
+            facts_by_registers(self, inst)
+            return
+        raw = d.raw
+        n = o.size
+        w = int.from_bytes(raw[:n], "little")
+        sreads, writes = effects(w, int.from_bytes(raw[n:n + 4], "little") if o.extra else 0)
+        (cls, mn, flow, exec_all, sdefs, valu, readlane, vop3_def, vcmp, is_permlane, is_v_nop, kill_smem,
+         special) = o.consts
         self.inst = inst
-        fmt = inst.format
-        mn = inst.mnemonic
-        f = inst.fields
-        cls = FORMAT_CLASS.get(fmt, UNKNOWN)
-        self.seg = f.get("seg", 0) if fmt == "FLAT" else None
-        if fmt == "FLAT" and self.seg in (1, 2):
+        fseg, fs16, fnsa, foff = o.fields
+        seg = None if fseg is None else (w >> fseg[0]) & fseg[1]
+        self.seg = seg
+        self.simm16 = s16 = None if fs16 is None else (w >> fs16[0]) & fs16[1]
+        self.nsa = nsa = 0 if fnsa is None else (w >> fnsa[0]) & fnsa[1]
+        self.offset = None if foff is None else (w >> foff[0]) & foff[1]
+        if seg is not None and seg in (1, 2):  # (FLAT's global and scratch segments)
             cls |= FLAT_SEG
         self.cls = cls
         self.mnemonic = mn
-        self.size = inst.size
-        self.simm16 = f.get("simm16")
-        self.nsa = f.get("nsa", 0) if fmt == "MIMG" else 0
-        self.offset = f.get("offset") if fmt in ("MUBUF", "MTBUF", "FLAT") else None
-        self.flow = kind_of(fmt, mn)  # control flow
-        reads, writes = inst.reads, inst.writes
-        sreads = mask_of(reads)
-        # Vector-memory, VALU and EXEC-branch instructions read all of EXEC
-        # (LLVM models the implicit use as the 64-bit register).
-        if sreads & (1 << 126) and (cls & (VALU | VMEM | DS | FLAT | EXP) or mn.startswith("s_cbranch_exec")
-                                    or "saveexec" in mn):
+        self.size = d.size
+        self.flow = flow
+        if sreads & (1 << 126) and exec_all:
             sreads |= EXEC_MASK
         self.sreads = sreads
         self.reads_exec = bool(sreads & EXEC_MASK)
-        wmask = [reg_mask(w) for w in writes]
-        # explicit scalar definitions of SALU/SMEM (LLVM's MI->defs(): the sdst /
-        # sdata operand, never the implicit SCC or the EXEC of *_saveexec)
-        sdefs = 0
-        if cls & (SALU | SMEM) and not cls & SOPP and writes and writes[0].file != "scc":
-            if not (fmt == "SOPK" and mn.startswith("s_setreg")):
-                sdefs = wmask[0]
-        self.sdefs = sdefs
-        # VALU scalar destination for SMEMtoVectorWriteHazard: v_readlane's vdst,
-        # else the named sdst, else the first implicit SGPR def (VCC, EXEC)
+        self.sdefs = writes[0][0] if sdefs and writes and writes[0][1] != "scc" else 0
         valu_sdst = 0
-        if cls & VALU:
-            for w, m in zip(writes, wmask):
-                if w.file in SGPR_FILES and m:
+        writes_exec = False
+        if valu:
+            for m, file in writes:
+                if file in SGPR_FILES and m:
                     valu_sdst = m
                     break
+            for _, file in writes:
+                if file == "exec":
+                    writes_exec = True
+                    break
         self.valu_sdst = valu_sdst
-        self.valu_sgpr_def = bool(cls & VALU) and (
-            (valu_sdst != 0 and mn not in _READLANE)
-            or (fmt == "VOP3" and (mn.startswith("v_cmp_") or _VOP3B.match(mn) is not None)))
-        self.writes_exec = bool(cls & VALU) and any(w.file == "exec" for w in writes)
-        self.vcmp_exec = self.writes_exec and _V_CMP.match(mn) is not None
-        self.is_permlane = mn in _PERMLANE
-        self.is_v_nop = bool(cls & VALU) and _V_NOP.match(mn) is not None
+        self.valu_sgpr_def = sgpr_def = valu and ((valu_sdst != 0 and not readlane) or vop3_def)
+        self.writes_exec = writes_exec
+        self.vcmp_exec = writes_exec and vcmp
+        self.is_permlane = is_permlane
+        self.is_v_nop = is_v_nop
         # expiry of the scalar-write hazards
-        s16 = self.simm16
-        self.kill_vm = bool(cls & VALU) or (mn == "s_waitcnt" and s16 == 0) or (
-            mn == "s_waitcnt_depctr" and depctr_vm_vsrc(s16) == 0)
-        if cls & SOPP:
-            self.kill_smem = mn == "s_waitcnt" and waitcnt_lgkm(s16) == 0
-        elif cls & SALU:
-            if mn == "s_waitcnt_lgkmcnt":
-                self.kill_smem = f.get("sdst") == SGPR_NULL and s16 == 0
-            else:
-                self.kill_smem = mn not in SALU_NOT_SMEM_BARRIER
+        if special is None:
+            self.kill_vm = valu
+            self.kill_smem = kill_smem
+            self.kill_vcmpx_war = sgpr_def
+            self.vscnt0 = False
         else:
-            self.kill_smem = False
-        self.kill_vcmpx_war = self.valu_sgpr_def or (mn == "s_waitcnt_depctr" and depctr_sa_sdst(s16) == 0)
-        self.vscnt0 = mn == "s_waitcnt_vscnt" and f.get("sdst") == SGPR_NULL and s16 == 0
+            sdst = None if o.sdst is None else (w >> o.sdst[0]) & o.sdst[1]
+            self.kill_vm = valu or (mn == "s_waitcnt" and s16 == 0) or (
+                mn == "s_waitcnt_depctr" and depctr_vm_vsrc(s16) == 0)
+            if cls & SOPP:
+                self.kill_smem = mn == "s_waitcnt" and waitcnt_lgkm(s16) == 0
+            elif mn == "s_waitcnt_lgkmcnt" and cls & SALU:
+                self.kill_smem = sdst == SGPR_NULL and s16 == 0
+            else:
+                self.kill_smem = kill_smem
+            self.kill_vcmpx_war = sgpr_def or (mn == "s_waitcnt_depctr" and depctr_sa_sdst(s16) == 0)
+            self.vscnt0 = mn == "s_waitcnt_vscnt" and sdst == SGPR_NULL and s16 == 0
         self.eid = -1  # set by FactsCache.new
-        self.local = tuple(r for r in (check(self) for check in ENCODING_CHECKS) if r)
-        self.marks = _marks(self, fmt, f)
+        local = ()
+        for check in ENCODING_CHECKS:
+            r = check(self)
+            if r:
+                local += (r,)
+        self.local = local
+        key = (cls, seg, nsa != 0, not local)
+        marks = o.marks.get(key)
+        if marks is None:
+            marks = o.marks[key] = _marks(self, o.fmt, None)
+        self.marks = marks
         self.hz = None  # compiled roles, per hazard engine (filled in by them)
+
+
+def facts_by_registers(x: Facts, inst) -> None:
+    """Fill in ``x`` (a new :class:`Facts`) for ``inst`` from its register
+    lists (``inst.reads`` / ``inst.writes``, :class:`Reg` objects) and
+    fields: the definition of every fact, which :class:`Facts` works out
+    faster from per-opcode :class:`_OpFacts` (and must agree with, encoding
+    for encoding: tests/analysis/test_facts_plans.py); used for the
+    encodings no plan describes."""
+    x.inst = inst
+    fmt = inst.format
+    mn = inst.mnemonic
+    f = inst.fields
+    cls = FORMAT_CLASS.get(fmt, UNKNOWN)
+    x.seg = f.get("seg", 0) if fmt == "FLAT" else None
+    if fmt == "FLAT" and x.seg in (1, 2):
+        cls |= FLAT_SEG
+    x.cls = cls
+    x.mnemonic = mn
+    x.size = inst.size
+    x.simm16 = f.get("simm16")
+    x.nsa = f.get("nsa", 0) if fmt == "MIMG" else 0
+    x.offset = f.get("offset") if fmt in ("MUBUF", "MTBUF", "FLAT") else None
+    x.flow = kind_of(fmt, mn)  # control flow
+    reads, writes = inst.reads, inst.writes
+    sreads = mask_of(reads)
+    # Vector-memory, VALU and EXEC-branch instructions read all of EXEC
+    # (LLVM models the implicit use as the 64-bit register).
+    if sreads & (1 << 126) and (cls & (VALU | VMEM | DS | FLAT | EXP) or mn.startswith("s_cbranch_exec")
+                                or "saveexec" in mn):
+        sreads |= EXEC_MASK
+    x.sreads = sreads
+    x.reads_exec = bool(sreads & EXEC_MASK)
+    wmask = [reg_mask(w) for w in writes]
+    # explicit scalar definitions of SALU/SMEM (LLVM's MI->defs(): the sdst /
+    # sdata operand, never the implicit SCC or the EXEC of *_saveexec)
+    sdefs = 0
+    if cls & (SALU | SMEM) and not cls & SOPP and writes and writes[0].file != "scc":
+        if not (fmt == "SOPK" and mn.startswith("s_setreg")):
+            sdefs = wmask[0]
+    x.sdefs = sdefs
+    # VALU scalar destination for SMEMtoVectorWriteHazard: v_readlane's vdst,
+    # else the named sdst, else the first implicit SGPR def (VCC, EXEC)
+    valu_sdst = 0
+    if cls & VALU:
+        for w, m in zip(writes, wmask):
+            if w.file in SGPR_FILES and m:
+                valu_sdst = m
+                break
+    x.valu_sdst = valu_sdst
+    x.valu_sgpr_def = bool(cls & VALU) and (
+        (valu_sdst != 0 and mn not in _READLANE)
+        or (fmt == "VOP3" and (mn.startswith("v_cmp_") or _VOP3B.match(mn) is not None)))
+    x.writes_exec = bool(cls & VALU) and any(w.file == "exec" for w in writes)
+    x.vcmp_exec = x.writes_exec and _V_CMP.match(mn) is not None
+    x.is_permlane = mn in _PERMLANE
+    x.is_v_nop = bool(cls & VALU) and _V_NOP.match(mn) is not None
+    # expiry of the scalar-write hazards
+    s16 = x.simm16
+    x.kill_vm = bool(cls & VALU) or (mn == "s_waitcnt" and s16 == 0) or (
+        mn == "s_waitcnt_depctr" and depctr_vm_vsrc(s16) == 0)
+    if cls & SOPP:
+        x.kill_smem = mn == "s_waitcnt" and waitcnt_lgkm(s16) == 0
+    elif cls & SALU:
+        if mn == "s_waitcnt_lgkmcnt":
+            x.kill_smem = f.get("sdst") == SGPR_NULL and s16 == 0
+        else:
+            x.kill_smem = mn not in SALU_NOT_SMEM_BARRIER
+    else:
+        x.kill_smem = False
+    x.kill_vcmpx_war = x.valu_sgpr_def or (mn == "s_waitcnt_depctr" and depctr_sa_sdst(s16) == 0)
+    x.vscnt0 = mn == "s_waitcnt_vscnt" and f.get("sdst") == SGPR_NULL and s16 == 0
+    x.eid = -1  # set by FactsCache.new
+    x.local = tuple(r for r in (check(x) for check in ENCODING_CHECKS) if r)
+    x.marks = _marks(x, fmt, f)
+    x.hz = None  # compiled roles, per hazard engine (filled in by them)
+
+
+class _OpFacts:
+    """What :class:`Facts` takes from an encoding's opcode entry and form
+    alone (``info``, ``kind``), worked out once per opcode: the class
+    (before FLAT's segment), mnemonic, control flow, flags, the
+    :class:`~kpatch.isa.regs.ScalarPlan` of its scalar registers (None:
+    :func:`facts_by_registers` is the way), the bits (lo, mask) of the
+    fields some fact reads, and the :data:`MARKS` already worked out, by
+    (class, segment, NSA, no local finding)."""
+
+    __slots__ = ("info", "fmt", "cls", "mnemonic", "flow", "plan", "effects", "size", "extra", "seg", "simm16",
+                 "nsa", "offset", "fields", "sdst", "exec_all", "sdefs", "valu", "readlane", "vop3_def", "vcmp",
+                 "is_permlane", "is_v_nop", "special", "kill_smem", "consts", "marks")
+
+
+def _consts(o: _OpFacts) -> tuple:
+    """``o.consts``: the attributes :class:`Facts` reads of ``o``, as one tuple (one unpacking)."""
+    return (o.cls, o.mnemonic, o.flow, o.exec_all, o.sdefs, o.valu, o.readlane, o.vop3_def, o.vcmp,
+            o.is_permlane, o.is_v_nop, o.kill_smem, o.special)
+
+
+_OP_FACTS: dict[tuple, _OpFacts] = {}  # (id(OpInfo), kind) -> its _OpFacts
+_SPECIAL = frozenset({"s_waitcnt", "s_waitcnt_depctr", "s_waitcnt_lgkmcnt", "s_waitcnt_vscnt"})
+
+
+def _op_facts(d) -> _OpFacts:
+    """The :class:`_OpFacts` of a Decoded encoding's opcode (made once)."""
+    o = _OpFacts()
+    o.info = d.info
+    fmt = o.fmt = "UNKNOWN" if d.fmt is None else d.fmt.name
+    mn = o.mnemonic = d.mnemonic
+    cls = o.cls = FORMAT_CLASS.get(fmt, UNKNOWN)
+    o.flow = kind_of(fmt, mn)
+    o.plan = scalar_plan(d, writes=bool(cls & (VALU | SALU | SMEM)))
+    fields = {} if d.fmt is None else {f.name: (f.lo, f.mask) for f in d.fmt.fields}
+    o.seg = fields.get("seg") if fmt == "FLAT" else None
+    o.simm16 = fields.get("simm16")
+    o.nsa = fields.get("nsa") if fmt == "MIMG" else None
+    o.offset = fields.get("offset") if fmt in ("MUBUF", "MTBUF", "FLAT") else None
+    o.sdst = fields.get("sdst")
+    o.special = mn if mn in _SPECIAL else None
+    o.fields = (o.seg, o.simm16, o.nsa, o.offset)
+    o.exec_all = bool(cls & (VALU | VMEM | DS | FLAT | EXP)) or mn.startswith("s_cbranch_exec") or "saveexec" in mn
+    o.sdefs = bool(cls & (SALU | SMEM)) and not cls & SOPP and not (fmt == "SOPK" and mn.startswith("s_setreg"))
+    o.valu = valu = bool(cls & VALU)
+    o.readlane = mn in _READLANE
+    o.vop3_def = fmt == "VOP3" and (mn.startswith("v_cmp_") or _VOP3B.match(mn) is not None)
+    o.vcmp = _V_CMP.match(mn) is not None
+    o.is_permlane = mn in _PERMLANE
+    o.is_v_nop = valu and _V_NOP.match(mn) is not None
+    if cls & SOPP:
+        o.kill_smem = False  # (s_waitcnt: by its immediate)
+    elif cls & SALU:
+        o.kill_smem = mn not in SALU_NOT_SMEM_BARRIER
+    else:
+        o.kill_smem = False
+    o.effects = None if o.plan is None else o.plan.effects
+    o.size, o.extra = (0, False) if o.plan is None else (o.plan.size, o.plan.extra)
+    o.consts = _consts(o)
+    o.marks = {}
+    _OP_FACTS[(id(d.info), d.kind)] = o
+    return o
 
 
 #: Formats whose facts depend on the scalar operands only: VGPR numbers

@@ -231,6 +231,14 @@ EXTRA_FORMATS: dict[str, tuple[Field, ...]] = {
     "SDWA": SDWA, "SDWA_VOPC": SDWA_VOPC, "DPP16": DPP16, "DPP8": DPP8, "NSA": NSA,
 }
 
+
+def extra_format(fmt: Format, kind: str) -> str:
+    """Name (in :data:`EXTRA_FORMATS`) of the SDWA/DPP dword layout."""
+    if kind == "sdwa":
+        return "SDWA_VOPC" if fmt is VOPC else "SDWA"
+    return "DPP16" if kind == "dpp16" else "DPP8"
+
+
 #: Values of a 9-bit VOP1/VOP2/VOPC src0 that announce an extra dword.
 SRC_SDWA = 0xF9
 SRC_DPP16 = 0xFA

@@ -13,16 +13,10 @@ code costs no more than finding its boundaries.
 from __future__ import annotations
 
 from kpatch.isa import formats as F
+from kpatch.isa.formats import extra_format
 
 _EXTRACT = {name: fmt.extractor() for name, fmt in F.FORMATS.items()}
 _EXTRACT_X = {name: F.make_extractor(fields) for name, fields in F.EXTRA_FORMATS.items()}
-
-
-def extra_format(fmt: F.Format, kind: str) -> str:
-    """Name (in :data:`formats.EXTRA_FORMATS`) of the SDWA/DPP dword layout."""
-    if kind == "sdwa":
-        return "SDWA_VOPC" if fmt is F.VOPC else "SDWA"
-    return "DPP16" if kind == "dpp16" else "DPP8"
 
 
 class Decoded:
