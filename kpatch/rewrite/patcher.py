@@ -244,12 +244,10 @@ def _vgpr_growth(data: bytes, contexts: dict[str, FixContext], outcomes: dict) -
                                                 b.new_allocation // b.granule - 1)
     counts = {sym: b.next for sym, b in grown.items() if b.vgpr_count is not None and b.next > b.vgpr_count}
     if counts:
-        def update(md):
-            for kmd in md.kernels:
-                if kmd.get(".symbol") in counts:
-                    kmd[".vgpr_count"] = counts[kmd[".symbol"]]
+        def update(kmd):
+            kmd[".vgpr_count"] = counts[kmd[".symbol"]]
 
-        data = headers.set_metadata(data, update)
+        data = headers.set_kernel_metadata(data, set(counts), update)
     return data
 
 
