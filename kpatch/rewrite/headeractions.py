@@ -30,7 +30,10 @@ class HeaderAction:
     performs (any other is rejected when the rule is loaded, with ``why``).
     Kernel actions change a descriptor (``descriptor(kd, value)``) and a
     kernel's metadata map (``metadata(kmd, value)``, True when it changed
-    something); object actions change the target id (``target(tid, value)``).
+    something; ``metadata_key``: the one key of the map it reads and sets,
+    when it leaves a map without that key as it is, so that such maps need
+    not be decoded for it); object actions change the target id
+    (``target(tid, value)``).
     """
 
     key: str
@@ -41,16 +44,20 @@ class HeaderAction:
     descriptor: Callable | None = None
     metadata: Callable | None = None
     target: Callable | None = None
+    metadata_key: str | None = None
 
 
 def _wgp_descriptor(kd: KernelDescriptor, value: bool) -> None:
     kd.set("WGP_MODE", int(value))
 
 
+WGP_MODE_KEY = ".workgroup_processor_mode"
+
+
 def _wgp_metadata(kmd: dict, value: bool) -> bool:
-    if ".workgroup_processor_mode" not in kmd:
+    if WGP_MODE_KEY not in kmd:
         return False
-    kmd[".workgroup_processor_mode"] = int(value)
+    kmd[WGP_MODE_KEY] = int(value)
     return True
 
 
@@ -76,7 +83,7 @@ HEADER_ACTIONS: dict[str, HeaderAction] = {a.key: a for a in (
                  "kpatch only switches kernels to CU mode (WGP mode is what gfx1010's LdsMisalignedBug needs "
                  "avoided)",
                  "RSRC1.WGP_MODE in the descriptor and .workgroup_processor_mode in the metadata",
-                 descriptor=_wgp_descriptor, metadata=_wgp_metadata),
+                 descriptor=_wgp_descriptor, metadata=_wgp_metadata, metadata_key=WGP_MODE_KEY),
     HeaderAction("mach", "object", ("gfx1010",),
                  "kpatch makes code safe for gfx1010 only, so it labels objects gfx1010 only",
                  "the processor in e_flags and amdhsa.target", target=_set_mach),

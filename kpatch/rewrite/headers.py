@@ -27,7 +27,8 @@ from typing import Callable
 from kpatch.codeobject import CodeObject, KernelDescriptor, Metadata, e_flags_for
 from kpatch.codeobject.descriptor import KD_SIZE
 from kpatch.elf.reader import EHDR, NHDR, SHT_NOTE, ElfFile, Note
-from kpatch.codeobject.metadata import encode_metadata, spread_metadata
+from kpatch.codeobject import mpack
+from kpatch.codeobject.metadata import KEY_KERNELS, decode_metadata, encode_metadata, spread_metadata
 from kpatch.errors import UsageError
 from kpatch.rewrite.headeractions import HEADER_ACTIONS
 
@@ -105,6 +106,96 @@ def set_metadata(data: bytes, updater: Callable[[Metadata], None]) -> bytes:
     return write_metadata(co, md)
 
 
+def set_kernel_metadata(data: bytes, symbols, update: Callable[[dict], object], needs=None) -> bytes:
+    """``data`` with ``update(kmd)`` done to the metadata map of every kernel
+    whose ``.symbol`` is in ``symbols``: what :func:`set_metadata` gives
+    with an updater that does this to those maps of ``md.kernels`` (and
+    nothing else), without decoding the whole map losslessly (a Tensile
+    object's is megabytes of MessagePack, kpatch's lossless reader is pure
+    Python).
+
+    Each kernel map is one MessagePack value of the note, whose bytes
+    :func:`~kpatch.codeobject.mpack.pack` gives back exactly for what it did
+    not change (``pack(unpack(b)) == b``), and the containers around it keep
+    their headers (a kernel map stays one element of ``amdhsa.kernels``): so
+    the note set_metadata writes is the note with each changed kernel map's
+    bytes replaced by that map decoded losslessly, updated and encoded
+    again, and only those maps are.  The note is read by the C reader first
+    (:func:`~kpatch.codeobject.metadata.decode_metadata` with ``lossless=False``
+    refuses what the lossless reader refuses: its size, repeated keys,
+    nesting) and walked with it for where each kernel map starts and ends.
+    An object this does not cover exactly (no note or several, a note whose
+    root is not a map, or whose ``amdhsa.kernels`` is not a list of maps)
+    goes through :func:`set_metadata`, as does any error (set_metadata
+    reports it).
+
+    ``needs`` (keys): the caller's word that ``update`` leaves a map that
+    has none of these keys as it is (e.g. a header action's
+    ``metadata_key``): such maps are not decoded at all."""
+    try:
+        new = _spliced_kernel_maps(data, symbols, update, needs)
+    except Exception:  # (set_metadata meets the same problem and says it in its words)
+        new = None
+    if new is None:
+        def updater(md: Metadata) -> None:
+            for kmd in md.kernels:
+                if kmd.get(".symbol") in symbols:
+                    update(kmd)
+
+        return set_metadata(data, updater)
+    return new
+
+
+def _spliced_kernel_maps(data: bytes, symbols, update: Callable[[dict], object], needs=None) -> bytes | None:
+    """:func:`set_kernel_metadata`'s result, or None where it does not apply."""
+    import msgpack  # (imported on first use, as the read-only metadata reader does)
+
+    co = CodeObject.from_bytes(data, lossless=False)
+    if len(co.metadata_notes) != 1:
+        return None
+    note = co.metadata_notes[0]
+    desc = note.desc
+    plain = decode_metadata(desc, lossless=False)
+    root = plain.root
+    if type(root) is not dict:
+        return None
+    kernels = root.get(KEY_KERNELS)
+    if not kernels:  # (set_metadata's md.kernels: nothing to update)
+        return bytes(data)
+    if type(kernels) is not list or any(type(k) is not dict for k in kernels):
+        return None
+    chosen = [j for j, k in enumerate(kernels) if k.get(".symbol") in symbols
+              and (needs is None or any(n in k for n in needs))]
+    if not chosen:
+        return bytes(data)
+    # where each element of amdhsa.kernels starts and ends in the note
+    u = msgpack.Unpacker(raw=False, strict_map_key=False, unicode_errors="surrogateescape",
+                         max_buffer_size=max(len(desc), 1))
+    u.feed(desc)
+    spans = None
+    for _ in range(u.read_map_header()):
+        key = u.unpack()
+        if key != KEY_KERNELS:
+            u.skip()
+            continue
+        spans = []
+        for _ in range(u.read_array_header()):
+            at = u.tell()
+            u.skip()
+            spans.append((at, u.tell()))
+    if spans is None or len(spans) != len(kernels):
+        return None
+    out, pos = [], 0
+    for j in chosen:
+        a, b = spans[j]
+        kmd = mpack.unpack(desc[a:b])
+        update(kmd)
+        out += [desc[pos:a], mpack.pack(kmd)]
+        pos = b
+    new_desc = b"".join(out) + desc[pos:]
+    return _write_notes(bytes(data), co.metadata_notes, [new_desc])
+
+
 def write_metadata(co: CodeObject, md: Metadata) -> bytes:
     """``co`` with its NT_AMDGPU_METADATA notes re-encoded from ``md`` (its
     :attr:`~CodeObject.metadata`, changed; see :func:`set_metadata`) - for a
@@ -114,9 +205,12 @@ def write_metadata(co: CodeObject, md: Metadata) -> bytes:
     did not change keep their bytes."""
     parts = co.metadata_parts
     spread_metadata(md, parts)
-    wanted = [encode_metadata(p) for p in parts]
-    data = bytes(co.data)
-    notes = co.metadata_notes
+    return _write_notes(bytes(co.data), co.metadata_notes, [encode_metadata(p) for p in parts])
+
+
+def _write_notes(data: bytes, notes, wanted: list[bytes]) -> bytes:
+    """``data`` with each of its metadata ``notes`` holding the descriptor of
+    ``wanted`` at the same place (notes whose bytes did not change are kept)."""
     while True:
         changed = [(n, d) for n, d in zip(notes, wanted) if d != n.desc]
         if not changed:
@@ -183,18 +277,20 @@ def _perform_kernel(data: bytes, kernel_actions: list[tuple[tuple, list]]) -> by
                 HEADER_ACTIONS[key].descriptor(kd, value)
             out[at:at + KD_SIZE] = kd.to_bytes()
     data = bytes(out)
-    co = CodeObject.from_bytes(data)
-    md = co.metadata
-    if md is None:
+    if not co.metadata_notes:
         return data
-    changed = False
+    by_kernel: dict[str, list] = {}  # symbol -> the actions on its map, in the order set_metadata did them
     for acts, kernels in kernel_actions:
-        symbols = {k.symbol for k in kernels}
-        for kmd in md.kernels:
-            if kmd.get(".symbol") in symbols:
-                for key, value in acts:
-                    changed |= HEADER_ACTIONS[key].metadata(kmd, value)
-    return write_metadata(co, md) if changed else data
+        for k in kernels:
+            by_kernel.setdefault(k.symbol, []).extend(acts)
+
+    def update(kmd: dict) -> None:
+        for key, value in by_kernel[kmd[".symbol"]]:
+            HEADER_ACTIONS[key].metadata(kmd, value)
+
+    keys = {HEADER_ACTIONS[key].metadata_key for acts in by_kernel.values() for key, _ in acts
+            if HEADER_ACTIONS[key].metadata is not None}
+    return set_kernel_metadata(data, set(by_kernel), update, needs=None if None in keys else keys)
 
 
 def _perform_object(data: bytes, object_actions: tuple) -> bytes:

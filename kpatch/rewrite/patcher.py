@@ -244,12 +244,10 @@ def _vgpr_growth(data: bytes, contexts: dict[str, FixContext], outcomes: dict) -
                                                 b.new_allocation // b.granule - 1)
     counts = {sym: b.next for sym, b in grown.items() if b.vgpr_count is not None and b.next > b.vgpr_count}
     if counts:
-        def update(md):
-            for kmd in md.kernels:
-                if kmd.get(".symbol") in counts:
-                    kmd[".vgpr_count"] = counts[kmd[".symbol"]]
+        def update(kmd):
+            kmd[".vgpr_count"] = counts[kmd[".symbol"]]
 
-        data = headers.set_metadata(data, update)
+        data = headers.set_kernel_metadata(data, set(counts), update)
     return data
 
 
@@ -506,13 +504,12 @@ class _RulePlan:
             if f.fix is None:
                 raise CannotFix(_no_exact_fix(f))
             rule = self.by_finding.get(f.cls)
-            where = f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
             if rule is None:
-                raise CannotFix(f"{where} needs rule set {f.fix}, which was not chosen")
+                raise CannotFix(f"{_where(f)} needs rule set {f.fix}, which was not chosen")
             acts = self.kernel_actions[rule.id]
             if acts:
                 if device_function:
-                    raise CannotFix(f"{where} in a device function: rule {rule.id} sets "
+                    raise CannotFix(f"{_where(f)} in a device function: rule {rule.id} sets "
                                     f"{', '.join(k for k, _ in acts)} of the kernel, a property of the "
                                     f"calling kernels, which kpatch does not set from a callee")
                 kernel_headers.setdefault(rule.id, (rule, f.cls))
@@ -530,6 +527,11 @@ class _RulePlan:
             edits.extend(pe)
             used.extend(pe_rules)
         return edits, used, kernel_headers
+
+
+def _where(f) -> str:
+    """A finding's class and address, for a refusal's reason."""
+    return f.cls if f.address is None else f"{f.cls} at {f.address:#x}"
 
 
 def _cu_mode_refusal(kernel_headers: dict[str, tuple[Rule, str]], ctx: FixContext, kernel) -> str | None:

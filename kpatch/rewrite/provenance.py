@@ -25,10 +25,10 @@ its own output (idempotency) without piling notes up.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from kpatch.codeobject import CodeObject
+from kpatch.containers.kdb import md5_hex
 from kpatch.errors import FormatError, UsageError
 from kpatch.rewrite.headers import note_bytes, note_section, replace_note, replace_section
 
@@ -41,7 +41,7 @@ def provenance_record(source: bytes, *, rules: list[str], made_safe_for: str, mo
     """The standard record for an object made from ``source`` (its bytes)."""
     from kpatch import __version__
     rec = {"kpatch_version": __version__, "rules": list(rules),
-           "source_md5": hashlib.md5(bytes(source)).hexdigest(),
+           "source_md5": md5_hex(bytes(source)),  # (hashed once: the DB reader hashed these bytes already)
            "made_safe_for": made_safe_for, "mode": mode}
     rec.update(extra)
     return rec

@@ -158,16 +158,33 @@ def _decode_snippet(code: bytes, target: str):
     return None
 
 
+_UNDECODABLE = object()
+
+
+@lru_cache(maxsize=4096)
+def _pc_relative_in(code: bytes, target: str):
+    """The first PC-relative instruction of inserted ``code`` (as
+    :func:`_decode_code` decodes it), None if it has none, ``_UNDECODABLE``
+    if it is not whole instructions (asked once per snippet, not once per
+    place it goes: an object can take hundreds of thousands of insertions)."""
+    insts = _decode_snippet(code, target)
+    if insts is None:
+        return _UNDECODABLE
+    return next((c for c in insts if is_pc_relative(c)), None)
+
+
 def _edit_problem(scan: TextScan, idx: int, slot: Slot) -> Refusal | None:
     """Why the edits at instruction ``idx`` cannot be applied, or None."""
     ins = scan.insts[idx]
     a = ins.address
     for e in slot.edits:
-        for c in _decode_code(bytes(e.code), scan.target, a):
-            if is_pc_relative(c):
-                return Refusal(f"cannot relocate: rule {e.rule} inserts {c.mnemonic} at {a:#x}; "
-                               f"kpatch does not place PC-relative code", kind="edit-pc-relative",
-                               address=a)
+        c = _pc_relative_in(bytes(e.code), scan.target)
+        if c is _UNDECODABLE:
+            _decode_code(bytes(e.code), scan.target, a)  # (UsageError naming the address)
+        if c is not None:
+            return Refusal(f"cannot relocate: rule {e.rule} inserts {c.mnemonic} at {a:#x}; "
+                           f"kpatch does not place PC-relative code", kind="edit-pc-relative",
+                           address=a)
     if slot.replace is not None and is_pc_relative(ins):
         return Refusal(f"cannot relocate: rule {slot.replace.rule} replaces {ins.mnemonic} at "
                        f"{a:#x}, a PC-relative instruction", kind="edit-pc-relative", address=a)

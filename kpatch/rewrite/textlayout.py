@@ -247,6 +247,7 @@ def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
 
 _ADDRESS = attrgetter("address")
 _SIZE = attrgetter("d.size")
+_CODE = attrgetter("code")
 
 
 def _cached(scan: TextScan, key: str, make):
@@ -335,11 +336,18 @@ def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.
     before it."""
     group = _end_array(scan) - _address_array(scan)
     before = np.zeros(len(group), dtype=np.int64)
+    if not slots:
+        return group, before
     insts = scan.insts
+    sizes_before, sizes = [], []  # (one numpy assignment for all slots, not two per slot)
     for i, slot in slots.items():
-        b = len(slot.before_code())
-        before[i] = b
-        group[i] = b + len(slot.body(insts[i].raw)) + len(slot.after_code())
+        b = sum(map(len, map(_CODE, slot.before))) if slot.before else 0
+        a = sum(map(len, map(_CODE, slot.after))) if slot.after else 0
+        sizes_before.append(b)
+        sizes.append(b + len(slot.body(insts[i].raw)) + a)
+    at = np.fromiter(slots, dtype=np.int64, count=len(slots))
+    before[at] = sizes_before
+    group[at] = sizes
     return group, before
 
 

@@ -243,3 +243,27 @@ def test_moving_code_makes_no_whole_object_lists_and_the_address_map_on_request(
     lay = made[-1]
     want = dict(zip([i.address for i in lay.scan.insts], lay.new_addr_array.tolist()))
     assert r.address_map == want and r.address_map is r.address_map
+
+
+def test_inserted_snippet_is_checked_once_not_per_place(monkeypatch):
+    """Whether inserted code holds a PC-relative instruction is asked once per
+    distinct snippet (issue 14: hundreds of thousands of insertions of a few
+    snippets over the corpus DB), and the answer still refuses such code."""
+    from kpatch.rewrite import relocate
+
+    for cached in ("_pc_relative_in", "_decode_snippet"):  # (answers of earlier tests forgotten)
+        if hasattr(relocate, cached):
+            getattr(relocate, cached).cache_clear()
+    edits = spread_edits(RELOC, 3)
+    assert len(edits) > 20
+    asked = []
+    real = relocate.is_pc_relative
+    monkeypatch.setattr(relocate, "is_pc_relative", lambda i: asked.append(i.address) or real(i))
+    r = apply_edits(read(RELOC), "gfx1030", edits)
+    assert r.data != read(RELOC)
+    assert len([a for a in asked if a == 0]) <= 1  # the s_nop 7 snippet (decoded at 0), once
+    # a branch in inserted code is still refused, at each place
+    f = function_lines(RELOC)["k_plain"]
+    branch = bytes.fromhex("000082bf")  # s_branch 0 (llvm-mc-16 -show-encoding: [0x00,0x00,0x82,0xbf])
+    r = apply_edits(read(RELOC), "gfx1030", [Edit(f[1].addr, "insert_before", branch, "b")])
+    assert [x.kind for x in r.refused] == ["edit-pc-relative"] and "s_branch" in r.refused[0].reason
