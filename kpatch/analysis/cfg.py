@@ -131,7 +131,9 @@ class CFG:
         falls = np.isin(lf, _FALLS_THROUGH) & ~func_end[last]
         succ1 = np.where(falls, np.arange(nb) + 1, -1)
         succ2 = np.full(nb, -1, dtype=np.int64)
-        self.branchy = ((lf == JUMP) | (lf == COND)).tolist()
+        #: does each block end in a branch (a bool array; ``branchy``: the same as a list)
+        self.branchy_array = (lf == JUMP) | (lf == COND)
+        self.branchy = self.branchy_array.tolist()
         if tgt_of is not None:
             t = tgt_of[last]
             has = t >= 0
