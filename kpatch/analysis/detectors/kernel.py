@@ -14,13 +14,18 @@ and has no address; it is reported for each kernel.
 
 from __future__ import annotations
 
+import bisect
+
 from kpatch.analysis.detectors.context import Context, FunctionSpan
 from kpatch.analysis.facts import M_MULTI_DWORD
 from kpatch.analysis.findings import Finding
 
 
 
-def _lds_misaligned(ctx: Context, fn: FunctionSpan) -> list[Finding]:
+def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = None) -> list[Finding]:
+    """The LdsMisalignedBug finding of kernel ``fn`` (none or one); ``multi``:
+    the indices of the unit's multi-dword accesses (:data:`M_MULTI_DWORD`),
+    if the caller has them."""
     k = fn.kernel
     if k is None or ctx.compiled_for_gfx101x:
         return []
@@ -30,14 +35,16 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan) -> list[Finding]:
         return []
     if not wgp:
         return []
-    multi = ctx.marked(M_MULTI_DWORD, fn.start, fn.end)
-    if not multi:
+    if multi is None:
+        multi = ctx.marked(M_MULTI_DWORD)
+    lo, hi = bisect.bisect_left(multi, fn.start), bisect.bisect_left(multi, fn.end)
+    if lo == hi:
         return []
     insts = ctx.insts
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
-                    f"WGP mode, {len(multi)} multi-dword LDS/FLAT access(es) with unproven alignment, "
-                    f"first {insts[multi[0]].text()}",
-                    addresses=[insts[j].address for j in multi])]
+                    f"WGP mode, {hi - lo} multi-dword LDS/FLAT access(es) with unproven alignment, "
+                    f"first {insts[multi[lo]].text()}",
+                    addresses=[insts[j].address for j in multi[lo:hi]])]
 
 
 def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
@@ -48,7 +55,8 @@ def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
 
 
 def detect(ctx: Context) -> list[Finding]:
+    multi = ctx.marked(M_MULTI_DWORD)  # (once, not once per function)
     for fn in ctx.functions:
-        for f in _lds_misaligned(ctx, fn) + _xnack(ctx, fn):
+        for f in _lds_misaligned(ctx, fn, multi) + _xnack(ctx, fn):
             ctx.attach(fn, f)
     return []
