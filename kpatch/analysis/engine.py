@@ -39,6 +39,7 @@ from kpatch.isa.decoder import no_gc
 from kpatch.isa.tables import table_for
 
 _ADDRESS = attrgetter("address")
+_ADDRESS_CLASS = attrgetter("address", "cls")  # (_order, when every address is known)
 S_CODE_END = bytes.fromhex("00009fbf")  # 0xBF9F0000
 
 
@@ -290,8 +291,7 @@ def run_detectors(ctx: Context) -> list[list]:
         found = detect(ctx)
         if not found:
             continue
-        idx = np.searchsorted(ctx.addresses, np.fromiter((f.address for f in found), dtype=np.int64,
-                                                         count=len(found)))
+        idx = np.searchsorted(ctx.addresses, np.fromiter(map(_ADDRESS, found), dtype=np.int64, count=len(found)))
         for f, i in zip(found, (np.searchsorted(starts, idx, "right") - 1).tolist()):
             per_span[i].append(f)
     index = {id(s): i for i, s in enumerate(ctx.functions)}
@@ -315,9 +315,10 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
     calls = sorted(k for k in cfg.calls + cfg.indirect if k not in cfg.resolved)
     bad = sorted(cfg.bad_targets)
     unmodelled = cfg.unmodelled  # (sorted)
+    attached = {id(span) for span, _ in ctx.attached}
     for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):
-        if len(findings) > 1:
-            findings.sort(key=_order)
+        if len(findings) > 1:  # (only a kernel-level finding may have no address)
+            findings.sort(key=_order if id(span) in attached else _ADDRESS_CLASS)
         rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
                              instructions=span.end - span.start, blocks=blocks[i], loops=back[i])
         lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
