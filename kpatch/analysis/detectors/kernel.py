@@ -44,7 +44,7 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = No
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
                     f"WGP mode, {hi - lo} multi-dword LDS/FLAT access(es) with unproven alignment, "
                     f"first {insts[multi[lo]].text()}",
-                    addresses=[insts[j].address for j in multi[lo:hi]])]
+                    addresses=ctx.addresses[multi[lo:hi]].tolist())]
 
 
 def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:

@@ -197,7 +197,6 @@ def _finding_type(name: str) -> type:
 
 
 def detect(ctx: Context) -> list[Finding]:
-    insts = ctx.insts
     out: list[Finding] = []
     for rh in ENGINE.run(ctx.cfg):
         ks = rh.ks
@@ -210,5 +209,6 @@ def detect(ctx: Context) -> list[Finding]:
             ks = np.array(ks, dtype=np.int64)
             ks = ks[ok[np.searchsorted(starts, ks, "right") - 1]].tolist()
         make, src = _finding_type(rh.rule.name), (ctx, rh)
-        out.extend([make(src, k, insts[k].address) for k in ks])
+        # (addresses from the column, not from instruction objects spread over memory)
+        out.extend([make(src, k, a) for k, a in zip(ks, ctx.addresses[ks].tolist())])
     return out
