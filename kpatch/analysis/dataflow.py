@@ -194,7 +194,7 @@ class _RuleInput:
     binary searches per check."""
 
     __slots__ = ("cfg", "i", "rule", "C", "G", "kills", "chk_c", "gen_g", "bc", "bs", "pk", "lk", "cG", "ghi",
-                 "ghi_b")
+                 "ghi_b", "last_state")
 
     def __init__(self, engine: "HazardEngine", cols: list[np.ndarray], cfg: CFG, roles: np.ndarray, i: int):
         self.cfg, self.i = cfg, i
@@ -222,6 +222,8 @@ class _RuleInput:
         self.pk, self.lk = K[ck[C]], K[ck[bend]]
         self.cG = cG = _prefix_count(isg)
         self.ghi, self.ghi_b = cG[C], cG[cfg.block_end]
+        #: the last round's block states: (first gen counted per block, whether it kills, the in-states)
+        self.last_state = None
 
 
 _M64 = (1 << 64) - 1
@@ -397,12 +399,17 @@ class HazardEngine:
         glo_b = cG[np.where(has_kill, lk, bstart)]
         src = np.flatnonzero(ri.ghi_b > glo_b)
         if src.size:
-            local = []
-            for gm in ri.gen_g:
-                a = np.zeros(cfg.nblocks, dtype=np.uint64)
-                a[src] = _window_or(gm, glo_b[src], ri.ghi_b[src])
-                local.append(a)
-            inn = self._propagate(cfg, ri.rule, local, ~has_kill)
+            last = ri.last_state
+            if last is not None and np.array_equal(last[0], glo_b) and np.array_equal(last[1], has_kill):
+                inn = last[2]  # the blocks pass on what they did in the last round (as they usually do)
+            else:
+                local = []
+                for gm in ri.gen_g:
+                    a = np.zeros(cfg.nblocks, dtype=np.uint64)
+                    a[src] = _window_or(gm, glo_b[src], ri.ghi_b[src])
+                    local.append(a)
+                inn = self._propagate(cfg, ri.rule, local, ~has_kill)
+                ri.last_state = (glo_b, has_kill, inn)
             # checks with no kill before them in their block see the in-state
             dep = np.flatnonzero(pk < ri.bs)
             if inn is not None and dep.size:
