@@ -389,8 +389,8 @@ class HazardEngine:
             hit = np.zeros(cand.size, dtype=bool)
             for ch, gm in enumerate(ri.gen_g):
                 hit |= (_window_or(gm, lo, hi) & ri.chk_c[ch][cand]) != 0
-            sel = cand[hit]
-            w_k, w_lo, w_hi = C[sel], glo[sel], ri.ghi[sel]
+            w_sel = cand[hit]
+            w_k, w_lo, w_hi = C[w_sel], glo[w_sel], ri.ghi[w_sel]
 
         # -- the state each block passes on ------------------------------------------
         b_k = b_b = _EMPTY
@@ -418,10 +418,17 @@ class HazardEngine:
                 for ch in range(len(inn)):
                     hit |= (inn[ch][db] & ri.chk_c[ch][dep]) != 0
                 sel = np.flatnonzero(hit)
-                b_k, b_b = C[dep[sel]], db[sel]
+                b_sel = dep[sel]
+                b_k, b_b = C[b_sel], db[sel]
         if not w_k.size and not b_k.size:
             return None
-        ks = np.union1d(w_k, b_k) if w_k.size and b_k.size else (w_k if w_k.size else b_k)
+        if w_k.size and b_k.size:  # (both are checks: marked among them, not merged by a sort)
+            hit = np.zeros(C.size, dtype=bool)
+            hit[w_sel] = True
+            hit[b_sel] = True
+            ks = C[hit]
+        else:
+            ks = w_k if w_k.size else b_k
         return RuleHits(self, cfg, ri.i, ks.tolist(), (w_k, w_lo, w_hi), (b_k, b_b), G, inn, sites)
 
     @staticmethod
