@@ -29,16 +29,16 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = No
     k = fn.kernel
     if k is None or ctx.compiled_for_gfx101x:
         return []
+    if multi is None:
+        multi = ctx.marked(M_MULTI_DWORD)
+    lo, hi = bisect.bisect_left(multi, fn.start), bisect.bisect_left(multi, fn.end)
+    if lo == hi:
+        return []  # (its descriptor need not be read)
     try:
         wgp = k.descriptor.wgp_mode
     except Exception:  # descriptor layout without WGP_MODE (not GFX10)
         return []
     if not wgp:
-        return []
-    if multi is None:
-        multi = ctx.marked(M_MULTI_DWORD)
-    lo, hi = bisect.bisect_left(multi, fn.start), bisect.bisect_left(multi, fn.end)
-    if lo == hi:
         return []
     insts = ctx.insts
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
