@@ -16,10 +16,14 @@ instruction that expires the hazard.  Forward, that is a gen/kill problem:
   between A and B").
 
 The engine works on positions, not instruction by instruction: for each
-rule it takes the indices of the instructions that check, gen and kill
-(numpy arrays), so "is there a gen after the last kill before this check,
-in this block" is a binary search; only candidate pairs, blocks whose state
-leaves them, and the blocks that state reaches are handled in Python.
+rule it takes the indices of the instructions that check and gen (numpy
+arrays) and the number of gens and kills before each position (prefix
+counts), so "is there a gen after the last kill before this check, in this
+block" is a few lookups, for every check at once; the states blocks pass on
+are propagated level by level in numpy, the last few blocks one at a time.
+What does not change between the rounds of a lean rule is worked out once
+(:class:`_RuleInput`), and a round whose block states are the last round's
+reuses its propagation.
 
 Hits are mitigation sites.  For a rule whose mitigation is inserted right
 before the hit and expires the hazard (``lean``), a hit also kills, after
@@ -313,15 +317,6 @@ class HazardEngine:
         """Every column (see ``_keys``), extended to every encoding known."""
         bulk = self._rows_bulk if all(r.columns is not None for r in self.rules) else None
         return FACTS.columns_of(self._keys, self._row, bulk=bulk)
-
-    def _column(self, what: str, i: int = 0, part: int = 0, chunk: int = 0) -> np.ndarray:
-        """The roles column, or one 64-bit chunk of a rule's check (part 0) or
-        gen (part 1) masks; all columns are extended together, in one pass
-        over the encodings added since."""
-        cols = self._columns()
-        if what == "roles":
-            return cols[0]
-        return cols[self._index[(self.key, i, part, chunk)]]
 
     def run(self, cfg: CFG) -> list[RuleHits]:
         """The hazardous instructions of ``cfg``, per rule (rules without
