@@ -188,15 +188,22 @@ def _word3(f) -> int:
     return word3 if f.sreads >> word3 & 1 else -1
 
 
+def descriptor_reads(ctx: Context) -> list[tuple[int, int]]:
+    """(instruction index, SGPR of word 3) of every MUBUF/MTBUF that reads a
+    descriptor (not buffer_gl0_inv and the like): picked out by a column of
+    :func:`_word3` per encoding, not instruction by instruction."""
+    buf = np.flatnonzero(ctx.marks & M_BUFFER)
+    word3s = FACTS.column(_WORD3, _word3)[ctx.cfg.eids[buf]]
+    has = word3s >= 0
+    return list(zip(buf[has].tolist(), word3s[has].tolist()))
+
+
 def detect(ctx: Context) -> list[Finding]:
     insts = ctx.insts
     memo: dict = {}
     users: dict[int, list[int]] = {}  # defining instruction -> buffer instructions it reaches
     values: dict[int, tuple[int, int]] = {}  # defining instruction -> (register, constant)
-    buf = np.flatnonzero(ctx.marks & M_BUFFER)
-    word3s = FACTS.column(_WORD3, _word3)[ctx.cfg.eids[buf]]
-    has = word3s >= 0  # (not buffer_gl0_inv and the like, which have no descriptor)
-    for k, word3 in zip(buf[has].tolist(), word3s[has].tolist()):
+    for k, word3 in descriptor_reads(ctx):
         writers, _ = reaching_writers(ctx, k, word3, memo)
         for j in writers:
             if j not in values:
