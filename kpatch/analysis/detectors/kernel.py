@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 from kpatch.analysis.detectors.context import Context, FunctionSpan
 from kpatch.analysis.facts import M_MULTI_DWORD
 from kpatch.analysis.findings import Finding
@@ -56,7 +58,12 @@ def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
 
 def detect(ctx: Context) -> list[Finding]:
     multi = ctx.marked(M_MULTI_DWORD)  # (once, not once per function)
-    for fn in ctx.functions:
+    fns = ctx.functions
+    if getattr(ctx.co.target, "xnack", None) != "+":  # only kernels with multi-dword accesses can have findings
+        at = np.array(multi, dtype=np.int64)
+        has = (np.searchsorted(at, [fn.end for fn in fns]) > np.searchsorted(at, [fn.start for fn in fns])).tolist()
+        fns = [fn for fn, h in zip(fns, has) if h]
+    for fn in fns:
         for f in _lds_misaligned(ctx, fn, multi) + _xnack(ctx, fn):
             ctx.attach(fn, f)
     return []
