@@ -43,8 +43,9 @@ from kpatch.analysis.facts import FACTS, Facts, FactsView
 from kpatch.analysis.flow import CALL, COND, ENDS_BLOCK, FALLS_THROUGH, INDIRECT, JUMP, UNMODELLED
 
 _ADDRESS = attrgetter("address")
-_ENDS_BLOCK = np.array(sorted(ENDS_BLOCK), dtype=np.int64)
-_FALLS_THROUGH = np.array(sorted(FALLS_THROUGH), dtype=np.int64)
+#: by flow kind (:mod:`kpatch.analysis.flow`): does it end a block, may it fall through
+_ENDS_BLOCK = np.isin(np.arange(max(ENDS_BLOCK | FALLS_THROUGH) + 1), sorted(ENDS_BLOCK))
+_FALLS_THROUGH = np.isin(np.arange(max(ENDS_BLOCK | FALLS_THROUGH) + 1), sorted(FALLS_THROUGH))
 
 
 def _SIMM16(f: Facts) -> int:
@@ -88,7 +89,7 @@ class CFG:
             self.calls = special[sf == CALL].tolist()
             self.indirect = special[sf == INDIRECT].tolist()
             self.unmodelled = special[sf == UNMODELLED].tolist()
-            leader[special[np.isin(sf, _ENDS_BLOCK)] + 1] = True
+            leader[special[_ENDS_BLOCK[sf]] + 1] = True
             br = special[(sf == JUMP) | (sf == COND)]
             if br.size:
                 if addresses is None:
@@ -128,10 +129,12 @@ class CFG:
         self.block_of = np.cumsum(leader) - 1
         last = be - 1
         lf = flows[last] if nb else flows[:0]
-        falls = np.isin(lf, _FALLS_THROUGH) & ~func_end[last]
+        falls = _FALLS_THROUGH[lf] & ~func_end[last]
         succ1 = np.where(falls, np.arange(nb) + 1, -1)
         succ2 = np.full(nb, -1, dtype=np.int64)
-        self.branchy = ((lf == JUMP) | (lf == COND)).tolist()
+        #: does each block end in a branch (a bool array; ``branchy``: the same as a list)
+        self.branchy_array = (lf == JUMP) | (lf == COND)
+        self.branchy = self.branchy_array.tolist()
         if tgt_of is not None:
             t = tgt_of[last]
             has = t >= 0

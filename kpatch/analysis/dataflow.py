@@ -16,10 +16,14 @@ instruction that expires the hazard.  Forward, that is a gen/kill problem:
   between A and B").
 
 The engine works on positions, not instruction by instruction: for each
-rule it takes the indices of the instructions that check, gen and kill
-(numpy arrays), so "is there a gen after the last kill before this check,
-in this block" is a binary search; only candidate pairs, blocks whose state
-leaves them, and the blocks that state reaches are handled in Python.
+rule it takes the indices of the instructions that check and gen (numpy
+arrays) and the number of gens and kills before each position (prefix
+counts), so "is there a gen after the last kill before this check, in this
+block" is a few lookups, for every check at once; the states blocks pass on
+are propagated level by level in numpy, the last few blocks one at a time.
+What does not change between the rounds of a lean rule is worked out once
+(:class:`_RuleInput`), and a round whose block states are the last round's
+reuses its propagation.
 
 Hits are mitigation sites.  For a rule whose mitigation is inserted right
 before the hit and expires the hazard (``lean``), a hit also kills, after
@@ -84,18 +88,33 @@ class RuleHits:
     rarely all read."""
 
     def __init__(self, engine: "HazardEngine", cfg: CFG, i: int, ks: list[int],
-                 windows: dict[int, tuple[int, int]], blocks: dict[int, int], G: np.ndarray, inn,
-                 sites: frozenset[int] = frozenset()):
+                 windows: tuple[np.ndarray, np.ndarray, np.ndarray], blocks: tuple[np.ndarray, np.ndarray],
+                 G: np.ndarray, inn, sites: frozenset[int] = frozenset()):
         self.engine = engine
         self.sites = sites  # instructions whose (inserted) mitigation also kills
         self.cfg = cfg
         self.i = i
         self.rule = engine.rules[i]
         self.ks = ks
-        self._windows = windows  # k -> (lo, hi) into G: gens in k's own block before it
-        self._blocks = blocks  # k -> block whose in-state reaches k
+        self._w = windows  # (hits, lo, hi): lo:hi into G are the gens in the hit's own block before it
+        self._b = blocks  # (hits, block): the block whose in-state reaches the hit
+        self._wd = self._bd = None  # the same as dicts (made on first use)
         self._G = G
         self._inn = inn
+
+    @property
+    def _windows(self) -> dict[int, tuple[int, int]]:
+        if self._wd is None:
+            k, lo, hi = self._w
+            self._wd = dict(zip(k.tolist(), zip(lo.tolist(), hi.tolist())))
+        return self._wd
+
+    @property
+    def _blocks(self) -> dict[int, int]:
+        if self._bd is None:
+            k, b = self._b
+            self._bd = dict(zip(k.tolist(), b.tolist()))
+        return self._bd
 
     def __len__(self) -> int:
         return len(self.ks)
@@ -146,6 +165,71 @@ def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.bitwise_or.reduceat(np.append(arr, arr.dtype.type(0)), bounds)[0::2]
 
 
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _last_before(S: np.ndarray, P: np.ndarray) -> np.ndarray:
+    """For each position of ``P``: the last element of ``S`` (sorted, not
+    empty) strictly before it, else -1."""
+    j = np.searchsorted(S, P) - 1
+    return np.where(j >= 0, S[np.maximum(j, 0)], -1)
+
+
+def _prefix_count(a: np.ndarray) -> np.ndarray:
+    """``out[p]`` = the number of true values of ``a`` before index ``p``
+    (``p`` = 0..len(a))."""
+    out = np.empty(len(a) + 1, dtype=np.int64)
+    out[0] = 0
+    np.cumsum(a, out=out[1:])
+    return out
+
+
+class _RuleInput:
+    """What every round of one rule on one CFG reads (the rounds differ only
+    in the sites that also kill): the checks ``C`` and gens ``G``
+    (instruction indices, sorted), ``kills`` (a bool per instruction), the
+    check masks of ``C`` (``chk_c``) and gen masks of ``G`` (``gen_g``), one
+    uint64 array per 64 bits of state; per check its block ``bc`` and that
+    block's first instruction ``bs``; the last kill strictly before each
+    check (``pk``) and before each block's end (``lk``), -1 for none; and
+    ``cG``, the number of gens before each instruction index 0..n, so that
+    the gens ``G[cG[a]:cG[b]]`` are those in ``a:b`` (``ghi = cG[C]``,
+    ``ghi_b = cG[block_end]``).  Prefix counts over the instructions, not
+    binary searches per check."""
+
+    __slots__ = ("cfg", "i", "rule", "C", "G", "kills", "chk_c", "gen_g", "bc", "bs", "pk", "lk", "cG", "ghi",
+                 "ghi_b", "last_state")
+
+    def __init__(self, engine: "HazardEngine", cols: list[np.ndarray], cfg: CFG, roles: np.ndarray, i: int):
+        self.cfg, self.i = cfg, i
+        self.rule = rule = engine.rules[i]
+        n = cfg.n
+        sh = 3 * i
+        isc = (roles & (1 << sh)) != 0  # (numpy finds the indices of a bool array much faster)
+        isg = (roles & (2 << sh)) != 0
+        self.kills = kills = (roles & (4 << sh)) != 0
+        self.C = C = np.flatnonzero(isc)
+        self.G = G = np.flatnonzero(isg)
+        eids = cfg.eids
+        ce, ge = eids[C], eids[G]
+        key = engine._index
+        self.chk_c = [cols[key[(engine.key, i, 0, ch)]][ce] for ch in _chunks(rule.width)]
+        self.gen_g = [cols[key[(engine.key, i, 1, ch)]][ge] for ch in _chunks(rule.width)]
+        self.bc = bc = cfg.block_of[C]
+        self.bs = cfg.block_start[bc]
+        bend = cfg.block_end
+        # the last kill before instruction p is K[(kills before p) - 1]
+        K = np.empty(int(np.count_nonzero(kills)) + 1, dtype=np.int64)
+        K[0] = -1
+        K[1:] = np.flatnonzero(kills)
+        ck = _prefix_count(kills)
+        self.pk, self.lk = K[ck[C]], K[ck[bend]]
+        self.cG = cG = _prefix_count(isg)
+        self.ghi, self.ghi_b = cG[C], cG[cfg.block_end]
+        #: the last round's block states: (first gen counted per block, whether it kills, the in-states)
+        self.last_state = None
+
+
 _M64 = (1 << 64) - 1
 _SMALL_FRONTIER = 48  # blocks: below this, propagation goes on one block at a time
 
@@ -170,6 +254,9 @@ class HazardEngine:
         self._keys = [(self.key, "roles")] + [(self.key, i, part, ch) for i, r in enumerate(rules)
                                               for part in (0, 1) for ch in _chunks(r.width)]
         self._row_key = (self.key, "row")
+        self._index = {k: j for j, k in enumerate(self._keys)}
+        #: the narrowest type that holds the roles (3 bits per rule): array work on it is faster
+        self._roles_dtype = np.uint16 if len(rules) <= 5 else np.uint32 if len(rules) <= 10 else np.uint64
 
     def compiled(self, f: Facts) -> tuple[int, tuple[tuple[int, int], ...]]:
         """(role bits, per-rule (check, gen) masks) of one encoding."""
@@ -226,47 +313,37 @@ class HazardEngine:
             out[:, j] = parts[(i, part, ch)]
         return out
 
-    def _column(self, what: str, i: int = 0, part: int = 0, chunk: int = 0) -> np.ndarray:
-        """The roles column, or one 64-bit chunk of a rule's check (part 0) or
-        gen (part 1) masks; all columns are extended together, in one pass
-        over the encodings added since."""
+    def _columns(self) -> list[np.ndarray]:
+        """Every column (see ``_keys``), extended to every encoding known."""
         bulk = self._rows_bulk if all(r.columns is not None for r in self.rules) else None
-        cols = FACTS.columns_of(self._keys, self._row, bulk=bulk)
-        if what == "roles":
-            return cols[0]
-        return cols[self._keys.index((self.key, i, part, chunk))]
+        return FACTS.columns_of(self._keys, self._row, bulk=bulk)
 
     def run(self, cfg: CFG) -> list[RuleHits]:
         """The hazardous instructions of ``cfg``, per rule (rules without
-        hits are left out)."""
+        hits are left out).  A rule none of whose checks or none of whose
+        gens occurs in ``cfg`` has none: it is skipped before any other
+        array work (one OR over the roles tells which roles occur)."""
         if not cfg.n:
             return []
-        roles = self._column("roles")[cfg.eids]
+        cols = self._columns()
+        roles = cols[0][cfg.eids].astype(self._roles_dtype)
+        present = int(np.bitwise_or.reduce(roles))
         out = []
         for i, rule in enumerate(self.rules):
-            r = self._run_rule(cfg, roles, i, rule)
+            if (present >> (3 * i)) & 3 != 3:
+                continue
+            r = self._run_rule(_RuleInput(self, cols, cfg, roles, i))
             if r is not None:
                 out.append(r)
         return out
 
-    def _masks(self, cfg: CFG, idx: np.ndarray, i: int, part: int) -> list[np.ndarray]:
-        eids = cfg.eids[idx]
-        return [self._column("mask", i, part, ch)[eids] for ch in _chunks(self.rules[i].width)]
-
     #: iterations of a lean rule before settling for the last odd term (sound, maybe not lean)
     LEAN_ROUNDS = 64
 
-    def _run_rule(self, cfg: CFG, roles: np.ndarray, i: int, rule: MaskRule) -> RuleHits | None:
-        C = np.flatnonzero(roles & (1 << (3 * i)))
-        if not C.size:
-            return None
-        G = np.flatnonzero(roles & (2 << (3 * i)))
-        if not G.size:
-            return None
-        K = np.flatnonzero(roles & (4 << (3 * i)))
-        first = self._hits(cfg, C, G, K, i, rule, frozenset())
-        kills = (roles & (4 << (3 * i))) != 0
-        if not rule.lean or first is None or kills[first.ks].all():
+    def _run_rule(self, ri: "_RuleInput") -> RuleHits | None:
+        rule = ri.rule
+        first = self._hits(ri, frozenset())
+        if not rule.lean or first is None or ri.kills[first.ks].all():
             return first  # (hits that already kill change nothing when counted as kills: a fixpoint)
         # S(n+1) = F(S(n)) from S0 = {} (see the module docstring); runs[n] has
         # kills at seq[n] and hits seq[n + 1]
@@ -277,72 +354,77 @@ class HazardEngine:
                 return runs[-1]
             if len(seq) >= 3 and seq[-1] == seq[-3]:  # settled on two sets: the larger is sound
                 return runs[-1] if len(seq[-1]) >= len(seq[-2]) else runs[-2]
-            S = seq[-1]
-            with_s = kills.copy()  # K and S, sorted (a mask: K is long, S short)
-            with_s[np.fromiter(S, dtype=np.int64, count=len(S))] = True
-            r = self._hits(cfg, C, G, np.flatnonzero(with_s), i, rule, S)
+            r = self._hits(ri, seq[-1])
             runs.append(r)
             seq.append(frozenset(r.ks) if r is not None else frozenset())
         return runs[-1] if len(seq) % 2 == 0 else runs[-2]  # the last odd term
 
-    def _hits(self, cfg: CFG, C: np.ndarray, G: np.ndarray, K: np.ndarray, i: int, rule: MaskRule,
-              sites: frozenset[int]) -> RuleHits | None:
-        """The hits of rule ``i`` with checks ``C``, gens ``G`` and kills ``K``
-        (``sites``: the kills that are other hits' mitigations)."""
-        bstart, bend, block_of = cfg.block_start, cfg.block_end, cfg.block_of
-        windows: dict[int, tuple[int, int]] = {}
-        blocks: dict[int, int] = {}
+    def _hits(self, ri: "_RuleInput", sites: frozenset[int]) -> RuleHits | None:
+        """The hits of rule ``ri.i`` when its kills are ``ri.kills`` and the
+        instructions ``sites`` (other hits' mitigations)."""
+        cfg = ri.cfg
+        C, G = ri.C, ri.G
         inn = None
-        gen_g = self._masks(cfg, G, i, 1)
+        if sites:  # the last kill before each check / block end, with the sites as kills
+            S = np.fromiter(sorted(sites), dtype=np.int64, count=len(sites))
+            pk = np.maximum(ri.pk, _last_before(S, C))
+            lk = np.maximum(ri.lk, _last_before(S, cfg.block_end))
+        else:
+            pk, lk = ri.pk, ri.lk
+        cG = ri.cG
 
         # -- hits from gens in the check's own block ---------------------------------
-        kp = np.searchsorted(K, C) - 1  # last kill strictly before each check
-        pk = np.where(kp >= 0, K[np.maximum(kp, 0)] if K.size else -1, -1)
-        bc = block_of[C]
-        bs = bstart[bc]
         # a kill comes before the same instruction's gen, so the window starts
         # at the last kill itself
-        ws = np.maximum(pk, bs)
-        glo = np.searchsorted(G, ws)
-        ghi = np.searchsorted(G, C)
-        cand = np.flatnonzero(ghi > glo)
+        glo = cG[np.maximum(pk, ri.bs)]
+        cand = np.flatnonzero(ri.ghi > glo)
+        w_k = w_lo = w_hi = _EMPTY
         if cand.size:
-            chk_c = self._masks(cfg, C[cand], i, 0)
+            lo, hi = glo[cand], ri.ghi[cand]
             hit = np.zeros(cand.size, dtype=bool)
-            for ch in range(len(gen_g)):
-                hit |= (_window_or(gen_g[ch], glo[cand], ghi[cand]) & chk_c[ch]) != 0
-            sel = cand[hit]
-            windows = dict(zip(C[sel].tolist(), zip(glo[sel].tolist(), ghi[sel].tolist())))
+            for ch, gm in enumerate(ri.gen_g):
+                hit |= (_window_or(gm, lo, hi) & ri.chk_c[ch][cand]) != 0
+            w_sel = cand[hit]
+            w_k, w_lo, w_hi = C[w_sel], glo[w_sel], ri.ghi[w_sel]
 
         # -- the state each block passes on ------------------------------------------
-        kb = np.searchsorted(K, bend) - 1
-        lk = np.where(kb >= 0, K[np.maximum(kb, 0)] if K.size else -1, -1)
+        b_k = b_b = _EMPTY
+        bstart = cfg.block_start
         has_kill = lk >= bstart
-        wst = np.where(has_kill, lk, bstart)
-        glo_b = np.searchsorted(G, wst)
-        ghi_b = np.searchsorted(G, bend)
-        src = np.flatnonzero(ghi_b > glo_b)
+        glo_b = cG[np.where(has_kill, lk, bstart)]
+        src = np.flatnonzero(ri.ghi_b > glo_b)
         if src.size:
-            local = []
-            for ch in range(len(gen_g)):
-                a = np.zeros(cfg.nblocks, dtype=np.uint64)
-                a[src] = _window_or(gen_g[ch], glo_b[src], ghi_b[src])
-                local.append(a)
-            inn = self._propagate(cfg, rule, local, ~has_kill)
+            last = ri.last_state
+            if last is not None and np.array_equal(last[0], glo_b) and np.array_equal(last[1], has_kill):
+                inn = last[2]  # the blocks pass on what they did in the last round (as they usually do)
+            else:
+                local = []
+                for gm in ri.gen_g:
+                    a = np.zeros(cfg.nblocks, dtype=np.uint64)
+                    a[src] = _window_or(gm, glo_b[src], ri.ghi_b[src])
+                    local.append(a)
+                inn = self._propagate(cfg, ri.rule, local, ~has_kill)
+                ri.last_state = (glo_b, has_kill, inn)
             # checks with no kill before them in their block see the in-state
-            dep = np.flatnonzero(pk < bs)
+            dep = np.flatnonzero(pk < ri.bs)
             if inn is not None and dep.size:
-                db = bc[dep]
-                chk_d = self._masks(cfg, C[dep], i, 0)
+                db = ri.bc[dep]
                 hit = np.zeros(dep.size, dtype=bool)
                 for ch in range(len(inn)):
-                    hit |= (inn[ch][db] & chk_d[ch]) != 0
+                    hit |= (inn[ch][db] & ri.chk_c[ch][dep]) != 0
                 sel = np.flatnonzero(hit)
-                blocks = dict(zip(C[dep[sel]].tolist(), db[sel].tolist()))
-        if not windows and not blocks:
+                b_sel = dep[sel]
+                b_k, b_b = C[b_sel], db[sel]
+        if not w_k.size and not b_k.size:
             return None
-        ks = sorted(set(windows) | set(blocks)) if blocks and windows else sorted(windows or blocks)
-        return RuleHits(self, cfg, i, ks, windows, blocks, G, inn, sites)
+        if w_k.size and b_k.size:  # (both are checks: marked among them, not merged by a sort)
+            hit = np.zeros(C.size, dtype=bool)
+            hit[w_sel] = True
+            hit[b_sel] = True
+            ks = C[hit]
+        else:
+            ks = w_k if w_k.size else b_k
+        return RuleHits(self, cfg, ri.i, ks.tolist(), (w_k, w_lo, w_hi), (b_k, b_b), G, inn, sites)
 
     @staticmethod
     def _propagate(cfg: CFG, rule: MaskRule, local: list[np.ndarray], through: np.ndarray):
@@ -351,7 +433,7 @@ class HazardEngine:
         level: each round pushes the blocks whose out-state changed to their
         successors, all at once."""
         S1, S2 = cfg.succ_arrays
-        branchy = np.asarray(cfg.branchy, dtype=bool)
+        branchy = cfg.branchy_array
         on_branch = rule.on_branch
         nch = len(local)
 
@@ -391,8 +473,14 @@ class HazardEngine:
                     touched.append(succ)
             if not touched:
                 break
-            cand = np.unique(np.concatenate(touched))
-            cand = cand[through[cand]]
+            if sum(map(len, touched)) * 8 < cfg.nblocks:
+                cand = np.unique(np.concatenate(touched))
+                cand = cand[through[cand]]
+            else:  # many: mark them (a sort would cost more)
+                mark = np.zeros(cfg.nblocks, dtype=bool)
+                for t in touched:
+                    mark[t] = True
+                cand = np.flatnonzero(mark & through)
             if not cand.size:
                 break
             new = transform([local[ch][cand] | inn[ch][cand] for ch in range(nch)], cand)
@@ -422,6 +510,7 @@ class HazardEngine:
         on_branch = rule.on_branch
         succ1, succ2 = cfg.succ1, cfg.succ2
         extra = cfg.extra_succ
+        changed: set[int] = set()
         while work:
             b = work.pop()
             ob = o[b]
@@ -432,6 +521,7 @@ class HazardEngine:
                 if new == i_[s]:
                     continue
                 i_[s] = new
+                changed.add(s)
                 if thr[s]:
                     v = loc[s] | new
                     if on_branch is not None and branchy[s]:
@@ -439,8 +529,11 @@ class HazardEngine:
                     if v != o[s]:
                         o[s] = v
                         work.append(s)
-        for ch in range(nch):
-            inn[ch][:] = np.array([(v >> (64 * ch)) & _M64 for v in i_], dtype=np.uint64)
+        if changed:  # (write back only the in-states that changed)
+            idx = sorted(changed)
+            vals = [i_[b] for b in idx]
+            for ch in range(nch):
+                inn[ch][idx] = np.array([(v >> (64 * ch)) & _M64 for v in vals], dtype=np.uint64)
 
     # -- explanation -------------------------------------------------------------------
     def sources(self, cfg: CFG, i: int, k: int, mask: int, limit: int = 256,

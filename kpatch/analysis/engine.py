@@ -31,6 +31,7 @@ from kpatch.analysis.detectors import DETECTORS, Context
 from kpatch.analysis.detectors.context import FunctionSpan
 from kpatch.isa.decodememo import decode_memo, decode_ranges
 from kpatch.analysis.facts import FACTS, FactsView, KnownIds, known_ids, known_unit
+from kpatch.analysis.findings import CLASS_BY_NAME
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.targets import SUPPORTED_TARGETS
 from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
@@ -39,6 +40,7 @@ from kpatch.isa.decoder import no_gc
 from kpatch.isa.tables import table_for
 
 _ADDRESS = attrgetter("address")
+_CLASS = attrgetter("cls")
 S_CODE_END = bytes.fromhex("00009fbf")  # 0xBF9F0000
 
 
@@ -292,22 +294,32 @@ def unit_context(co, source: str, processor: str, ranges, jumps=(), known: Known
 
 
 def run_detectors(ctx: Context) -> list[list]:
-    """Every detector's findings, per function (in ``ctx.functions`` order)."""
+    """Every detector's findings, per function (in ``ctx.functions`` order),
+    each function's in :func:`_order` (address, then class; all of them
+    ordered at once, one argsort), its kernel-level findings
+    (:meth:`Context.attach`) among them."""
     per_span: list[list] = [[] for _ in ctx.functions]
     if not ctx.cfg.n:
         return per_span
-    starts = np.array(ctx.cfg.func_starts, dtype=np.int64)
+    found: list = []
     for _, detect in DETECTORS:
-        found = detect(ctx)
-        if not found:
-            continue
-        idx = np.searchsorted(ctx.addresses, np.fromiter((f.address for f in found), dtype=np.int64,
-                                                         count=len(found)))
-        for f, i in zip(found, (np.searchsorted(starts, idx, "right") - 1).tolist()):
-            per_span[i].append(f)
+        found += detect(ctx)
+    if found:
+        n = len(found)
+        addr = np.fromiter(map(_ADDRESS, found), dtype=np.int64, count=n)
+        rank = np.fromiter(map(_CLASS_RANK.__getitem__, map(_CLASS, found)), dtype=np.int64, count=n)
+        span = np.searchsorted(np.array(ctx.cfg.func_starts, dtype=np.int64),
+                               np.searchsorted(ctx.addresses, addr), "right") - 1
+        # by function, then address, then class (stable: among equals, detector order)
+        order = np.lexsort((rank, addr, span))
+        found = list(map(found.__getitem__, order.tolist()))
+        span = span[order]
+        bounds = np.searchsorted(span, np.arange(len(per_span) + 1)).tolist()
+        for i in np.unique(span).tolist():
+            per_span[i] = found[bounds[i]:bounds[i + 1]]
     index = {id(s): i for i, s in enumerate(ctx.functions)}
-    for span, f in ctx.attached:  # kernel-level findings
-        per_span[index[id(span)]].append(f)
+    for span_, f in ctx.attached:  # kernel-level findings: each after those it equals in the order
+        bisect.insort(per_span[index[id(span_)]], f, key=_order)
     return per_span
 
 
@@ -326,9 +338,7 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
     calls = sorted(k for k in cfg.calls + cfg.indirect if k not in cfg.resolved)
     bad = sorted(cfg.bad_targets)
     unmodelled = cfg.unmodelled  # (sorted)
-    for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):
-        if len(findings) > 1:
-            findings.sort(key=_order)
+    for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):  # (findings in order: run_detectors)
         rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
                              instructions=span.end - span.start, blocks=blocks[i], loops=back[i])
         lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
@@ -345,6 +355,10 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
         rep.unseen = unseen  # (the verdict's reasons say it: no separate note)
         rep.verdict = verdict_of(findings, unseen)
         (report.kernels if span.kind == "kernel" else report.functions).append(rep)
+
+
+#: each finding class's place in the order of their names
+_CLASS_RANK = {name: r for r, name in enumerate(sorted(CLASS_BY_NAME))}
 
 
 def _order(f) -> tuple:

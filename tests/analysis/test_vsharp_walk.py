@@ -1,7 +1,9 @@
 """The V# detector's backward walk to the writers of an SGPR (vsharp.reaching_writers,
-which finds the nearest writer in a block by bisection) against the plain
+which reads each block's last writer, worked out for all blocks at once) against the plain
 walk it replaced, instruction by instruction: the same writers, the same
-entry flag, the same give-up point after MAX_STEPS instructions."""
+entry flag, the same give-up point after MAX_STEPS instructions; and the
+buffer instructions it starts from (vsharp.descriptor_reads, a column per
+encoding) against the per-instruction rule."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from kpatch.analysis.detectors import vsharp
 from kpatch.analysis.engine import bounded_jumps, function_ranges, unit_context
 from kpatch.analysis.codescan import scan_text
 from kpatch.analysis.facts import M_BUFFER, mask_of
+from kpatch.isa.operands import sgpr_number
 from kpatch.codeobject import CodeObject
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,3 +68,40 @@ def test_the_walk_finds_what_the_plain_walk_finds(path, max_steps, monkeypatch):
         word3 = ctx.insts[k].fields["srsrc"] * 4 + 3
         for bit in (word3, word3 - 3, n % 106, 106, 126):
             assert vsharp.reaching_writers(ctx, k, bit, memo) == plain_walk(ctx, k, bit, max_steps), (k, bit)
+
+
+def plain_descriptor_reads(ctx) -> list[tuple[int, int]]:
+    """The reference: each buffer instruction, its srsrc's last SGPR if it reads it."""
+    out = []
+    for k in ctx.marked(M_BUFFER):
+        word3 = sgpr_number("srsrc", ctx.insts[k].fields["srsrc"]) + 3
+        if ctx.facts[k].sreads >> word3 & 1:
+            out.append((k, word3))
+    return out
+
+
+@pytest.mark.parametrize("path", OBJECTS, ids=os.path.basename)
+def test_descriptor_reads_are_those_of_each_instruction(path):
+    """vsharp.descriptor_reads (a column per encoding) picks the buffer
+    instructions the per-instruction rule picks, buffer_gl*_inv left out."""
+    ctx = _context(path)
+    want = plain_descriptor_reads(ctx)
+    assert want
+    assert vsharp.descriptor_reads(ctx) == want
+
+
+def test_a_selection_that_keeps_every_buffer_instruction_is_seen(monkeypatch):
+    """The comparison above sees a column that forgets the descriptor-read test."""
+    from kpatch.analysis.facts import FACTS
+    path = OBJECTS[-1]
+    ctx = _context(path)
+    assert any(ctx.insts[k].mnemonic.startswith("buffer_gl") for k in ctx.marked(M_BUFFER))
+    broken = ("vsharp", "word3", "broken")
+    monkeypatch.setattr(vsharp, "_WORD3", broken)
+    monkeypatch.setattr(vsharp, "_word3", lambda f: sgpr_number("srsrc", f.inst.fields["srsrc"]) + 3
+                        if f.marks & M_BUFFER else -1)
+    try:
+        assert vsharp.descriptor_reads(ctx) != plain_descriptor_reads(ctx)
+    finally:
+        FACTS.columns.pop(broken, None)
+        FACTS.buffers.pop(broken, None)

@@ -14,30 +14,39 @@ and has no address; it is reported for each kernel.
 
 from __future__ import annotations
 
+import bisect
+
+import numpy as np
+
 from kpatch.analysis.detectors.context import Context, FunctionSpan
 from kpatch.analysis.facts import M_MULTI_DWORD
 from kpatch.analysis.findings import Finding
 
 
 
-def _lds_misaligned(ctx: Context, fn: FunctionSpan) -> list[Finding]:
+def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = None) -> list[Finding]:
+    """The LdsMisalignedBug finding of kernel ``fn`` (none or one); ``multi``:
+    the indices of the unit's multi-dword accesses (:data:`M_MULTI_DWORD`),
+    if the caller has them."""
     k = fn.kernel
     if k is None or ctx.compiled_for_gfx101x:
         return []
+    if multi is None:
+        multi = ctx.marked(M_MULTI_DWORD)
+    lo, hi = bisect.bisect_left(multi, fn.start), bisect.bisect_left(multi, fn.end)
+    if lo == hi:
+        return []  # (its descriptor need not be read)
     try:
         wgp = k.descriptor.wgp_mode
     except Exception:  # descriptor layout without WGP_MODE (not GFX10)
         return []
     if not wgp:
         return []
-    multi = ctx.marked(M_MULTI_DWORD, fn.start, fn.end)
-    if not multi:
-        return []
     insts = ctx.insts
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
-                    f"WGP mode, {len(multi)} multi-dword LDS/FLAT access(es) with unproven alignment, "
-                    f"first {insts[multi[0]].text()}",
-                    addresses=[insts[j].address for j in multi])]
+                    f"WGP mode, {hi - lo} multi-dword LDS/FLAT access(es) with unproven alignment, "
+                    f"first {insts[multi[lo]].text()}",
+                    addresses=ctx.addresses[multi[lo:hi]].tolist())]
 
 
 def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
@@ -48,7 +57,13 @@ def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
 
 
 def detect(ctx: Context) -> list[Finding]:
-    for fn in ctx.functions:
-        for f in _lds_misaligned(ctx, fn) + _xnack(ctx, fn):
+    multi = ctx.marked(M_MULTI_DWORD)  # (once, not once per function)
+    fns = ctx.functions
+    if getattr(ctx.co.target, "xnack", None) != "+":  # only kernels with multi-dword accesses can have findings
+        at = np.array(multi, dtype=np.int64)
+        has = (np.searchsorted(at, [fn.end for fn in fns]) > np.searchsorted(at, [fn.start for fn in fns])).tolist()
+        fns = [fn for fn, h in zip(fns, has) if h]
+    for fn in fns:
+        for f in _lds_misaligned(ctx, fn, multi) + _xnack(ctx, fn):
             ctx.attach(fn, f)
     return []

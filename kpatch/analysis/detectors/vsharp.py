@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from kpatch.analysis.detectors.context import Context
-from kpatch.analysis.facts import M_BUFFER, mask_of
+from kpatch.analysis.facts import FACTS, M_BUFFER, mask_of
 from kpatch.analysis.findings import Finding
 from kpatch.isa.operands import inline_u32, sgpr_number
 
@@ -42,34 +42,60 @@ def scalar_constant(value: int, literal: int | None) -> int | None:
     return inline_u32(value)
 
 
-def _writes(f, memo: dict) -> int:
-    m = memo.get(f)
-    if m is None:
-        m = memo[f] = mask_of(f.inst.writes)
-    return m
+def _write_chunk(ch: int):
+    """The 64-bit chunk ``ch`` of the scalar registers an encoding writes."""
+    def get(f) -> int:
+        return (mask_of(f.inst.writes) >> (64 * ch)) & _M64
+    return get
+
+
+_M64 = (1 << 64) - 1
+_WRITES = [(("vsharp", "writes", ch), _write_chunk(ch)) for ch in range(2)]
 
 
 def _writers_of(ctx: Context, bit: int, memo: dict) -> np.ndarray:
     """Indices (ascending, an int64 column) of the instructions that write
-    scalar register ``bit``: each distinct encoding's write mask is worked
-    out once, and the instructions holding a writing encoding are picked out
-    with numpy."""
+    scalar register ``bit``: from a column of each encoding's write mask
+    (kept for every encoding, worked out once), with numpy."""
     key = ("writers", bit)
     got = memo.get(key)
     if got is None:
-        facts = ctx.facts
-        eids = getattr(facts, "eids", None)
-        if eids is None:  # facts as a plain list
-            got = np.array([j for j in range(len(facts)) if _writes(facts[j], memo) >> bit & 1], dtype=np.int64)
+        ch = bit // 64
+        w = memo.get(("writes", ch))
+        if w is None:
+            facts = ctx.facts
+            eids = getattr(facts, "eids", None)
+            if eids is None:  # facts as a plain list
+                w = np.array([_WRITES[ch][1](f) for f in facts], dtype=np.uint64)
+            else:
+                w = FACTS.column(*_WRITES[ch], dtype=np.uint64)[eids]
+            memo[("writes", ch)] = w
+        got = memo[key] = np.flatnonzero((w & np.uint64(1 << (bit % 64))) != 0)
+    return got
+
+
+def _last_writers(ctx: Context, bit: int, memo: dict) -> list[int]:
+    """Per block: the index of its last instruction that writes scalar
+    register ``bit``, -1 if none does (all blocks at once)."""
+    key = ("last", bit)
+    got = memo.get(key)
+    if got is None:
+        cfg = ctx.cfg
+        writers = _writers_of(ctx, bit, memo)
+        if writers.size:
+            j = np.searchsorted(writers, cfg.block_end) - 1  # the last writer before each block's end
+            last = np.where(j >= 0, writers[np.maximum(j, 0)], -1)
+            got = np.where(last >= cfg.block_start, last, -1).tolist()
         else:
-            inv = memo.get("inverse")
-            if inv is None:
-                uniq, inv = np.unique(eids, return_inverse=True)
-                memo["inverse"] = inv = inv.reshape(-1).astype(np.int32)
-                memo["masks"] = [_writes(facts._all[e], memo) for e in uniq.tolist()]
-            hit = np.array([m >> bit & 1 for m in memo["masks"]], dtype=bool)
-            got = np.flatnonzero(hit[inv]) if len(hit) else np.zeros(0, dtype=np.int64)
+            got = [-1] * cfg.nblocks
         memo[key] = got
+    return got
+
+
+def _block_bounds(ctx: Context, memo: dict) -> tuple[list[int], list[int]]:
+    got = memo.get("bounds")
+    if got is None:
+        got = memo["bounds"] = (ctx.cfg.block_start.tolist(), ctx.cfg.block_end.tolist())
     return got
 
 
@@ -78,33 +104,42 @@ def reaching_writers(ctx: Context, k: int, bit: int, memo: dict) -> tuple[list[i
     reaches instruction ``k``; and whether some path reaches the function entry.
     The walk goes back one block at a time and gives up after
     :data:`MAX_STEPS` instructions (counted as if each were looked at in
-    turn: the nearest writer in a block is found by bisection)."""
+    turn: the last writer of each block is worked out for all blocks at
+    once, :func:`_last_writers`; in ``k``'s own block, by bisection)."""
     cfg = ctx.cfg
     writers = _writers_of(ctx, bit, memo)
+    last = _last_writers(ctx, bit, memo)
+    bstart, bend = _block_bounds(ctx, memo)
     found: set[int] = set()
     entry = False
-    seen: set[int] = set()
     preds = cfg.preds
-    work = [(cfg.block_at(k), k - 1)]
-    steps = 0
-    while work and steps < MAX_STEPS:
-        b, j = work.pop()
-        start = int(cfg.block_start[b])
-        w = int(writers.searchsorted(j, "right")) - 1  # the last writer at or before j
-        if j >= start and w >= 0 and (wj := int(writers[w])) >= start:
-            steps += j - wj + 1
-            found.add(wj)
-            continue
-        steps += max(j - start + 1, 0)
+    b = cfg.block_at(k)
+    start = bstart[b]
+    j = k - 1
+    w = int(writers.searchsorted(j, "right")) - 1  # the last writer at or before j
+    if j >= start and w >= 0 and (wj := int(writers[w])) >= start:
+        return [wj], False
+    steps = max(j - start + 1, 0)
+    seen: set[int] = set()
+    work = []
+    while True:
         if not preds[b]:
             entry = True
         for p in preds[b]:
             if p not in seen:
                 seen.add(p)
-                work.append((p, int(cfg.block_end[p]) - 1))
-    return sorted(found), entry
-
-
+                work.append(p)
+        while work and steps < MAX_STEPS:
+            b = work.pop()
+            wj = last[b]
+            if wj >= 0:
+                steps += bend[b] - wj
+                found.add(wj)
+                continue
+            steps += bend[b] - bstart[b]
+            break
+        else:
+            return sorted(found), entry
 def constants(ctx: Context, j: int, bit: int, memo: dict, depth: int = 0) -> set[int]:
     """Constants writer ``j`` may put in scalar register ``bit`` (empty: unknown)."""
     inst = ctx.insts[j]
@@ -141,18 +176,34 @@ def constants(ctx: Context, j: int, bit: int, memo: dict, depth: int = 0) -> set
     return {x | y for x in (vals[0] or {0}) for y in (vals[1] or {0})}
 
 
+_WORD3 = ("vsharp", "word3")
+
+
+def _word3(f) -> int:
+    """The SGPR holding word 3 of the descriptor a MUBUF/MTBUF encoding reads
+    (the last of its ``srsrc``), -1 if it reads none."""
+    if not f.marks & M_BUFFER:
+        return -1
+    word3 = sgpr_number("srsrc", f.inst.fields["srsrc"]) + 3
+    return word3 if f.sreads >> word3 & 1 else -1
+
+
+def descriptor_reads(ctx: Context) -> list[tuple[int, int]]:
+    """(instruction index, SGPR of word 3) of every MUBUF/MTBUF that reads a
+    descriptor (not buffer_gl0_inv and the like): picked out by a column of
+    :func:`_word3` per encoding, not instruction by instruction."""
+    buf = np.flatnonzero(ctx.marks & M_BUFFER)
+    word3s = FACTS.column(_WORD3, _word3)[ctx.cfg.eids[buf]]
+    has = word3s >= 0
+    return list(zip(buf[has].tolist(), word3s[has].tolist()))
+
+
 def detect(ctx: Context) -> list[Finding]:
     insts = ctx.insts
-    facts = ctx.facts
     memo: dict = {}
     users: dict[int, list[int]] = {}  # defining instruction -> buffer instructions it reaches
     values: dict[int, tuple[int, int]] = {}  # defining instruction -> (register, constant)
-    for k in ctx.marked(M_BUFFER):
-        f = facts[k]
-        inst = insts[k]
-        word3 = sgpr_number("srsrc", inst.fields["srsrc"]) + 3
-        if not f.sreads >> word3 & 1:
-            continue  # no descriptor operand (buffer_gl0_inv and the like)
+    for k, word3 in descriptor_reads(ctx):
         writers, _ = reaching_writers(ctx, k, word3, memo)
         for j in writers:
             if j not in values:

@@ -151,33 +151,52 @@ def _detail(ctx: Context, rh: RuleHits, k: int) -> str:
 
 class HazardFinding(Finding):
     """A finding of the engine: its detail and source addresses are made from
-    the hit when first read (there can be one every few instructions)."""
+    the hit when first read (there can be one every few instructions).  Its
+    class, mitigation and fix are those of its rule's finding class, held
+    by the rule's own subclass (:func:`_finding_type`), not by each finding:
+    a finding is made from its address and hit alone."""
 
-    __slots__ = ("_ctx", "_rh", "_k")
+    __slots__ = ("_src", "_k")
 
-    def __init__(self, ctx: Context, rh: RuleHits, k: int, address: int, defaults: tuple):
-        self.cls, self.mitigation, self.fix = defaults
+    def __init__(self, src: tuple[Context, RuleHits], k: int, address: int):
         self.address = address
-        self.blocker = None
-        self._detail = self._addresses = None
-        self._ctx, self._rh, self._k = ctx, rh, k
+        self._src, self._k = src, k  # (the context and the rule's hits; the hit)
 
     @property
     def detail(self) -> str:
-        if self._detail is None:
-            self._detail = _detail(self._ctx, self._rh, self._k)
-        return self._detail
+        try:
+            return self._detail
+        except AttributeError:
+            self._detail = d = _detail(*self._src, self._k)
+            return d
 
     @property
     def addresses(self) -> tuple[int, ...]:
-        if self._addresses is None:
-            insts = self._ctx.insts
-            self._addresses = tuple(insts[j].address for j in self._rh.sources(self._k, limit=1024))
-        return self._addresses
+        try:
+            return self._addresses
+        except AttributeError:
+            ctx, rh = self._src
+            insts = ctx.insts
+            self._addresses = a = tuple(insts[j].address for j in rh.sources(self._k, limit=1024))
+            return a
+
+
+_TYPES: dict[str, type] = {}
+
+
+def _finding_type(name: str) -> type:
+    """The subclass of :class:`HazardFinding` for the finding class ``name``
+    (its class, mitigation and fix as class attributes, read-only on the
+    findings; blocker None: every wait-state hazard has its rule set)."""
+    t = _TYPES.get(name)
+    if t is None:
+        c = CLASS_BY_NAME[name]
+        t = _TYPES[name] = type(f"{name}Finding", (HazardFinding,), {
+            "__slots__": (), "cls": c.name, "mitigation": c.mitigation, "fix": c.rule_set, "blocker": None})
+    return t
 
 
 def detect(ctx: Context) -> list[Finding]:
-    insts = ctx.insts
     out: list[Finding] = []
     for rh in ENGINE.run(ctx.cfg):
         ks = rh.ks
@@ -189,7 +208,7 @@ def detect(ctx: Context) -> list[Finding]:
                                                                                            starts))
             ks = np.array(ks, dtype=np.int64)
             ks = ks[ok[np.searchsorted(starts, ks, "right") - 1]].tolist()
-        c = CLASS_BY_NAME[rh.rule.name]
-        defaults = (c.name, c.mitigation, c.rule_set)
-        out.extend([HazardFinding(ctx, rh, k, insts[k].address, defaults) for k in ks])
+        make, src = _finding_type(rh.rule.name), (ctx, rh)
+        # (addresses from the column, not from instruction objects spread over memory)
+        out.extend([make(src, k, a) for k, a in zip(ks, ctx.addresses[ks].tolist())])
     return out
