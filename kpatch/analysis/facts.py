@@ -165,7 +165,7 @@ _V_NOP = re.compile(r"^v_nop")
 class Facts:
     """Everything the analyses use about one encoding (see module docstring)."""
 
-    __slots__ = ("cls", "flow", "mnemonic", "size", "sreads", "sdefs", "valu_sdst", "valu_sgpr_def",
+    __slots__ = ("cls", "flow", "mnemonic", "size", "sreads", "swrites", "sdefs", "valu_sdst", "valu_sgpr_def",
                  "writes_exec", "vcmp_exec", "reads_exec", "simm16", "is_permlane", "is_v_nop",
                  "kill_vm", "kill_smem", "kill_vcmpx_war", "vscnt0", "nsa", "offset", "seg",
                  "marks", "hz", "local", "eid", "inst")
@@ -205,6 +205,10 @@ class Facts:
         self.sreads = sreads
         self.reads_exec = bool(sreads & EXEC_MASK)
         self.sdefs = writes[0][0] if sdefs and writes and writes[0][1] != "scc" else 0
+        swrites = 0
+        for m, _ in writes:
+            swrites |= m
+        self.swrites = swrites
         valu_sdst = 0
         writes_exec = False
         if valu:
@@ -287,6 +291,7 @@ def facts_by_registers(x: Facts, inst) -> None:
     x.sreads = sreads
     x.reads_exec = bool(sreads & EXEC_MASK)
     wmask = [reg_mask(w) for w in writes]
+    x.swrites = mask_of(writes)
     # explicit scalar definitions of SALU/SMEM (LLVM's MI->defs(): the sdst /
     # sdata operand, never the implicit SCC or the EXEC of *_saveexec)
     sdefs = 0

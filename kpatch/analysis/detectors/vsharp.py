@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from kpatch.analysis.detectors.context import Context
-from kpatch.analysis.facts import FACTS, M_BUFFER, mask_of
+from kpatch.analysis.facts import FACTS, M_BUFFER
 from kpatch.analysis.findings import Finding
 from kpatch.isa.operands import inline_u32, sgpr_number
 
@@ -45,7 +45,7 @@ def scalar_constant(value: int, literal: int | None) -> int | None:
 def _write_chunk(ch: int):
     """The 64-bit chunk ``ch`` of the scalar registers an encoding writes."""
     def get(f) -> int:
-        return (mask_of(f.inst.writes) >> (64 * ch)) & _M64
+        return (f.swrites >> (64 * ch)) & _M64
     return get
 
 
