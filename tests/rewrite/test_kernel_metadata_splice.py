@@ -8,24 +8,36 @@ where it does not apply, or the note is bad, it is set_metadata."""
 from __future__ import annotations
 
 import os
+import sys
 
 import msgpack
 import pytest
 
 from rw_common import CALLS, RELOC, fixture_objects, read
 from kpatch.codeobject import CodeObject, mpack
-from kpatch.containers.discover import Found, discover
 from kpatch.rewrite import headers
 from kpatch.rewrite.headers import set_kernel_metadata, set_metadata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORPUS_DB = os.path.join(HERE, "..", "..", "kdb_cache", "corpus_gfx1030.kdb")
+TOOLS = os.path.join(HERE, "..", "..", "tools")
 
 
 def _corpus(n: int) -> list[bytes]:
-    if not os.path.exists(CORPUS_DB):
-        pytest.skip("corpus DB not built (tools/build_corpus_kdb.py)")
-    return [item.data for item in discover([CORPUS_DB]) if isinstance(item, Found)][:n]
+    """The first ``n`` gfx1030 code objects of Debian's librocrand and
+    librocsparse (tools/fetch_corpus.sh --all; CI fetches them)."""
+    sys.path.insert(0, TOOLS)
+    try:
+        from isa_corpus import gfx1030_objects
+        out = []
+        for _, blob in gfx1030_objects(("librocrand.so.1.1", "librocsparse.so.0.1")):
+            out.append(bytes(blob))
+            if len(out) == n:
+                break
+    finally:
+        sys.path.remove(TOOLS)
+    if len(out) < n:
+        pytest.skip("the corpus is not fetched (tools/fetch_corpus.sh --all)")
+    return out
 
 
 def _note(data: bytes) -> dict:
