@@ -432,6 +432,9 @@ def _blind_key(d) -> tuple | None:
 
 
 _UNSET = object()
+_RAW = attrgetter("raw")
+_INFO = attrgetter("info")
+_KIND = attrgetter("kind")
 _BLIND_SLOTS: dict[tuple, int] = {}  # (id(OpInfo), kind) -> row of _BLIND (-1: no key)
 _BLIND_INFO: list = []  # the OpInfo of each row (keeps their ids)
 _BLIND = np.zeros((0, 5), dtype=np.uint64)  # per row: fmt size, ~always-VGPR bits, 3 source offsets (64: none)
@@ -465,8 +468,7 @@ def blind_keys(ds: list, raws: list[bytes]) -> list:
     n = len(ds)
     if not n:
         return []
-    get = _BLIND_SLOTS.get
-    slots = [get((id(d.info), d.kind)) for d in ds]
+    slots = list(map(_BLIND_SLOTS.get, zip(map(id, map(_INFO, ds)), map(_KIND, ds))))
     for k in [k for k, sl in enumerate(slots) if sl is None]:
         slots[k] = _BLIND_SLOTS.get((id(ds[k].info), ds[k].kind))
         if slots[k] is None:
@@ -481,12 +483,16 @@ def blind_keys(ds: list, raws: list[bytes]) -> list:
     oks = ok.tolist()
     tab = _BLIND[sl[ok]]
     size = tab[:, 0].astype(np.int64)
-    if (np.fromiter((len(raws[k]) for k in oks), dtype=np.int64, count=len(oks)) < size).any():
+    mine = list(map(raws.__getitem__, oks))
+    lens = np.fromiter(map(len, mine), dtype=np.int64, count=len(oks))
+    if (lens < size).any():
         for k in oks:  # (an encoding shorter than its format: the one-by-one rule)
             out[k] = _blind_key(ds[k])
         return out
-    first = b"".join(raws[k][:8].ljust(8, b"\0") for k in oks)
-    w = np.frombuffer(first, dtype="<u8").copy()
+    # the first 8 bytes of each (0 past its end), gathered from all of them joined
+    flat = np.frombuffer(b"".join(mine) + bytes(8), dtype=np.uint8)
+    at = (np.cumsum(lens) - lens)[:, None] + np.arange(8)
+    w = np.where(np.arange(8) < lens[:, None], flat[at], 0).astype(np.uint8).view("<u8").reshape(-1).copy()
     w[size == 4] &= np.uint64(0xFFFFFFFF)
     w &= tab[:, 1]
     one, byte = np.uint64(1), np.uint64(0xFF)
@@ -644,19 +650,23 @@ class FactsCache:
         together (:func:`blind_keys`); new facts are worked out from
         ``insts`` (occurrences of them), else from an occurrence at address
         0 (no fact depends on the address)."""
-        out = []
-        append = out.append
         get = table.get
-        new = self.new
         template = self.templates.get
-        for k, (raw, key) in enumerate(zip(raws, blind_keys(ds, raws))):
+        keys = blind_keys(ds, raws)
+        # most: a VGPR variant of an encoding seen before (its template), looked up in C;
+        # then, in order, the rest: known by its bytes, a template made meanwhile, or new facts
+        out = list(map(template, keys))
+        for k in [k for k, e in enumerate(out) if e is None]:
+            raw = raws[k]
             e = get(raw)
             if e is None:
-                e = template(key) if key is not None else None  # (most: a VGPR variant seen before)
+                key = keys[k]
+                e = template(key) if key is not None else None
                 if e is None:
-                    e = new(insts[k] if insts is not None else Instruction(0, ds[k]), key)
+                    e = self.new(insts[k] if insts is not None else Instruction(0, ds[k]), key)
                 table[raw] = e
-            append(e)
+            out[k] = e
+        table.update(zip(raws, out))
         return out
 
     def lookup_hashes(self, target: str, h: np.ndarray, rows: np.ndarray, insts,
@@ -882,8 +892,8 @@ def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: 
         if at.size:
             _, first = np.unique(keys[at], return_index=True)
             first = keys[at[np.sort(first)]]  # each new encoding, in the order of its first occurrence
-            ds = [entries[k] for k in first.tolist()]
-            te[first] = got = FACTS._eids_of_new(ds, [d.raw for d in ds], t)
+            ds = list(map(entries.__getitem__, first.tolist()))
+            te[first] = got = FACTS._eids_of_new(ds, list(map(_RAW, ds)), t)
             FACTS.by_decoded.update(zip(ds, got))
     return te[keys]
 
