@@ -87,6 +87,21 @@ def librocrand() -> str:
 _OBJDUMP_LINE = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+):")
 
 
+def gfx1030_code_objects(path: str) -> list:
+    """The gfx1030 code objects (CodeObject) of the fat binaries of the host
+    library ``path``, in bundle order."""
+    from kpatch.codeobject import CodeObject
+    from kpatch.containers.bundle import open_bundle_bytes
+    from kpatch.containers.hostelf import find_fatbin_bundles
+    out = []
+    with open(path, "rb") as fh:
+        for b in find_fatbin_bundles(path):
+            fh.seek(b.offset)
+            _, bundle, entries = open_bundle_bytes(fh.read(b.size))
+            out += [CodeObject.from_bytes(bytes(e.data(bundle))) for e in entries if e.id.endswith("gfx1030")]
+    return out
+
+
 def objdump_functions(data: bytes, tmp_path, mcpu: str = "gfx1030") -> dict[str, list[str]]:
     """llvm-objdump-16's instruction text per function symbol of the code
     object ``data`` (the independent decoder), as ``--mcpu`` reads it."""

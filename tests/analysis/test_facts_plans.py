@@ -22,7 +22,7 @@ from kpatch.analysis.facts import Facts, facts_by_registers
 from kpatch.isa import decode, decode_one
 from kpatch.isa.instruction import Decoded, Instruction
 
-from tests.conftest import LIBROCRAND
+from tests.conftest import LIBROCRAND, gfx1030_code_objects
 
 COMPARED = tuple(s for s in Facts.__slots__ if s not in ("inst", "hz"))
 
@@ -73,20 +73,11 @@ def _sample_insts() -> list:
 
 
 def _rocrand_insts() -> list:
-    from kpatch.codeobject import CodeObject
-    from kpatch.containers.bundle import open_bundle_bytes
-    from kpatch.containers.hostelf import find_fatbin_bundles
     if not os.path.exists(LIBROCRAND):
         pytest.skip("corpus not fetched (tools/fetch_corpus.sh)")
     out = []
-    with open(LIBROCRAND, "rb") as fh:
-        for b in find_fatbin_bundles(LIBROCRAND):
-            fh.seek(b.offset)
-            _, bundle, entries = open_bundle_bytes(fh.read(b.size))
-            for e in entries:
-                if e.id.endswith("gfx1030"):
-                    co = CodeObject.from_bytes(bytes(e.data(bundle)))
-                    out.extend(decode(co.text, "gfx1030", co.text_vaddr or 0))
+    for co in gfx1030_code_objects(LIBROCRAND):
+        out.extend(decode(co.text, "gfx1030", co.text_vaddr or 0))
     assert out, "no gfx1030 code in librocrand"
     return _distinct(out)
 

@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, need_tool
+from conftest import FIXTURES, gfx1030_code_objects, need_tool
 from kpatch.analysis import analyse
 from kpatch.codeobject import CodeObject
 from kpatch.containers.bundle import open_bundle_bytes
@@ -148,17 +148,7 @@ def test_rocprim_gfx1030_is_flagged():
 def test_librocrand_gfx1030(librocrand):
     """Debian's librocrand (ROCm 5.3, clang 15): its gfx1030 code object is
     flagged (prefetches, VMEM/LDS hazards), and every kernel gets a verdict."""
-    from kpatch.containers.hostelf import find_fatbin_bundles
-
-    reps = []
-    with open(librocrand, "rb") as fh:
-        for b in find_fatbin_bundles(librocrand):
-            fh.seek(b.offset)
-            _, bundle, entries = open_bundle_bytes(fh.read(b.size))
-            for e in entries:
-                if e.id.endswith("gfx1030"):
-                    co = CodeObject.from_bytes(bytes(e.data(bundle)))
-                    reps.append((co, analyse(co)))
+    reps = [(co, analyse(co)) for co in gfx1030_code_objects(librocrand)]
     assert len(reps) == 1
     co, rep = reps[0]
     assert len(rep.kernels) == len(co.kernels) == 80

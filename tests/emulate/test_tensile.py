@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from kpatch.codeobject import CodeObject
-from kpatch.emulate import recipes, tensile
+from kpatch.emulate import tensile
 from kpatch.emulate.verify import (DIFFERENT, EQUAL, GUARD_BYTES, CannotSynthesise, _execute,
                                    synthesise, verify_kernel)
 from kpatch.isa import decode
