@@ -213,11 +213,6 @@ def _sopp(inst, ctx):
 
 # -- SOP1 / SOP2 / SOPK / SOPC ----------------------------------------------------
 
-def _ops_of(inst):
-    """Field operands of the template: [(field, kind, width, type)]."""
-    return [(o.field, o.kind, o.width, o.type) for o in inst.d.form.operands if o.tag == "f"]
-
-
 _SAVEEXEC = {
     "and": lambda s, e, m: s & e, "or": lambda s, e, m: s | e, "xor": lambda s, e, m: s ^ e,
     "andn2": lambda s, e, m: s & ~e & m, "orn2": lambda s, e, m: (s | ~e) & m,
@@ -230,7 +225,6 @@ _SAVEEXEC = {
 def _salu(inst, ctx):
     m = inst.mnemonic
     f = inst.d.fields
-    ops = _ops_of(inst)
     addr = inst.address
     nxt = inst.address + inst.size
     # exec-mask manipulation
@@ -541,7 +535,6 @@ def _valu(inst, ctx):
             raise CannotEmulate(m, addr)
         ekind, dtype, stypes, fn = e
     ops = [(o.field, o.kind, o.width, o.type) for o in inst.d.form.operands if o.tag == "f"]
-    widths = {fld: wd for fld, _k, wd, _t in ops}
     optypes = {fld: t for fld, _k, _wd, t in ops}
     # which fields are sources, in order
     if fmt == "VOP3" or fmt == "VOP3P":
@@ -552,7 +545,6 @@ def _valu(inst, ctx):
         src_fields = ["src0", "vsrc1"]
     nsrc = len(stypes)
     readers = []
-    lit_op = any(o.tag == "lit" for o in inst.d.form.operands)
     for k, fld in enumerate(src_fields[:nsrc]):
         t = stypes[k]
         wd = V.WIDTH.get(t, 1)
@@ -667,7 +659,6 @@ def _valu(inst, ctx):
                 opsel &= ~(1 << k)  # ignored by 32-bit operands
     vdst = f.get("vdst", 0)
     dwidth = V.WIDTH.get(dtype, 1)
-    sdst = f.get("sdst") if (fmt == "VOP3" and inst.d.info.vop3b) else None
 
     def read(w):
         out = []
@@ -787,7 +778,6 @@ def _valu(inst, ctx):
     if ekind == "pk":
         def vpk(w):
             bits = read(w)
-            t = dtype
             lo = fn(*[V.typed(b, types[k]) for k, b in enumerate(bits)])
             hi = fn(*[V.typed(b >> np.uint32(16), types[k]) for k, b in enumerate(bits)])
             rl, rh = finish(w, lo), finish(w, hi)
@@ -1165,7 +1155,6 @@ def _ds(inst, ctx):
             sel = ((w.v[a].astype(np.int64) + off) >> 2) % n
             data = w.v[d0]
             if perm:
-                out = w.v[vd].copy()
                 out_new = np.zeros(n, np.uint32)
                 for lane in np.nonzero(ex)[0]:
                     out_new[sel[lane]] = data[lane]
@@ -1333,7 +1322,6 @@ _MEM_TYPES = {"ubyte": (1, False), "sbyte": (1, True), "ushort": (2, False), "ss
 def _flat(inst, ctx):
     m = inst.mnemonic
     f = inst.d.fields
-    n = ctx.n
     seg = f["seg"]
     if f["lds"]:
         raise CannotEmulate(m, inst.address, "lds bit")
