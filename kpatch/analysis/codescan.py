@@ -42,7 +42,7 @@ from operator import attrgetter
 import numpy as np
 
 from kpatch.codeobject import CodeObject
-from kpatch.isa.decodememo import addresses_of, columns_of, decode_ranges
+from kpatch.isa.decodememo import columns_of, decode_ranges
 from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, encoding_ids_of_columns
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
                                   UNMODELLED, UNMODELLED_MNEMONICS, kind)
@@ -338,10 +338,9 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
                 got = got[:keep]
             u.end = got[-1].address + got[-1].size if got else u.start
         if cols is not None:
-            cols.append((got, c[0][:len(got)], c[1]))
-            a = addresses_of(bodies[ui])
-            if addrs is not None and a is not None:
-                addrs.append(a[:len(got)])
+            cols.append((got, c.ids[:len(got)], c.table))
+            if addrs is not None and isinstance(c.addrs, np.ndarray):
+                addrs.append(c.addrs[:len(got)])
             else:
                 addrs = None
         if got is bodies[ui]:

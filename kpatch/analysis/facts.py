@@ -872,9 +872,11 @@ def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: 
     ``table[ids[k]]`` is the :class:`~kpatch.isa.instruction.Decoded` of
     ``insts[k]`` (:func:`kpatch.isa.decodememo.columns_of`).  Work per
     distinct encoding, none per instruction but a few gathers: each Decoded
-    of a table is looked up once, by its bytes (an eid is a function of the
-    bytes); the new ones get their eids in the order of their first
-    occurrence, as :func:`encoding_ids` gives them, from that occurrence."""
+    of a table is looked up once in :attr:`FactsCache.by_decoded` (an eid is
+    a function of the bytes, and a Decoded's never change); the others by
+    their bytes and VGPR-blind keys (:meth:`FactsCache._eids_of_new`), new
+    ones numbered in the order of their first occurrence, as
+    :func:`encoding_ids` numbers them."""
     t = FACTS.table(target)
     if not parts:
         return np.zeros(0, dtype=np.int64)

@@ -8,10 +8,11 @@ once rather than once per function); inside :func:`decode_memo` (a ``with``
 block) it keeps every list it returns, keyed by (target, address, bytes),
 and hands back the same list for the same key.  The lists returned must
 not be changed by the caller.  It also keeps, for each list it decoded, the
-decode's columns (:func:`columns_of`: per instruction the index of its
-encoding in a table of :class:`~kpatch.isa.instruction.Decoded`, one per
-distinct encoding), so that work per encoding (the analysis' facts) needs
-no work per instruction to find which encoding each one is.
+decode's :class:`~kpatch.isa.bulk.Columns` (:func:`columns_of`: the
+addresses, and per instruction the index of its encoding in a table of
+:class:`~kpatch.isa.instruction.Decoded`, one per distinct encoding), so
+that work per encoding (the analysis' facts) needs no work per instruction
+to find which encoding each one is.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Iterator
 import numpy as np
 
 from kpatch.isa.bulk import decode as _decode
-from kpatch.isa.bulk import Buffer, per_instruction
+from kpatch.isa.bulk import Buffer, Columns, per_instruction
 from kpatch.isa.decoder import cache_for, no_gc
 from kpatch.isa.instruction import Instruction
 
@@ -100,17 +101,17 @@ def decode_ranges(code: bytes, target: str, base_address: int, ranges: list[tupl
             if got is None:
                 out[j] = memo[key] = _decode(key[2], target, key[1])
                 continue
-            insts, ids, table, addresses = got
+            insts, columns = got
             out[j] = memo[key] = insts
             if cols is not None:
-                cols[id(insts)] = (insts, ids, table, addresses)
+                cols[id(insts)] = got
     return out
 
 
-def columns_of(insts: list) -> tuple[np.ndarray, list] | None:
-    """``(ids, table)`` of a list :func:`decode_ranges` returned inside the
-    active :func:`decode_memo`: ``table[ids[k]]`` is the
-    :class:`~kpatch.isa.instruction.Decoded` of ``insts[k]`` (one table
+def columns_of(insts: list) -> Columns | None:
+    """The :class:`~kpatch.isa.bulk.Columns` of a list :func:`decode_ranges`
+    returned inside the active :func:`decode_memo` (``table[ids[k]]`` is the
+    :class:`~kpatch.isa.instruction.Decoded` of ``insts[k]``; one table
     shared by the lists decoded together); None for a list it does not
     know (decoded outside the memo, or one by one after a rejected
     encoding)."""
@@ -118,25 +119,12 @@ def columns_of(insts: list) -> tuple[np.ndarray, list] | None:
     got = cols.get(id(insts)) if cols else None
     if got is None or got[0] is not insts:
         return None
-    return got[1], got[2]
-
-
-def addresses_of(insts: list) -> np.ndarray | None:
-    """The addresses of a list :func:`decode_ranges` returned inside the
-    active :func:`decode_memo`, as an int64 array (None: a list it does not
-    know, or addresses beyond int64)."""
-    cols = getattr(_LOCAL, "cols", None)
-    got = cols.get(id(insts)) if cols else None
-    if got is None or got[0] is not insts:
-        return None
-    return got[3]
+    return got[1]
 
 
 def _decode_together(code: bytes, target: str, base_address: int, ranges: list[tuple[int, int]]) -> list:
-    """``(instructions, ids, table, addresses)`` of each range of ``code``
-    (``ids``: the index of each instruction's Decoded in ``table``, shared by
-    all the ranges; ``addresses``: an int64 array, or None beyond int64), or
-    None for a range whose
+    """``(instructions, their Columns)`` of each range of ``code`` (the
+    table of Decoded shared by all the ranges), or None for a range whose
     instructions could differ from decoding its bytes alone: one that is not
     whole dwords, or whose last instruction runs past its end (alone it
     would be cut short); every range is None if the walk meets an encoding
@@ -155,8 +143,7 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
             address = at * 4 + base_address
             addrs = address.tolist()
         else:  # beyond int64 (a damaged header can put code anywhere)
-            address = None
-            addrs = [base_address + 4 * p for p in flat]
+            address = addrs = [base_address + 4 * p for p in flat]
         insts = list(map(Instruction, addrs, ds))
         out: list = []
         i = 0
@@ -165,6 +152,6 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
             if not ok or (n and 4 * st[-1] + ds[i + n - 1].size > b):
                 out.append(None)
             else:
-                out.append((insts[i:i + n], ids[i:i + n], table, None if address is None else address[i:i + n]))
+                out.append((insts[i:i + n], Columns(address[i:i + n], ids[i:i + n], table)))
             i += n
         return out

@@ -5,29 +5,17 @@ table of Decoded; the facts lookup works from them per distinct encoding
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 
-from conftest import FIXTURES, ROOT
+from conftest import fixture_and_corpus_objects
 from kpatch.analysis.engine import decode_family, function_ranges
 from kpatch.analysis.facts import FACTS, encoding_ids, encoding_ids_of_columns
-from kpatch.codeobject import CodeObject
-from kpatch.isa.decodememo import addresses_of, columns_of, decode_memo, decode_ranges
+from kpatch.isa.decodememo import columns_of, decode_memo, decode_ranges
 
 
 def _objects():
-    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
-        yield CodeObject.from_bytes(fh.read())
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    try:
-        from isa_corpus import gfx1030_objects
-        for k, (_, blob) in enumerate(gfx1030_objects(("librocrand.so.1.1",))):
-            yield CodeObject.from_bytes(blob)
-            break
-    finally:
-        sys.path.pop(0)
+    return iter(fixture_and_corpus_objects())
 
 
 def _ranges(co):
@@ -43,10 +31,10 @@ def test_columns_describe_each_list_and_give_the_eids_of_the_bytes():
             for insts in lists:
                 got = columns_of(insts)
                 assert got is not None
-                ids, table = got
+                ids, table = got.ids, got.table
                 assert len(ids) == len(insts)
                 assert all(table[i] is ins.d for i, ins in zip(ids.tolist(), insts))
-                assert addresses_of(insts).tolist() == [ins.address for ins in insts]
+                assert got.addrs.tolist() == [ins.address for ins in insts]
                 parts.append((insts, ids, table))
             flat = [i for insts in lists for i in insts]
             FACTS.clear()
@@ -75,7 +63,7 @@ def test_no_columns_outside_the_memo_or_for_a_copy():
     with decode_memo():
         lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
         assert columns_of(lists[0]) is not None
-        assert columns_of(list(lists[0])) is None and addresses_of(list(lists[0])) is None
+        assert columns_of(list(lists[0])) is None
     assert columns_of(lists[0]) is None  # (the memo is over)
 
 
@@ -89,7 +77,7 @@ def test_a_decoded_made_again_gets_the_eid_of_its_bytes():
     def eids():
         with decode_memo():
             lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
-            return encoding_ids_of_columns([(i, *columns_of(i)) for i in lists], source).tolist(), lists
+            return encoding_ids_of_columns([(i, columns_of(i).ids, columns_of(i).table) for i in lists], source).tolist(), lists
 
     FACTS.clear()
     first, lists = eids()
