@@ -102,6 +102,17 @@ def gfx1030_code_objects(path: str) -> list:
     return out
 
 
+def fixture_and_corpus_objects() -> list:
+    """The gfx1030 fixture mathops.hip.gfx1030.v5.hsaco and, when the corpus
+    is fetched, librocrand's gfx1030 code object(s) (as CodeObjects)."""
+    from kpatch.codeobject import CodeObject
+    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
+        objs = [CodeObject.from_bytes(fh.read())]
+    if os.path.exists(LIBROCRAND):
+        objs += gfx1030_code_objects(LIBROCRAND)
+    return objs
+
+
 def objdump_functions(data: bytes, tmp_path, mcpu: str = "gfx1030") -> dict[str, list[str]]:
     """llvm-objdump-16's instruction text per function symbol of the code
     object ``data`` (the independent decoder), as ``--mcpu`` reads it."""

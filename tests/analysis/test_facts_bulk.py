@@ -106,26 +106,12 @@ def test_blind_keys_in_bulk_are_the_one_by_one_keys():
     key for every distinct encoding of a fixture, the llvm-mc list above
     and the first corpus object (VALU with literals, DS, FLAT, SDWA/DPP and
     scalar forms among them)."""
-    import os
-    import sys
-
-    from conftest import FIXTURES, ROOT
+    from conftest import fixture_and_corpus_objects
     from kpatch.analysis.codescan import scan_text
     from kpatch.analysis.facts import blind_keys, vgpr_blind_key
-    from kpatch.codeobject import CodeObject
     from kpatch.isa.decodememo import decode_memo
 
-    objs = []
-    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
-        objs.append(CodeObject.from_bytes(fh.read()))
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    try:
-        from isa_corpus import gfx1030_objects
-        for _, blob in gfx1030_objects(("librocrand.so.1.1",)):
-            objs.append(CodeObject.from_bytes(blob))
-            break
-    finally:
-        sys.path.pop(0)
+    objs = fixture_and_corpus_objects()
     _, insts = _insts()
     groups = [insts]
     keyed = 0

@@ -9,8 +9,6 @@ permlane, DS, FLAT, MUBUF among them)."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -23,20 +21,8 @@ pytestmark = pytest.mark.llvm
 
 
 def _objects():
-    from conftest import FIXTURES, ROOT
-    from kpatch.codeobject import CodeObject
-    objs = []
-    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
-        objs.append(CodeObject.from_bytes(fh.read()))
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    try:
-        from isa_corpus import gfx1030_objects
-        for _, blob in gfx1030_objects(("librocrand.so.1.1",)):
-            objs.append(CodeObject.from_bytes(blob))
-            break
-    finally:
-        sys.path.pop(0)
-    return objs
+    from conftest import fixture_and_corpus_objects
+    return fixture_and_corpus_objects()
 
 
 #: encodings the objects may lack: every rule's check, gen and kill (llvm-mc-16)

@@ -7,33 +7,20 @@ address) or eids from an emptied cache are not taken."""
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 
 import kpatch.analysis.facts as facts_mod
-from conftest import FIXTURES, ROOT
+from conftest import fixture_and_corpus_objects
 from kpatch.analysis import analyse
 from kpatch.analysis.codescan import scan_text
 from kpatch.analysis.engine import build_unit, decode_family, function_ranges
 from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, known_ids, known_unit
-from kpatch.codeobject import CodeObject
 from kpatch.isa.decodememo import decode_memo
 
 
-def _objects(corpus: int = 2):
-    with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
-        yield CodeObject.from_bytes(fh.read())
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    try:
-        from isa_corpus import gfx1030_objects
-        for k, (_, blob) in enumerate(gfx1030_objects(("librocrand.so.1.1",))):
-            if k >= corpus:
-                break
-            yield CodeObject.from_bytes(blob)
-    finally:
-        sys.path.pop(0)
+def _objects():
+    return iter(fixture_and_corpus_objects())
 
 
 def _unit(co, parts=None):
@@ -67,7 +54,7 @@ def test_known_ids_are_the_eids_of_the_bytes():
 
 
 def test_a_different_size_or_an_emptied_cache_is_not_taken():
-    co = next(_objects(0))
+    co = next(_objects())
     with decode_memo():
         FACTS.clear()
         source, insts, addresses, ends = _unit(co)
@@ -102,7 +89,7 @@ def test_no_hash_lookup_per_object(monkeypatch):
         return real(self, *a, **k)
 
     monkeypatch.setattr(facts_mod.FactsCache, "lookup_hashes", counted)
-    co = next(_objects(0))
+    co = next(_objects())
     assert analyse(co).kernels
     assert len(calls) == 0
 
@@ -112,7 +99,7 @@ def test_function_ranges_copies_text_once(monkeypatch):
     from kpatch.analysis.engine import function_ranges
     from kpatch.codeobject.model import CodeObject as Model
 
-    co = next(_objects(0))
+    co = next(_objects())
     assert len(co.kernels) >= 2
     calls = []
     real = Model.text
