@@ -34,6 +34,7 @@ the hazards (see gfx1010-hazards.md): ``VALU`` (VOP1/2/3/3P/C, VINTRP),
 
 from __future__ import annotations
 
+import heapq
 import re
 from itertools import repeat
 from operator import attrgetter, rshift
@@ -460,52 +461,87 @@ def _blind_slot(d) -> int:
     return slot
 
 
-def blind_keys(ds: list, raws: list[bytes]) -> list:
+def blind_key_rows(ds: list, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`vgpr_blind_key` of each of the encodings ``ds`` (their
-    :class:`~kpatch.isa.instruction.Decoded`; ``raws``: their bytes), the
-    masking done with numpy over per-opcode rows of field bits (the same
-    keys, element for element)."""
+    :class:`~kpatch.isa.instruction.Decoded`; ``rows``: their dwords, as
+    :func:`_raw_rows` gives them) as numbers, worked out with numpy over
+    per-opcode rows of field bits (Python work once per opcode):
+    ``(has, base, rest, size)``, per encoding ``has`` 1 when it has a key,
+    0 when it has none, -1 when the rows do not describe it (then
+    :func:`vgpr_blind_key` says); ``base`` the first ``size`` bytes with
+    the VGPR fields cleared (the key's number) and ``rest`` its dword count
+    << 32 | the dword after them, its literal (0 where none).  Two keyed
+    encodings of one target have the same key exactly when they have the
+    same (base, rest): the base holds the format's encoding bits, so it
+    fixes ``size``, and a key's literal is at most one dword."""
     n = len(ds)
+    has = np.zeros(n, dtype=np.int8)
+    base = np.zeros(n, dtype=np.uint64)
+    rest = np.zeros(n, dtype=np.uint64)
+    size = np.zeros(n, dtype=np.int64)
     if not n:
-        return []
-    slots = list(map(_BLIND_SLOTS.get, zip(map(id, map(_INFO, ds)), map(_KIND, ds))))
-    for k in [k for k, sl in enumerate(slots) if sl is None]:
-        slots[k] = _BLIND_SLOTS.get((id(ds[k].info), ds[k].kind))
-        if slots[k] is None:
-            slots[k] = _blind_slot(ds[k])
-    sl = np.array(slots, dtype=np.int64)
-    ok = np.flatnonzero(sl >= 0)
-    out: list = [None] * n
-    for k in np.flatnonzero(sl == -2).tolist():
-        out[k] = _blind_key(ds[k])
+        return has, base, rest, size
+    # the row of each encoding's (opcode, form): looked up once per distinct pair
+    info = np.fromiter(map(id, map(_INFO, ds)), dtype=np.int64, count=n)
+    kind = np.fromiter(map(id, map(_KIND, ds)), dtype=np.int64, count=n)
+    kinds, kind = np.unique(kind, return_inverse=True)
+    pair, first, inv = np.unique(info * len(kinds) + kind.reshape(-1), return_index=True, return_inverse=True)
+    per_pair = []
+    for k in first.tolist():
+        d = ds[k]
+        slot = _BLIND_SLOTS.get((id(d.info), d.kind))
+        per_pair.append(_blind_slot(d) if slot is None else slot)
+    slot = np.array(per_pair, dtype=np.int64)[inv.reshape(-1)]
+    ok = np.flatnonzero(slot >= 0)
+    has[slot == -2] = -1
     if not ok.size:
-        return out
-    oks = ok.tolist()
-    tab = _BLIND[sl[ok]]
-    size = tab[:, 0].astype(np.int64)
-    mine = list(map(raws.__getitem__, oks))
-    lens = np.fromiter(map(len, mine), dtype=np.int64, count=len(oks))
-    if (lens < size).any():
-        for k in oks:  # (an encoding shorter than its format: the one-by-one rule)
-            out[k] = _blind_key(ds[k])
-        return out
-    # the first 8 bytes of each (0 past its end), gathered from all of them joined
-    flat = np.frombuffer(b"".join(mine) + bytes(8), dtype=np.uint8)
-    at = (np.cumsum(lens) - lens)[:, None] + np.arange(8)
-    w = np.where(np.arange(8) < lens[:, None], flat[at], 0).astype(np.uint8).view("<u8").reshape(-1).copy()
-    w[size == 4] &= np.uint64(0xFFFFFFFF)
+        return has, base, rest, size
+    tab = _BLIND[slot[ok]]
+    sz = tab[:, 0].astype(np.int64)
+    r = rows[ok]
+    nb = 4 * r[:, 0].astype(np.int64)
+    fits = (nb >= sz) & (nb <= sz + 4)  # (else: one by one; none such decodes)
+    w = r[:, 1].astype(np.uint64) | np.where(sz == 8, r[:, 2].astype(np.uint64) << np.uint64(32), np.uint64(0))
     w &= tab[:, 1]
     one, byte = np.uint64(1), np.uint64(0xFF)
     for j in range(3):
         lo = tab[:, 2 + j]
-        has = lo < 64
-        lo = np.where(has, lo, 0)
-        clear = has & (((w >> lo) >> np.uint64(8)) & one).astype(bool)
+        on = lo < 64
+        lo = np.where(on, lo, 0)
+        clear = on & (((w >> lo) >> np.uint64(8)) & one).astype(bool)
         w[clear] &= ~(byte << lo[clear])
-    for k, x, n_ in zip(oks, w.tolist(), size.tolist()):
-        d = ds[k]
-        out[k] = (d.target, x, d.raw[n_:])
-    return out
+    lit = np.where(sz == 8, r[:, 3], r[:, 2]).astype(np.uint64)
+    has[ok] = np.where(fits, 1, -1)
+    base[ok] = w
+    rest[ok] = (r[:, 0].astype(np.uint64) << np.uint64(32)) | lit
+    size[ok] = sz
+    return has, base, rest, size
+
+
+def blind_keys(ds: list, raws: list[bytes]) -> list:
+    """:func:`vgpr_blind_key` of each of the encodings ``ds`` (``raws``:
+    their bytes) as tuples, from :func:`blind_key_rows` (the same keys,
+    element for element)."""
+    rows = _raw_rows(raws)
+    if rows is None:
+        return [_blind_key(d) for d in ds]
+    has, base, _, size = blind_key_rows(ds, rows)
+    return [(d.target, w, raw[n:]) if h == 1 else _blind_key(d) if h < 0 else None
+            for d, raw, h, w, n in zip(ds, raws, has.tolist(), base.tolist(), size.tolist())]
+
+
+def _raw_rows(raws: list[bytes]) -> np.ndarray | None:
+    """Per encoding (``raws``: their bytes): its dword count, then its dwords
+    j < MAX_DWORDS (0 past its end), as :func:`_rows` lays them out; None if
+    one is not whole dwords or is longer than MAX_DWORDS."""
+    n = len(raws)
+    if not n:
+        return np.zeros((0, 1 + MAX_DWORDS), dtype=np.uint32)
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    if (lens & 3).any() or lens.min() < 4 or lens.max() > 4 * MAX_DWORDS:
+        return None
+    ndw = lens >> 2
+    return _rows(np.frombuffer(b"".join(raws), dtype="<u4"), np.cumsum(ndw) - ndw, ndw)
 
 
 def _vgpr_fields(fmt, info) -> tuple[int, tuple[int, ...]]:
@@ -643,29 +679,82 @@ class FactsCache:
             self.templates[key] = e
         return e
 
-    def _eids_of_new(self, ds: list, raws: list[bytes], table: dict[bytes, int], insts: list | None = None
-                     ) -> list[int]:
+    def _eids_of_new(self, ds: list, raws: list[bytes], table: dict[bytes, int], insts: list | None = None,
+                     rows: np.ndarray | None = None) -> list[int]:
         """:meth:`eid_of` of each of the encodings ``ds`` (their Decoded;
-        ``raws``: their bytes), with their :func:`vgpr_blind_key` worked out
-        together (:func:`blind_keys`); new facts are worked out from
-        ``insts`` (occurrences of them), else from an occurrence at address
-        0 (no fact depends on the address)."""
+        ``raws``: their bytes, ``rows``: their dwords as :func:`_raw_rows`
+        gives them, when known), in order, with Python work once per
+        distinct :func:`vgpr_blind_key` and once per encoding without one:
+        the keys are numbers (:func:`blind_key_rows`) grouped with numpy;
+        a group's first encoding takes its template's eid, else its eid by
+        its bytes or new facts -- and when that leaves no template (a
+        finding's text names the VGPRs: such facts are not shared) the
+        group's next encoding goes the same way, at its place in the order,
+        so new facts are numbered as one by one.  New facts are worked out
+        from ``insts`` (occurrences of them), else from an occurrence at
+        address 0 (no fact depends on the address)."""
+        n = len(ds)
+        if not n:
+            return []
+        if rows is None:
+            rows = _raw_rows(raws)
+        if rows is None:  # (not whole dwords: one by one)
+            has = np.full(n, -1, dtype=np.int8)
+            base = rest = np.zeros(n, dtype=np.uint64)
+            size = np.zeros(n, dtype=np.int64)
+        else:
+            has, base, rest, size = blind_key_rows(ds, rows)
+        keyed = np.flatnonzero(has == 1)
+        order = keyed[np.lexsort((rest[keyed], base[keyed]))]  # (stable: each group in the given order)
+        bo, ro = base[order], rest[order]
+        starts = np.flatnonzero(np.concatenate(([True], (bo[1:] != bo[:-1]) | (ro[1:] != ro[:-1]))))[:len(order)]
+        group = np.full(n, -1, dtype=np.int64)
+        group[order] = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(order))))
+        ends = np.append(starts[1:], len(order)).tolist()
+        heads = order[starts]
+        events = np.sort(np.concatenate((np.flatnonzero(has != 1), heads))).tolist()
+        group_l, has_l, order_l, ptr = group.tolist(), has.tolist(), order.tolist(), starts.tolist()
+        out = [-1] * n
+        geid = [-1] * len(ptr)  # a group's template, once there is one: its later encodings take it
+        later: list[int] = []  # (heap) the next encoding of each group that has no template yet
         get = table.get
         template = self.templates.get
-        keys = blind_keys(ds, raws)
-        # most: a VGPR variant of an encoding seen before (its template), looked up in C;
-        # then, in order, the rest: known by its bytes, a template made meanwhile, or new facts
-        out = list(map(template, keys))
-        for k in [k for k, e in enumerate(out) if e is None]:
-            raw = raws[k]
-            e = get(raw)
+
+        def one(p: int) -> None:
+            g = group_l[p]
+            if g >= 0:
+                key = (ds[p].target, int(base[p]), raws[p][int(size[p]):])
+            else:
+                key = _blind_key(ds[p]) if has_l[p] < 0 else None
+            e = template(key) if key is not None else None
             if e is None:
-                key = keys[k]
-                e = template(key) if key is not None else None
+                e = get(raws[p])
                 if e is None:
-                    e = self.new(insts[k] if insts is not None else Instruction(0, ds[k]), key)
-                table[raw] = e
-            out[k] = e
+                    e = self.new(insts[p] if insts is not None else Instruction(0, ds[p]), key)
+                out[p] = e
+                if g < 0:
+                    return
+                e = template(key)
+                if e is None:
+                    ptr[g] += 1
+                    if ptr[g] < ends[g]:
+                        heapq.heappush(later, order_l[ptr[g]])
+                    return
+            if g >= 0:
+                geid[g] = e
+            else:
+                out[p] = e
+
+        for p in events:
+            while later and later[0] < p:
+                one(heapq.heappop(later))
+            one(p)
+        while later:
+            one(heapq.heappop(later))
+        got = np.array(out, dtype=np.int64)
+        rest_of = np.flatnonzero(got < 0)  # (keyed encodings after their group's template)
+        got[rest_of] = np.array(geid, dtype=np.int64)[group[rest_of]]
+        out = got.tolist()
         table.update(zip(raws, out))
         return out
 
@@ -872,11 +961,11 @@ def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: 
     ``table[ids[k]]`` is the :class:`~kpatch.isa.instruction.Decoded` of
     ``insts[k]`` (:func:`kpatch.isa.decodememo.columns_of`).  Work per
     distinct encoding, none per instruction but a few gathers: each Decoded
-    of a table is looked up once in :attr:`FactsCache.by_decoded` (an eid is
-    a function of the bytes, and a Decoded's never change); the others by
-    their bytes and VGPR-blind keys (:meth:`FactsCache._eids_of_new`), new
-    ones numbered in the order of their first occurrence, as
-    :func:`encoding_ids` numbers them."""
+    of a table is looked up in :attr:`FactsCache.by_decoded` (an eid is a
+    function of the bytes, and a Decoded's never change); the others, in
+    the order of their first occurrence, get eids by their bytes and
+    VGPR-blind keys (:meth:`FactsCache._eids_of_new`: Python work once per
+    new key), as :func:`encoding_ids` numbers them."""
     t = FACTS.table(target)
     if not parts:
         return np.zeros(0, dtype=np.int64)
@@ -886,16 +975,18 @@ def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: 
         if id(table) not in offset:
             offset[id(table)] = len(entries)
             entries += table
-    # the eid of each Decoded seen before (its bytes give the same eid: see eid_of)
     te = np.fromiter(map(FACTS.by_decoded.get, entries, repeat(-1)), dtype=np.int64, count=len(entries))
     keys = np.concatenate([ids.astype(np.int64, copy=False) + offset[id(table)] for _, ids, table in parts])
     if len(entries) and te.min() < 0:
         at = np.flatnonzero(te[keys] < 0)
         if at.size:
-            _, first = np.unique(keys[at], return_index=True)
-            first = keys[at[np.sort(first)]]  # each new encoding, in the order of its first occurrence
-            ds = list(map(entries.__getitem__, first.tolist()))
-            te[first] = got = FACTS._eids_of_new(ds, list(map(_RAW, ds)), t)
+            # each new encoding, in the order of its first occurrence
+            first = np.full(len(entries), len(keys), dtype=np.int64)
+            np.minimum.at(first, keys[at], at)
+            new = np.flatnonzero(first < len(keys))
+            new = new[np.argsort(first[new])]
+            ds = list(map(entries.__getitem__, new.tolist()))
+            te[new] = got = FACTS._eids_of_new(ds, list(map(_RAW, ds)), t)
             FACTS.by_decoded.update(zip(ds, got))
     return te[keys]
 
