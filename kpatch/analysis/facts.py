@@ -692,7 +692,9 @@ class FactsCache:
         group's next encoding goes the same way, at its place in the order,
         so new facts are numbered as one by one.  New facts are worked out
         from ``insts`` (occurrences of them), else from an occurrence at
-        address 0 (no fact depends on the address)."""
+        address 0 (no fact depends on the address).  Only the encodings
+        numbered by their bytes join ``table``: one whose key has a template
+        is found by it (:meth:`new`) whenever its bytes are looked up."""
         n = len(ds)
         if not n:
             return []
@@ -730,7 +732,7 @@ class FactsCache:
             if e is None:
                 e = get(raws[p])
                 if e is None:
-                    e = self.new(insts[p] if insts is not None else Instruction(0, ds[p]), key)
+                    e = table[raws[p]] = self.new(insts[p] if insts is not None else Instruction(0, ds[p]), key)
                 out[p] = e
                 if g < 0:
                     return
@@ -754,9 +756,7 @@ class FactsCache:
         got = np.array(out, dtype=np.int64)
         rest_of = np.flatnonzero(got < 0)  # (keyed encodings after their group's template)
         got[rest_of] = np.array(geid, dtype=np.int64)[group[rest_of]]
-        out = got.tolist()
-        table.update(zip(raws, out))
-        return out
+        return got.tolist()
 
     def lookup_hashes(self, target: str, h: np.ndarray, rows: np.ndarray, insts,
                       table: dict[bytes, int]) -> np.ndarray:
