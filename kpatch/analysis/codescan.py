@@ -326,7 +326,7 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
     problems: list[RelocationProblem] = []
     bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
     whole: list[tuple[list, int]] = []  # (list decode_ranges gave, its first index) kept whole
-    cols: list | None = []  # (instructions, ids, table) of each unit, if the decode kept them all
+    cols: list | None = []  # (instructions, ids, table, words) of each unit, if the decode kept them all
     addrs: list | None = []  # the addresses of each unit's instructions, if the decode kept them all
     for ui, (u, got) in enumerate(zip(units, bodies)):
         c = columns_of(got) if cols is not None else None
@@ -338,7 +338,7 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
                 got = got[:keep]
             u.end = got[-1].address + got[-1].size if got else u.start
         if cols is not None:
-            cols.append((got, c.ids[:len(got)], c.table))
+            cols.append((got, c.ids[:len(got)], c.table, c.words))
             if addrs is not None and isinstance(c.addrs, np.ndarray):
                 addrs.append(c.addrs[:len(got)])
             else:

@@ -587,6 +587,44 @@ def _marks(x: "Facts", fmt: str, f: dict) -> int:
 MAX_DWORDS = 5  # longest GFX10 encoding: MIMG with three NSA dwords (20 bytes)
 
 
+class _SortedIds:
+    """uint64 numbers -> int64 ids, looked up with numpy: a large sorted
+    part and a small sorted part that new numbers join, merged into the
+    large one once it holds an eighth as many (so adding numbers costs
+    about as much as their count, not the size of the whole, each time)."""
+
+    __slots__ = ("keys", "ids", "new_keys", "new_ids")
+
+    def __init__(self):
+        self.keys = self.new_keys = np.zeros(0, dtype=np.uint64)
+        self.ids = self.new_ids = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.keys) + len(self.new_keys)
+
+    def get(self, q: np.ndarray) -> np.ndarray:
+        """The id of each number of ``q`` (-1: none)."""
+        out = np.full(len(q), -1, dtype=np.int64)
+        for keys, ids in ((self.keys, self.ids), (self.new_keys, self.new_ids)):
+            if len(keys) and len(q):
+                j = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+                hit = np.flatnonzero(keys[j] == q)
+                out[hit] = ids[j[hit]]
+        return out
+
+    def add(self, q: np.ndarray, ids: np.ndarray) -> None:
+        """Add numbers ``q`` (distinct, none held yet) with their ``ids``."""
+        o = np.argsort(q)
+        q, ids = q[o], ids[o]
+        pos = np.searchsorted(self.new_keys, q)
+        self.new_keys, self.new_ids = np.insert(self.new_keys, pos, q), np.insert(self.new_ids, pos, ids)
+        if 8 * len(self.new_keys) > len(self.keys):
+            pos = np.searchsorted(self.keys, self.new_keys)
+            self.keys, self.ids = np.insert(self.keys, pos, self.new_keys), np.insert(self.ids, pos, self.new_ids)
+            self.new_keys = np.zeros(0, dtype=np.uint64)
+            self.new_ids = np.zeros(0, dtype=np.int64)
+
+
 class _Grown:
     """A numpy array that grows by doubling its buffer (``arr``: the part in use)."""
 
@@ -643,9 +681,12 @@ class FactsCache:
         self.templates: dict[tuple, int] = {}  # vgpr_blind_key -> eid
         #: Decoded -> eid (:func:`encoding_ids_of_columns`: a Decoded's bytes never change)
         self.by_decoded: dict = {}
+        #: (target, dword count 1 or 2) -> the encodings' dwords as numbers -> eid
+        #: (:func:`encoding_ids_of_columns`, from the decode's ``Columns.words``)
+        self.by_words: dict[tuple, _SortedIds] = {}
 
     def table(self, target: str) -> dict[bytes, int]:
-        if len(self.all) + self.xeid.n + len(self.by_decoded) >= self.limit:
+        if len(self.all) + self.xeid.n + len(self.by_decoded) + sum(map(len, self.by_words.values())) >= self.limit:
             self.clear()
         m = self.maps.get(target)
         if m is None:
@@ -955,28 +996,50 @@ def encoding_ids(insts, target: str, addresses: np.ndarray | None = None,
     return out
 
 
-def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: str) -> np.ndarray:
+def encoding_ids_of_columns(parts: list[tuple], target: str) -> np.ndarray:
     """:func:`encoding_ids` of the instructions of ``parts`` one after the
-    other, each part decoded as columns: ``(insts, ids, table)``, where
-    ``table[ids[k]]`` is the :class:`~kpatch.isa.instruction.Decoded` of
-    ``insts[k]`` (:func:`kpatch.isa.decodememo.columns_of`).  Work per
-    distinct encoding, none per instruction but a few gathers: each Decoded
-    of a table is looked up in :attr:`FactsCache.by_decoded` (an eid is a
-    function of the bytes, and a Decoded's never change); the others, in
-    the order of their first occurrence, get eids by their bytes and
-    VGPR-blind keys (:meth:`FactsCache._eids_of_new`: Python work once per
-    new key), as :func:`encoding_ids` numbers them."""
+    other, each part decoded as columns: ``(insts, ids, table)`` or
+    ``(insts, ids, table, words)``, where ``table[ids[k]]`` is the
+    :class:`~kpatch.isa.instruction.Decoded` of ``insts[k]`` and ``words``
+    the numbers of the table's encodings (``Columns.words``:
+    :func:`kpatch.isa.decodememo.columns_of`).  Work per distinct encoding,
+    none per instruction but a few gathers: the encodings of one or two
+    dwords are looked up by their numbers with numpy
+    (:attr:`FactsCache.by_words`), the others by their Decoded
+    (:attr:`FactsCache.by_decoded`; an eid is a function of the bytes, and
+    a Decoded's never change); the new ones, in the order of their first
+    occurrence, get eids by their bytes and VGPR-blind keys
+    (:meth:`FactsCache._eids_of_new`: Python work once per new key), as
+    :func:`encoding_ids` numbers them."""
     t = FACTS.table(target)
     if not parts:
         return np.zeros(0, dtype=np.int64)
     offset: dict[int, int] = {}  # id(table) -> where its entries start in ``entries``
     entries: list = []  # the Decoded of every table, one after the other
-    for _, _, table in parts:
+    ndw: list = []  # the dword count of each, when its number is known (else 0)
+    num: list = []  # and its number
+    for part in parts:
+        table = part[2]
         if id(table) not in offset:
             offset[id(table)] = len(entries)
             entries += table
-    te = np.fromiter(map(FACTS.by_decoded.get, entries, repeat(-1)), dtype=np.int64, count=len(entries))
-    keys = np.concatenate([ids.astype(np.int64, copy=False) + offset[id(table)] for _, ids, table in parts])
+            words = part[3] if len(part) > 3 else None
+            if words is None or len(words[0]) != len(table):
+                words = (np.zeros(len(table), dtype=np.uint8), np.zeros(len(table), dtype=np.uint64))
+            ndw.append(words[0])
+            num.append(words[1])
+    ndw_all = np.concatenate(ndw)
+    num_all = np.concatenate(num)
+    te = np.full(len(entries), -1, dtype=np.int64)
+    for k in (1, 2):
+        sel = np.flatnonzero(ndw_all == k)
+        if sel.size and (target, k) in FACTS.by_words:
+            te[sel] = FACTS.by_words[target, k].get(num_all[sel])
+    other = np.flatnonzero(ndw_all == 0)
+    if other.size:
+        get = FACTS.by_decoded.get
+        te[other] = np.fromiter((get(entries[i], -1) for i in other.tolist()), dtype=np.int64, count=other.size)
+    keys = np.concatenate([part[1].astype(np.int64, copy=False) + offset[id(part[2])] for part in parts])
     if len(entries) and te.min() < 0:
         at = np.flatnonzero(te[keys] < 0)
         if at.size:
@@ -987,7 +1050,14 @@ def encoding_ids_of_columns(parts: list[tuple[list, np.ndarray, list]], target: 
             new = new[np.argsort(first[new])]
             ds = list(map(entries.__getitem__, new.tolist()))
             te[new] = got = FACTS._eids_of_new(ds, list(map(_RAW, ds)), t)
-            FACTS.by_decoded.update(zip(ds, got))
+            nd = ndw_all[new]
+            for k in (1, 2):
+                sel = new[nd == k]
+                if sel.size:
+                    uq, at = np.unique(num_all[sel], return_index=True)  # (one table's twin of another's)
+                    FACTS.by_words.setdefault((target, k), _SortedIds()).add(uq, te[sel[at]])
+            if (nd == 0).any():
+                FACTS.by_decoded.update((ds[j], got[j]) for j in np.flatnonzero(nd == 0).tolist())
     return te[keys]
 
 

@@ -402,18 +402,26 @@ class Buffer:
         ids, table, bad = self.lookup_ids(s)
         return per_instruction(ids, table), bad
 
-    def lookup_ids(self, s: np.ndarray) -> tuple[np.ndarray, list[Decoded], int | None]:
+    def lookup_ids(self, s: np.ndarray, words: list | None = None
+                   ) -> tuple[np.ndarray, list[Decoded], int | None]:
         """The encoding of the instruction at each dword position of ``s``
         (int64 array) as a column: ``ids``, per instruction the index in
         ``table`` of its :class:`Decoded`, one per distinct encoding (the
         encodings are made distinct with numpy, then looked up in the
         target's cache, new ones decoded and kept there); and the index
         of the first instruction whose encoding LLVM rejects although the
-        sizes made it longer than a dword (or None: see :meth:`lookup`)."""
+        sizes made it longer than a dword (or None: see :meth:`lookup`).
+        ``words``, when given, receives ``(ndw, w)``: per entry of
+        ``table`` its dword count when it is 1 or 2 (else 0) and those
+        dwords (first | second << 32), the numbers it was looked up by."""
         n = len(s)
         ids = np.zeros(n, np.int64)
         table: list[Decoded] = []
+        ndws: list = []
+        ws: list = []
         if not n:
+            if words is not None:
+                words.append((np.zeros(0, np.uint8), np.zeros(0, np.uint64)))
             return ids, table, None
         cache = self.cache
         ndw = self.sz0[s]
@@ -429,8 +437,8 @@ class Buffer:
             groups.append((two, w[s2].astype(np.uint64) | (w[s2 + 1].astype(np.uint64) << np.uint64(32)), 2,
                            cache.c8))
         for idx, keys, k, tab in groups:
-            uniq, inverse = distinct(keys)
-            uniq = uniq.tolist()
+            numbers, inverse = distinct(keys)
+            uniq = numbers.tolist()
             ds = list(map(tab.get, uniq))
             if not all(ds):  # (a Decoded is always true: this finds a missing one fastest)
                 new = list(compress(uniq, map(not_, ds)))
@@ -447,6 +455,12 @@ class Buffer:
                         bad = first
             ids[idx] = inverse.reshape(-1) + len(table)
             table += ds
+            if words is not None:
+                counts = np.full(len(ds), k, np.uint8)
+                if bad is not None:  # (a rejected encoding: a 4-byte unknown word, not these dwords)
+                    counts[np.fromiter(map(_SIZE, ds), np.int64, len(ds)) != 4 * k] = 0
+                ndws.append(counts)
+                ws.append(numbers.astype(np.uint64, copy=False))
         if len(one) + len(two) < n:
             data = self.data
             big = cache.big
@@ -482,6 +496,10 @@ class Buffer:
                         bad = new[raw][0]
                     ids[new[raw]] = len(table)
                     table.append(d)
+        if words is not None:
+            rest = len(table) - sum(map(len, ndws))
+            words.append((np.concatenate([*ndws, np.zeros(rest, np.uint8)]),
+                          np.concatenate([*ws, np.zeros(rest, np.uint64)])))
         return ids, table, bad
 
     def _new(self, p: int) -> Decoded:
@@ -541,12 +559,13 @@ class Columns:
     ``addrs`` (an int64 array, or a list of ints when they do not fit one),
     ``ids`` (an int64 array: the index of each instruction's encoding in
     ``table``) and ``table`` (the :class:`Decoded` of each distinct
-    encoding, shared by all its occurrences)."""
+    encoding, shared by all its occurrences); ``words``, when known, the
+    numbers of the table's encodings (:meth:`Buffer.lookup_ids`)."""
 
-    __slots__ = ("addrs", "ids", "table")
+    __slots__ = ("addrs", "ids", "table", "words")
 
-    def __init__(self, addrs, ids: np.ndarray, table: list[Decoded]):
-        self.addrs, self.ids, self.table = addrs, ids, table
+    def __init__(self, addrs, ids: np.ndarray, table: list[Decoded], words: tuple | None = None):
+        self.addrs, self.ids, self.table, self.words = addrs, ids, table, words
 
     @classmethod
     def of(cls, addrs, ds: list[Decoded]) -> "Columns":

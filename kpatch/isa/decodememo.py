@@ -135,7 +135,8 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
         starts = [buf.starts(a // 4, b // 4, False) if ok else [] for (a, b), ok in zip(ranges, whole)]
         flat = list(chain.from_iterable(starts))
         at = np.array(flat, dtype=np.int64)
-        ids, table, bad = buf.lookup_ids(at)
+        words: list = []
+        ids, table, bad = buf.lookup_ids(at, words)
         if bad is not None:
             return [None] * len(ranges)
         ds = per_instruction(ids, table)
@@ -152,6 +153,6 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
             if not ok or (n and 4 * st[-1] + ds[i + n - 1].size > b):
                 out.append(None)
             else:
-                out.append((insts[i:i + n], Columns(address[i:i + n], ids[i:i + n], table)))
+                out.append((insts[i:i + n], Columns(address[i:i + n], ids[i:i + n], table, words[0])))
             i += n
         return out

@@ -25,7 +25,7 @@ def _units():
         with decode_memo():
             lists = decode_ranges(co.text, source, co.text_vaddr,
                                   sorted((a, b) for _, _, _, a, b in function_ranges(co) if a >= 0))
-            parts = [(i, columns_of(i).ids, columns_of(i).table) for i in lists]
+            parts = [(i, columns_of(i).ids, columns_of(i).table, columns_of(i).words) for i in lists]
         out.append((parts, [i for insts in lists for i in insts], source))
     return out
 
@@ -85,7 +85,7 @@ def test_python_work_once_per_new_key(monkeypatch):
     FACTS.templates = _CountingDict()
     _CountingDict.gets = 0
     encoding_ids_of_columns(parts, source)
-    ds = list(dict.fromkeys(d for _, _, table in parts for d in table))
+    ds = list(dict.fromkeys(d for p in parts for d in p[2]))
     keys = [facts_mod._blind_key(d) for d in ds]
     keyed = sum(k is not None for k in keys)
     distinct = len(set(keys) - {None})
@@ -114,7 +114,7 @@ def test_a_broken_key_is_caught(monkeypatch):
 def test_numeric_keys_are_equal_exactly_when_the_keys_are():
     literals = 0
     for parts, _, _ in _units():
-        ds = list(dict.fromkeys(d for _, _, table in parts for d in table))
+        ds = list(dict.fromkeys(d for p in parts for d in p[2]))
         has, base, rest, _ = facts_mod.blind_key_rows(ds, facts_mod._raw_rows([d.raw for d in ds]))
         keys = [facts_mod._blind_key(d) for d in ds]
         assert [k is not None for k in keys] == (has == 1).tolist()
@@ -140,3 +140,30 @@ def test_bytes_then_find_the_eids_the_columns_gave():
         assert len(FACTS.table(source)) < len({i.raw for i in flat})  # (some only by their key)
         assert encoding_ids(flat, source).tolist() == cols and len(FACTS.all) == n
     FACTS.clear()
+
+
+def test_the_decodes_words_are_the_bytes_of_its_encodings():
+    """Columns.words (the numbers the decode looked each encoding up by,
+    which the numbering looks eids up by) are the bytes of each table
+    entry of one or two dwords, and asking for them leaves the decode as
+    it is (every range as kpatch.isa.decode gives it; encodings of three
+    dwords and more among them)."""
+    from kpatch.isa import decode
+    longer = 0
+    for co in fixture_and_corpus_objects():
+        source = decode_family(co.target.processor)
+        ranges = sorted((a, b) for _, _, _, a, b in function_ranges(co) if a >= 0)
+        with decode_memo():
+            lists = decode_ranges(co.text, source, co.text_vaddr, ranges)
+            cols = [columns_of(i) for i in lists]
+        for (a, b), insts in zip(ranges, lists):
+            alone = decode(co.text[a:b], source, co.text_vaddr + a)
+            assert [(i.address, i.raw) for i in insts] == [(i.address, i.raw) for i in alone]
+            longer += sum(i.size > 8 for i in insts)
+        ndw, w = cols[0].words
+        table = cols[0].table
+        assert len(ndw) == len(table) and (ndw > 0).sum() > 0.9 * len(table)
+        for d, k, x in zip(table, ndw.tolist(), w.tolist()):
+            if k:
+                assert d.raw == x.to_bytes(8, "little")[:4 * k]
+    assert longer
