@@ -528,22 +528,23 @@ class _Control:
         at = np.flatnonzero(roles)
         self.at = at.tolist()
         self.role = roles[at].tolist()
-        target = [-1] * len(at)
-        index = [-1] * len(at)
         br = np.flatnonzero(roles[at] == R_BRANCH)
-        if br.size:
+        if br.size and addresses is not None:  # (scattered with numpy: no Python step per branch)
             k = at[br]
             simm = FACTS.column("simm16", _simm16)[eids[k]]
-            if addresses is not None:
-                t = addresses[k] + 4 + 4 * np.where(simm & 0x8000, simm - 0x10000, simm)
-                j = np.minimum(np.searchsorted(addresses, t), n - 1)
-                j = np.where(addresses[j] == t, j, -1)
-                tl, jl = t.tolist(), j.tolist()
-            else:
-                tl = [insts[i].branch_target for i in k.tolist()]
-                jl = [scan.index_at.get(x, -1) for x in tl]
-            for b, x, y in zip(br.tolist(), tl, jl):
-                target[b], index[b] = x, y
+            t = addresses[k] + 4 + 4 * np.where(simm & 0x8000, simm - 0x10000, simm)
+            j = np.minimum(np.searchsorted(addresses, t), n - 1)
+            target = np.full(len(at), -1, dtype=np.int64)
+            index = np.full(len(at), -1, dtype=np.int64)
+            target[br] = t
+            index[br] = np.where(addresses[j] == t, j, -1)
+            self.target, self.index = target.tolist(), index.tolist()
+            return
+        target = [-1] * len(at)
+        index = [-1] * len(at)
+        for b in br.tolist():
+            x = target[b] = insts[at[b]].branch_target
+            index[b] = scan.index_at.get(x, -1)
         self.target, self.index = target, index
 
     def of(self, first: int, last: int) -> range:

@@ -64,3 +64,27 @@ def test_the_analysis_keeps_no_instruction_table_of_the_scan_while_detectors_run
         rep = analyse(co, "gfx1010")
         assert rep.kernels
     assert seen and all(s.insts == [] and s.unit_of == [] and s.units for s in seen)
+
+
+def test_branch_targets_by_columns_are_those_of_the_instructions(monkeypatch):
+    """The scan's branch targets (codescan._Control: with numpy from the
+    decode's addresses) are each branch's own target and the index of the
+    instruction there, as without the addresses (one by one, a dict index)."""
+    import kpatch.analysis.codescan as cs
+    from conftest import fixture_and_corpus_objects
+
+    for co in [*_sample_objects(), *fixture_and_corpus_objects()]:
+        scan = scan_text(co, "gfx1030")
+        want = {i: (ins.branch_target, scan.index_at.get(ins.branch_target, -1)) for i, ins in enumerate(scan.insts)
+                if ins.is_branch or ins.mnemonic == "s_call_b64"}
+        got = {}
+        for which in ("columns", "dict"):
+            if which == "dict":
+                monkeypatch.setattr(cs, "index_of", lambda insts, addresses=None: dict(
+                    (ins.address, k) for k, ins in enumerate(insts)))
+                scan = scan_text(co, "gfx1030")
+            c = cs._Control(scan, scan.data, scan.start)
+            got[which] = {i: (t, j) for i, r, t, j in zip(c.at, c.role, c.target, c.index) if r == cs.R_BRANCH}
+        assert got["columns"] == got["dict"] == {i: v for i, v in want.items() if i in got["columns"]}
+        assert len(got["columns"]) > 0.9 * len(want)
+        monkeypatch.undo()
