@@ -88,3 +88,36 @@ def test_branch_targets_by_columns_are_those_of_the_instructions(monkeypatch):
         assert got["columns"] == got["dict"] == {i: v for i, v in want.items() if i in got["columns"]}
         assert len(got["columns"]) > 0.9 * len(want)
         monkeypatch.undo()
+
+
+def test_the_scan_records_every_branch_to_an_instruction_and_its_unit_edge():
+    """_scan_unit records the branches whose targets are instructions
+    (scan.branches: in instruction order, each its own target) and an edge
+    to the unit of each target in another unit (none in these objects: their
+    calls go through s_getpc_b64), all at once per unit."""
+    from conftest import fixture_and_corpus_objects
+
+    import os
+    calls = os.path.join(os.path.dirname(__file__), "..", "rewrite", "data", "calls.hip.gfx1030.hsaco")
+    with open(calls, "rb") as fh:  # (kernels calling device functions: branches between units)
+        objs = [CodeObject.from_bytes(fh.read())]
+    edges = 0
+    for co in [*objs, *_sample_objects(), *fixture_and_corpus_objects()]:
+        scan = scan_text(co, "gfx1030")
+        bad = {p.ui for p in scan.problems if p.kind == "undecodable"}
+        assert list(scan.branches) == sorted(scan.branches)
+        want = {}
+        for i, ins in enumerate(scan.insts):
+            if (ins.is_branch or ins.mnemonic == "s_call_b64") and scan.unit_of[i] not in bad:
+                t = ins.branch_target
+                if scan.index_at.get(t) is not None:
+                    want[i] = t
+        assert scan.branches == want and want
+        for i, t in want.items():
+            u, v = scan.unit_of[i], scan.unit_of[scan.index_at[t]]
+            if u != v:
+                assert v in scan.edges[u]
+                edges += 1
+        # (a unit reaches itself only through an address it takes or a jump it bounds)
+        own = {scan.unit_of[gp.index] for gp in scan.getpcs} | {scan.unit_of[i] for i in scan.jumps}
+        assert all(u not in e for u, e in scan.edges.items() if u not in own)
