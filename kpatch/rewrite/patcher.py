@@ -45,7 +45,7 @@ from functools import lru_cache
 from kpatch.analysis import analyse
 from kpatch.analysis.engine import function_ranges
 from kpatch.analysis.flow import COND, END, FALL, JUMP, TRAP, kind as flow_kind
-from kpatch.isa.decodememo import decode_memo, forget as forget_decodes
+from kpatch.isa.decodememo import decode_memo, expect_starts, forget as forget_decodes
 from kpatch.isa.decoder import no_gc
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, UsageError
@@ -449,6 +449,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     if rec is None:
         return PatchResult(None, [outcomes[n] for n in names], relocations=relocated, functions=fns)
     new = result.data
+    starts = result.instruction_starts()  # (where the rewriter put every instruction: verify's decode needs no walk)
     kept = [r for r in plan.approx if r.fix in KEEPS]
     # the original's decode and analysis are not needed any more: never hold
     # both objects' at once (a whole Tensile library's are half a GiB each)
@@ -460,6 +461,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         # generation; a full collection would also traverse the decode caches
         # (a second or more in a long `apply --db`) for nothing
         gc.collect(0)
+    expect_starts(starts)
+    del starts
     problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept, before=clean)
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))

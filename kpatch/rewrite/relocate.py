@@ -90,6 +90,8 @@ class RewriteResult:
     #: what makes :attr:`address_map` (made on first use: a dict of every
     #: instruction costs ~100 bytes each, and apply never reads it)
     _address_map: Callable[[], dict[int, int]] | dict[int, int] | None = field(default=None, repr=False)
+    #: what makes :meth:`instruction_starts` (None: the code was not laid out anew)
+    _starts: Callable[[], "np.ndarray | None"] | None = field(default=None, repr=False)
 
     @property
     def address_map(self) -> dict[int, int]:
@@ -99,6 +101,14 @@ class RewriteResult:
         m = {} if m is None else m() if callable(m) else m
         self._address_map = m
         return m
+
+    def instruction_starts(self):
+        """The new address of every instruction in the functions of the new
+        ``.text`` (an int64 array of candidates, unordered, some repeated:
+        for :func:`kpatch.isa.decodememo.expect_starts`), as the code layout
+        placed them; None when the code was not laid out anew or the
+        instructions of some inserted code are not known."""
+        return self._starts() if self._starts is not None else None
 
 
 #: Called with a rewrite's result; returns None to keep it, or what to lay the
@@ -156,6 +166,23 @@ def _decode_snippet(code: bytes, target: str):
         if not any(i.is_unknown for i in insts) and sum(i.size for i in insts) == len(code):
             return tuple(insts)
     return None
+
+
+@lru_cache(maxsize=64)
+def _snippet_offsets_for(target: str) -> Callable[[bytes], tuple[int, ...] | None]:
+    """:func:`_snippet_offsets` for ``target`` code (one function per target,
+    for :attr:`TextLayout.starts_of`)."""
+    return lambda code: _snippet_offsets(bytes(code), target)
+
+
+@lru_cache(maxsize=4096)
+def _snippet_offsets(code: bytes, target: str) -> tuple[int, ...] | None:
+    """The offsets of the instructions of inserted ``code`` (as
+    :func:`_decode_code` decodes it), None if it is not whole instructions."""
+    insts = _decode_snippet(code, target)
+    if insts is None:
+        return None
+    return tuple(i.address for i in insts)
 
 
 _UNDECODABLE = object()
@@ -489,6 +516,8 @@ def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None,
     stats: dict[str, int] = {}
     inserted: list = []
     if lay is not None and (moves or lay.slots):
+        if lay.starts_of is None:
+            lay.starts_of = _snippet_offsets_for(scan.target)
         text, inserted = lay.build()
         if moves:
             stats["getpc_literals_fixed"] = _fix_getpc(scan, lay, text, amap, text_sec.delta)
@@ -531,6 +560,7 @@ def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: Tex
     counts in ``stats``."""
     result._address_map = (lambda: lay.address_map) if not d else (
         lambda: {a: v + d for a, v in lay.address_map.items()})
+    result._starts = lambda: None if (s := lay.starts()) is None else s + d
     result.inserted = [(a + d, n, r) for a, n, r in inserted]
     result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
     stats["edits_applied"] = len(result.applied)

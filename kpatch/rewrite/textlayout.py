@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Callable
 
 import numpy as np
 
@@ -54,6 +55,9 @@ class TextLayout:
     new_addr_array: np.ndarray | None = field(default=None, repr=False, compare=False)
     _lists: dict = field(default_factory=dict, repr=False, compare=False)
     _built: tuple | None = field(default=None, repr=False, compare=False)  # what build() made
+    #: the offsets of the instructions in a piece of inserted code (bytes ->
+    #: tuple of ints; None: not known), for :meth:`starts`; set by the rewriter
+    starts_of: Callable[[bytes], tuple[int, ...] | None] | None = field(default=None, repr=False, compare=False)
     _amap: dict | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -136,15 +140,30 @@ class TextLayout:
         for each caller (the object may be written more than once with the
         same code layout)."""
         if self._built is None:
-            text, inserted = self._build()
-            self._built = bytes(text), inserted
+            text, inserted, inside = self._build()
+            self._built = bytes(text), inserted, inside
         return bytearray(self._built[0]), list(self._built[1])
 
-    def _build(self) -> tuple[bytearray, list[tuple[int, int, str]]]:
+    def starts(self) -> np.ndarray | None:
+        """The new address of every instruction of the units (candidates in no
+        particular order, some repeated): each original instruction's (or its
+        replacement's first), and those in inserted code, replacements and
+        Offset3fBug nops; None when :attr:`starts_of` is not set or could not
+        tell the instructions of some inserted code."""
+        if self._built is None:
+            self.build()
+        inside = self._built[2]
+        if inside is None:
+            return None
+        return np.concatenate((self.new_addr_array, np.array(inside, dtype=np.int64)))
+
+    def _build(self) -> tuple[bytearray, list[tuple[int, int, str]], list[int] | None]:
         sc = self.scan
         base = sc.start
         out = bytearray(self.size)
         inserted: list[tuple[int, int, str]] = []
+        starts_of = self.starts_of
+        inside: list[int] | None = [] if starts_of is not None else None  # starts in inserted code
         for gi, g in enumerate(sc.gaps):
             n = self.gap_len[gi]
             raw = g.data[:min(n, len(g.data))]
@@ -187,10 +206,14 @@ class TextLayout:
                     for e in slot.before:
                         out[pos:pos + len(e.code)] = e.code
                         inserted.append((base + pos, len(e.code), e.rule))
+                        if inside is not None:
+                            inside = _add_starts(inside, starts_of(e.code), base + pos)
                         pos += len(e.code)
                     body = slot.body(ins.raw)
                     if slot.replace is not None and body:
                         inserted.append((base + pos, len(body), slot.replace.rule))
+                        if inside is not None:
+                            inside = _add_starts(inside, starts_of(body), base + pos)
                 else:
                     body = ins.raw
                 out[pos:pos + len(body)] = body
@@ -198,18 +221,34 @@ class TextLayout:
                 for _ in range(self.nops3f.get(i, 0)):
                     out[pos:pos + 4] = NOP
                     inserted.append((base + pos, 4, "offset3f"))
+                    if inside is not None:
+                        inside.append(base + pos)
                     pos += 4
                 if slot is not None:
                     for e in slot.after:
                         out[pos:pos + len(e.code)] = e.code
                         inserted.append((base + pos, len(e.code), e.rule))
+                        if inside is not None:
+                            inside = _add_starts(inside, starts_of(e.code), base + pos)
                         pos += len(e.code)
         for i, simm in self.new_simm.items():
             ins = insts[i]
             at = self.new_address(i) - base
             out[at:at + ins.size] = _with_simm16(ins, simm)
         inserted.sort()
-        return out, inserted
+        return out, inserted, inside
+
+
+def _add_starts(inside: list[int], offsets: tuple[int, ...] | None, at: int) -> list[int] | None:
+    """``inside`` with the instructions of a piece of code placed at ``at``
+    (``offsets``: theirs in it) added; None when they are not known."""
+    if offsets is None:
+        return None
+    if len(offsets) == 1:
+        inside.append(at + offsets[0])
+    else:
+        inside += [at + o for o in offsets]
+    return inside
 
 
 def _with_simm16(ins, simm: int) -> bytes:
