@@ -71,7 +71,11 @@ def expect_starts(addresses: np.ndarray | None) -> None:
     if addresses is None:
         _LOCAL.seeds = None
         return
-    a = np.unique(np.asarray(addresses, dtype=np.int64))
+    # sorted (a stable sort: the rewriter's are a few sorted runs, which it
+    # merges in linear time) and without repeats
+    a = np.sort(np.asarray(addresses, dtype=np.int64), kind="stable")
+    if len(a) > 1:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
     _LOCAL.seeds = a
 
 
