@@ -607,7 +607,7 @@ class _HeadersAndNote:
         except KpatchError as e:
             self.note = e.reason
             raise CannotFix(f"header rewrite failed: {e.reason}") from None
-        if result.data == data and base == data and not any(o.status == "patched" for o in outcomes.values()):
+        if base == data and not any(o.status == "patched" for o in outcomes.values()) and result.written() == data:
             return None
         applied = sorted({r for o in outcomes.values() for r in o.rules})
         self.record = rec = provenance_record(
