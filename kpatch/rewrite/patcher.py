@@ -57,6 +57,7 @@ from kpatch.rewrite.fixes import APPROX_FOR, FIXES, FixContext, InstructionMatch
 from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
+from kpatch.rewrite.textlayout import instruction_ends
 from kpatch.rewrite.rules import Rule, RuleSet, load_all
 
 MADE_SAFE_FOR = "gfx1010"
@@ -377,7 +378,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     scan = scan_text(co, SOURCE_ISA, keep_ids=True)
     report = analyse(co, MADE_SAFE_FOR, scan=scan)
     if scan is not None:
-        scan.known = None  # (the analysis' encoding ids: the rewriter does not read them)
+        instruction_ends(scan)  # (the rewriter's sizes, by the analysis' encoding ids)
+        scan.known = None  # (the analysis' encoding ids: the rewriter does not read them otherwise)
     if mode == "harden" and any(r.findings or r.unseen for r in (*report.kernels, *report.functions)):
         try:  # something to change: the code must read the same as gfx1030 code
             _same_on_both(co)

@@ -29,6 +29,7 @@ import numpy as np
 from kpatch.isa import build
 from kpatch.isa.formats import SOPP
 from kpatch.analysis.codescan import TextScan
+from kpatch.analysis.facts import FACTS
 from kpatch.rewrite.edits import Slot
 
 OFFSET3F = 0x3F
@@ -231,12 +232,33 @@ class TextLayout:
                         if inside is not None:
                             inside = _add_starts(inside, starts_of(e.code), base + pos)
                         pos += len(e.code)
-        for i, simm in self.new_simm.items():
-            ins = insts[i]
-            at = self.new_address(i) - base
-            out[at:at + ins.size] = _with_simm16(ins, simm)
+        self._retarget_branches(out)
         inserted.sort()
         return out, inserted, inside
+
+    def _retarget_branches(self, out: bytearray) -> None:
+        """Give every branch and call of :attr:`new_simm` its new offset in
+        ``out`` (the new ``.text``, where each one's own bytes already lie: a
+        replaced one has no new offset).  SOPP branches keep simm16 in the
+        low half of their first dword: those two bytes are written for all
+        of them at once with numpy; the others (calls) go through
+        :func:`_with_simm16`."""
+        if not self.new_simm:
+            return
+        sc = self.scan
+        at, _, _, sopp = _branch_table(sc)
+        idx = np.fromiter(self.new_simm, dtype=np.int64, count=len(self.new_simm))
+        simm = np.fromiter(self.new_simm.values(), dtype=np.int64, count=len(idx))
+        plain = sopp[np.searchsorted(at, idx)] if _increasing(at) else np.zeros(len(idx), bool)
+        pos = self.new_addr_array[idx] - sc.start
+        view = np.frombuffer(out, dtype=np.uint8)
+        view[pos[plain]] = simm[plain] & 0xFF
+        view[pos[plain] + 1] = (simm[plain] >> 8) & 0xFF
+        del view
+        for k in np.flatnonzero(~plain).tolist():
+            ins = sc.insts[int(idx[k])]
+            a = int(pos[k])
+            out[a:a + ins.size] = _with_simm16(ins, int(simm[k]))
 
 
 def _add_starts(inside: list[int], offsets: tuple[int, ...] | None, at: int) -> list[int] | None:
@@ -249,6 +271,10 @@ def _add_starts(inside: list[int], offsets: tuple[int, ...] | None, at: int) -> 
     else:
         inside += [at + o for o in offsets]
     return inside
+
+
+def _increasing(a: np.ndarray) -> bool:
+    return bool(len(a) < 2 or (a[1:] > a[:-1]).all())
 
 
 def _with_simm16(ins, simm: int) -> bytes:
@@ -271,9 +297,29 @@ def _address_array(scan: TextScan) -> np.ndarray:
 
 
 def _end_array(scan: TextScan) -> np.ndarray:
-    """Old end address of every instruction (worked out once per scan)."""
-    return _cached(scan, "_kp_end_array", lambda: _address_array(scan) + np.fromiter(
-        map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts)))
+    """Old end address of every instruction (worked out once per scan; see
+    :func:`instruction_ends`)."""
+    return _cached(scan, "_kp_end_array", lambda: _address_array(scan) + _sizes(scan))
+
+
+def instruction_ends(scan: TextScan) -> None:
+    """Work out the end address of every instruction of ``scan`` now, while
+    its analysis' encoding ids (:attr:`TextScan.known`) are there: then
+    each one's size is its encoding's (a column per encoding), not read
+    from each instruction."""
+    _end_array(scan)
+
+
+def _sizes(scan: TextScan) -> np.ndarray:
+    """The size in bytes of every instruction: by its encoding id when the
+    scan holds the analysis' ids of exactly these instructions (an eid is
+    a function of the bytes, and encodings given one eid have one size),
+    else read from each instruction."""
+    known, n = scan.known, len(scan.insts)
+    if known is not None and known.target == scan.target and len(known.eids) == n \
+            and known.generation == FACTS.generation and known.addresses is getattr(scan.index_at, "addresses", None):
+        return FACTS.column("size")[known.eids]
+    return np.fromiter(map(_SIZE, scan.insts), dtype=np.int64, count=n)
 
 
 def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
