@@ -1,7 +1,9 @@
-"""The rewriter's instruction sizes (textlayout._end_array) from the
-analysis' encoding ids (issue 14): one size per encoding, gathered with
-numpy, not read from each instruction.  They must be each instruction's
-own size; ids that do not describe the scan's instructions are not used."""
+"""Columns of the code layout worked out at once (issue 14).  The
+instruction sizes (textlayout._end_array) from the analysis' encoding ids:
+one size per encoding, gathered with numpy, not read from each
+instruction; they must be each instruction's own size, and ids that do not
+describe the scan's instructions are not used.  The branches' new offsets
+written all at once must give the text written branch by branch."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from conftest import gfx1030_code_objects
 from kpatch.analysis.codescan import scan_text
 from kpatch.analysis.engine import analyse
 from kpatch.isa.decodememo import decode_memo
-from kpatch.rewrite import textlayout
+from kpatch.rewrite import patcher, textlayout
 
 
 def _scan(co):
@@ -54,3 +56,32 @@ def test_ids_that_are_not_these_instructions_are_not_used(librocrand):
         assert textlayout._sizes(scan).tolist() == own
         scan.known = None
         assert textlayout._sizes(scan).tolist() == own
+
+
+def test_branches_retargeted_at_once_as_one_by_one(monkeypatch, librocrand):
+    """The new .text with every branch's simm16 written at once (numpy) is
+    the one written branch by branch with _with_simm16 (forced here by a
+    branch table that marks no branch SOPP), on a patched librocrand object
+    (hundreds of retargeted branches)."""
+    from kpatch.rewrite import textlayout
+    data = gfx1030_code_objects(librocrand)[0].data
+    built = []
+    real = textlayout.TextLayout._build
+
+    def keep(lay):
+        got = real(lay)
+        built.append((lay, bytes(got[0])))
+        return got
+
+    monkeypatch.setattr(textlayout.TextLayout, "_build", keep)
+    patcher.patch_code_object(data, mode="override")
+    lay, fast = built[0]
+    assert len(lay.new_simm) > 100
+    table = textlayout._branch_table(lay.scan)
+    monkeypatch.setattr(textlayout, "_branch_table", lambda scan: (*table[:3], np.zeros(len(table[0]), bool)))
+    slow = []
+    monkeypatch.setattr(textlayout, "_with_simm16", lambda ins, simm, _w=textlayout._with_simm16: (
+        slow.append(1), _w(ins, simm))[1])
+    lay._built = None
+    assert bytes(real(lay)[0]) == fast
+    assert len(slow) == len(lay.new_simm)

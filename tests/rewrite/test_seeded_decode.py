@@ -8,11 +8,9 @@ and wrong candidates must fall back to the walk."""
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
-import pytest
 
 from conftest import gfx1030_code_objects
 from kpatch.analysis.engine import decode_family, function_ranges
@@ -175,31 +173,3 @@ def test_ranges_the_seeds_do_not_reach_are_walked(monkeypatch, librocrand):
     assert _decode(co, half) == plain
     assert 0 < walks.n < len(plain)
 
-
-def test_branches_retargeted_at_once_as_one_by_one(monkeypatch, librocrand):
-    """The new .text with every branch's simm16 written at once (numpy) is
-    the one written branch by branch with _with_simm16 (forced here by a
-    branch table that marks no branch SOPP), on a patched librocrand object
-    (hundreds of retargeted branches)."""
-    from kpatch.rewrite import textlayout
-    data = gfx1030_code_objects(librocrand)[0].data
-    built = []
-    real = textlayout.TextLayout._build
-
-    def keep(lay):
-        got = real(lay)
-        built.append((lay, bytes(got[0])))
-        return got
-
-    monkeypatch.setattr(textlayout.TextLayout, "_build", keep)
-    patcher.patch_code_object(data, mode="override")
-    lay, fast = built[0]
-    assert len(lay.new_simm) > 100
-    table = textlayout._branch_table(lay.scan)
-    monkeypatch.setattr(textlayout, "_branch_table", lambda scan: (*table[:3], np.zeros(len(table[0]), bool)))
-    slow = []
-    monkeypatch.setattr(textlayout, "_with_simm16", lambda ins, simm, _w=textlayout._with_simm16: (
-        slow.append(1), _w(ins, simm))[1])
-    lay._built = None
-    assert bytes(real(lay)[0]) == fast
-    assert len(slow) == len(lay.new_simm)
