@@ -370,8 +370,11 @@ class WriteStats:
     segments_fixed: int = 0
 
 
-def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap) -> tuple[bytes, WriteStats]:
-    """The new file: ``contents`` (new bytes of some sections) placed by ``layout``."""
+def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap, *,
+          assemble: bool = True) -> tuple[bytes | None, WriteStats]:
+    """The new file: ``contents`` (new bytes of some sections) placed by
+    ``layout``, and the counts of what was fixed; with ``assemble`` false
+    only the counts (the same; None for the file)."""
     stats = WriteStats()
     secs = layout.secs
     body: dict[int, bytearray] = {}
@@ -396,6 +399,9 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap) -> tu
                 raise _refuse(f"{s.name} holds REL relocations (addends in place); kpatch only "
                               f"moves RELA")
     stats.sections_moved = sum(1 for s in secs if s.moved)
+    stats.segments_fixed = sum(1 for g in layout.segs if g.new != (g.offset, g.vaddr, g.paddr, g.filesz, g.memsz))
+    if not assemble:
+        return None, stats
     h = layout.header
     size = max([layout.new_shoff + (len(secs) * SHDR.size if h.e_shoff else 0)]
                + [s.new_offset + s.new_file_size for s in secs if s.new_file_size]
@@ -412,8 +418,6 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap) -> tu
     out[0:EHDR.size] = EHDR.pack(hdr)
     for g in layout.segs:
         off, vaddr, paddr, filesz, memsz = g.new
-        if g.new != (g.offset, g.vaddr, g.paddr, g.filesz, g.memsz):
-            stats.segments_fixed += 1
         rec = PHDR.record(g.type, g.flags, off, vaddr, paddr, filesz, memsz, g.align)
         at = h.e_phoff + g.index * PHDR.size
         out[at:at + PHDR.size] = PHDR.pack(rec)

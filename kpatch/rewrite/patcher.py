@@ -45,7 +45,7 @@ from functools import lru_cache
 from kpatch.analysis import analyse
 from kpatch.analysis.engine import function_ranges
 from kpatch.analysis.flow import COND, END, FALL, JUMP, TRAP, kind as flow_kind
-from kpatch.isa.decodememo import decode_memo, forget as forget_decodes
+from kpatch.isa.decodememo import decode_memo, expect_starts, forget as forget_decodes
 from kpatch.isa.decoder import no_gc
 from kpatch.codeobject import CodeObject
 from kpatch.errors import KpatchError, UsageError
@@ -57,6 +57,7 @@ from kpatch.rewrite.fixes import APPROX_FOR, FIXES, FixContext, InstructionMatch
 from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.rewrite.provenance import provenance_record, provenance_section, read_provenance
 from kpatch.rewrite.relocate import apply_edits
+from kpatch.rewrite.textlayout import instruction_ends
 from kpatch.rewrite.rules import Rule, RuleSet, load_all
 
 MADE_SAFE_FOR = "gfx1010"
@@ -377,7 +378,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     scan = scan_text(co, SOURCE_ISA, keep_ids=True)
     report = analyse(co, MADE_SAFE_FOR, scan=scan)
     if scan is not None:
-        scan.known = None  # (the analysis' encoding ids: the rewriter does not read them)
+        instruction_ends(scan)  # (the rewriter's sizes, by the analysis' encoding ids)
+        scan.known = None  # (the analysis' encoding ids: the rewriter does not read them otherwise)
     if mode == "harden" and any(r.findings or r.unseen for r in (*report.kernels, *report.functions)):
         try:  # something to change: the code must read the same as gfx1030 code
             _same_on_both(co)
@@ -449,6 +451,7 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     if rec is None:
         return PatchResult(None, [outcomes[n] for n in names], relocations=relocated, functions=fns)
     new = result.data
+    starts = result.instruction_starts()  # (where the rewriter put every instruction: verify's decode needs no walk)
     kept = [r for r in plan.approx if r.fix in KEEPS]
     # the original's decode and analysis are not needed any more: never hold
     # both objects' at once (a whole Tensile library's are half a GiB each)
@@ -460,6 +463,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         # generation; a full collection would also traverse the decode caches
         # (a second or more in a long `apply --db`) for nothing
         gc.collect(0)
+    expect_starts(starts)
+    del starts
     problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept, before=clean)
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))
@@ -604,7 +609,7 @@ class _HeadersAndNote:
         except KpatchError as e:
             self.note = e.reason
             raise CannotFix(f"header rewrite failed: {e.reason}") from None
-        if result.data == data and base == data and not any(o.status == "patched" for o in outcomes.values()):
+        if base == data and not any(o.status == "patched" for o in outcomes.values()) and result.written() == data:
             return None
         applied = sorted({r for o in outcomes.values() for r in o.rules})
         self.record = rec = provenance_record(

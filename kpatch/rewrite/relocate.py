@@ -82,7 +82,7 @@ __all__ = ["RewriteResult", "apply_edits", "rewrite", "set_e_flags", "set_metada
 class RewriteResult:
     """A rewritten code object and what was done to it."""
 
-    data: bytes
+    data: bytes | None  # (None only in what a Finalize is given: the object is not written yet)
     inserted: list[tuple[int, int, str]] = field(default_factory=list)  # (new vaddr, size, rule)
     relocations: dict[str, int] = field(default_factory=dict)
     refused: list[Refusal] = field(default_factory=list)
@@ -90,6 +90,10 @@ class RewriteResult:
     #: what makes :attr:`address_map` (made on first use: a dict of every
     #: instruction costs ~100 bytes each, and apply never reads it)
     _address_map: Callable[[], dict[int, int]] | dict[int, int] | None = field(default=None, repr=False)
+    #: what writes the object when :attr:`data` is None (see :meth:`written`)
+    _write: Callable[[], bytes] | None = field(default=None, repr=False)
+    #: what makes :meth:`instruction_starts` (None: the code was not laid out anew)
+    _starts: Callable[[], "np.ndarray | None"] | None = field(default=None, repr=False)
 
     @property
     def address_map(self) -> dict[int, int]:
@@ -100,8 +104,25 @@ class RewriteResult:
         self._address_map = m
         return m
 
+    def written(self) -> bytes:
+        """:attr:`data`, the object written first if it was not yet (a
+        :data:`Finalize` is given the result before the object is written)."""
+        if self.data is None:
+            self.data = self._write()
+            self._write = None
+        return self.data
 
-#: Called with a rewrite's result; returns None to keep it, or what to lay the
+    def instruction_starts(self):
+        """The new address of every instruction in the functions of the new
+        ``.text`` (an int64 array of candidates, unordered, some repeated:
+        for :func:`kpatch.isa.decodememo.expect_starts`), as the code layout
+        placed them; None when the code was not laid out anew or the
+        instructions of some inserted code are not known."""
+        return self._starts() if self._starts is not None else None
+
+
+#: Called with a rewrite's result (all but its ``data``, which is None: the
+#: object is written once, after); returns None to keep it, or what to lay the
 #: object out with once more, keeping the code layout the rewrite decided:
 #: the object's bytes with header-only changes (same sections, same ``.text``;
 #: e.g. descriptor bits, e_flags) and new section contents (e.g. a note that
@@ -156,6 +177,23 @@ def _decode_snippet(code: bytes, target: str):
         if not any(i.is_unknown for i in insts) and sum(i.size for i in insts) == len(code):
             return tuple(insts)
     return None
+
+
+@lru_cache(maxsize=64)
+def _snippet_offsets_for(target: str) -> Callable[[bytes], tuple[int, ...] | None]:
+    """:func:`_snippet_offsets` for ``target`` code (one function per target,
+    for :attr:`TextLayout.starts_of`)."""
+    return lambda code: _snippet_offsets(bytes(code), target)
+
+
+@lru_cache(maxsize=4096)
+def _snippet_offsets(code: bytes, target: str) -> tuple[int, ...] | None:
+    """The offsets of the instructions of inserted ``code`` (as
+    :func:`_decode_code` decodes it), None if it is not whole instructions."""
+    insts = _decode_snippet(code, target)
+    if insts is None:
+        return None
+    return tuple(i.address for i in insts)
 
 
 _UNDECODABLE = object()
@@ -437,9 +475,15 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
             plan, lay = _plan_layout(scan, slots, conflicts, offset3f)
         try:
             try:
-                result = _write_object(co, scan, lay, plan, contents, target, offset3f)
-                again = finalize(result) if finalize is not None else None
+                if finalize is None:
+                    return _write_object(co, scan, lay, plan, contents, target, offset3f)
+                # what finalize reads (refusals, counts) needs no file: the
+                # object is written once, with what finalize adds
+                result = _write_object(co, scan, lay, plan, contents, target, offset3f, assemble=False)
+                result._write = lambda: _write_object(co, scan, lay, plan, contents, target, offset3f).data
+                again = finalize(result)
                 if again is None:
+                    result.written()
                     return result
                 return _rewrite_finalized(co, scan, lay, plan, contents, target, offset3f, edits, *again)
             except (struct.error, OverflowError):
@@ -456,10 +500,12 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
 
 
 def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
-                  contents: dict[int | str, bytes], target: str | None, offset3f: bool) -> RewriteResult:
+                  contents: dict[int | str, bytes], target: str | None, offset3f: bool, *,
+                  assemble: bool = True) -> RewriteResult:
     """The object with its sections' new contents and ``.text`` laid out as
     ``lay`` says, every address that points into moved code fixed, and the
-    counts of what was done."""
+    counts of what was done; with ``assemble`` false everything but the
+    object's bytes (``data`` is None): what a :data:`Finalize` reads."""
     layout = ElfLayout(co.data)
     text_sec = layout.section(".text")
     new_sizes, by_index = _new_contents(layout, contents)
@@ -489,12 +535,14 @@ def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None,
     stats: dict[str, int] = {}
     inserted: list = []
     if lay is not None and (moves or lay.slots):
+        if lay.starts_of is None:
+            lay.starts_of = _snippet_offsets_for(scan.target)
         text, inserted = lay.build()
         if moves:
             stats["getpc_literals_fixed"] = _fix_getpc(scan, lay, text, amap, text_sec.delta)
         by_index[text_sec.index] = bytes(text)
     stats["descriptors_fixed"] = _fix_descriptors(co, layout, amap, by_index) if moves else 0
-    out, ws = write(layout, by_index, amap)
+    out, ws = write(layout, by_index, amap, assemble=assemble)
     result = RewriteResult(out)
     if lay is not None:
         _record_code_changes(result, stats, scan, lay, inserted, text_sec.delta)
@@ -505,7 +553,8 @@ def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None,
                  segments_fixed=ws.segments_fixed)
     stats["debug_sections_stale"] = sum(1 for s in layout.secs if s.name.startswith(".debug") and moves)
     result.relocations = stats
-    CodeObject.from_bytes(out)  # the result must still parse
+    if out is not None:
+        CodeObject.from_bytes(out)  # the result must still parse
     return result
 
 
@@ -531,6 +580,7 @@ def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: Tex
     counts in ``stats``."""
     result._address_map = (lambda: lay.address_map) if not d else (
         lambda: {a: v + d for a, v in lay.address_map.items()})
+    result._starts = lambda: None if (s := lay.starts()) is None else s + d
     result.inserted = [(a + d, n, r) for a, n, r in inserted]
     result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
     stats["edits_applied"] = len(result.applied)

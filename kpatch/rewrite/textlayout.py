@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Callable
 
 import numpy as np
 
 from kpatch.isa import build
 from kpatch.isa.formats import SOPP
 from kpatch.analysis.codescan import TextScan
+from kpatch.analysis.facts import FACTS
 from kpatch.rewrite.edits import Slot
 
 OFFSET3F = 0x3F
@@ -54,6 +56,9 @@ class TextLayout:
     new_addr_array: np.ndarray | None = field(default=None, repr=False, compare=False)
     _lists: dict = field(default_factory=dict, repr=False, compare=False)
     _built: tuple | None = field(default=None, repr=False, compare=False)  # what build() made
+    #: the offsets of the instructions in a piece of inserted code (bytes ->
+    #: tuple of ints; None: not known), for :meth:`starts`; set by the rewriter
+    starts_of: Callable[[bytes], tuple[int, ...] | None] | None = field(default=None, repr=False, compare=False)
     _amap: dict | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -136,15 +141,30 @@ class TextLayout:
         for each caller (the object may be written more than once with the
         same code layout)."""
         if self._built is None:
-            text, inserted = self._build()
-            self._built = bytes(text), inserted
+            text, inserted, inside = self._build()
+            self._built = bytes(text), inserted, inside
         return bytearray(self._built[0]), list(self._built[1])
 
-    def _build(self) -> tuple[bytearray, list[tuple[int, int, str]]]:
+    def starts(self) -> np.ndarray | None:
+        """The new address of every instruction of the units (candidates in no
+        particular order, some repeated): each original instruction's (or its
+        replacement's first), and those in inserted code, replacements and
+        Offset3fBug nops; None when :attr:`starts_of` is not set or could not
+        tell the instructions of some inserted code."""
+        if self._built is None:
+            self.build()
+        inside = self._built[2]
+        if inside is None:
+            return None
+        return np.concatenate((self.new_addr_array, np.array(inside, dtype=np.int64)))
+
+    def _build(self) -> tuple[bytearray, list[tuple[int, int, str]], list[int] | None]:
         sc = self.scan
         base = sc.start
         out = bytearray(self.size)
         inserted: list[tuple[int, int, str]] = []
+        starts_of = self.starts_of
+        inside: list[int] | None = [] if starts_of is not None else None  # starts in inserted code
         for gi, g in enumerate(sc.gaps):
             n = self.gap_len[gi]
             raw = g.data[:min(n, len(g.data))]
@@ -187,10 +207,14 @@ class TextLayout:
                     for e in slot.before:
                         out[pos:pos + len(e.code)] = e.code
                         inserted.append((base + pos, len(e.code), e.rule))
+                        if inside is not None:
+                            inside = _add_starts(inside, starts_of(e.code), base + pos)
                         pos += len(e.code)
                     body = slot.body(ins.raw)
                     if slot.replace is not None and body:
                         inserted.append((base + pos, len(body), slot.replace.rule))
+                        if inside is not None:
+                            inside = _add_starts(inside, starts_of(body), base + pos)
                 else:
                     body = ins.raw
                 out[pos:pos + len(body)] = body
@@ -198,18 +222,59 @@ class TextLayout:
                 for _ in range(self.nops3f.get(i, 0)):
                     out[pos:pos + 4] = NOP
                     inserted.append((base + pos, 4, "offset3f"))
+                    if inside is not None:
+                        inside.append(base + pos)
                     pos += 4
                 if slot is not None:
                     for e in slot.after:
                         out[pos:pos + len(e.code)] = e.code
                         inserted.append((base + pos, len(e.code), e.rule))
+                        if inside is not None:
+                            inside = _add_starts(inside, starts_of(e.code), base + pos)
                         pos += len(e.code)
-        for i, simm in self.new_simm.items():
-            ins = insts[i]
-            at = self.new_address(i) - base
-            out[at:at + ins.size] = _with_simm16(ins, simm)
+        self._retarget_branches(out)
         inserted.sort()
-        return out, inserted
+        return out, inserted, inside
+
+    def _retarget_branches(self, out: bytearray) -> None:
+        """Give every branch and call of :attr:`new_simm` its new offset in
+        ``out`` (the new ``.text``, where each one's own bytes already lie: a
+        replaced one has no new offset).  SOPP branches keep simm16 in the
+        low half of their first dword: those two bytes are written for all
+        of them at once with numpy; the others (calls) go through
+        :func:`_with_simm16`."""
+        if not self.new_simm:
+            return
+        sc = self.scan
+        at, _, _, sopp = _branch_table(sc)
+        idx = np.fromiter(self.new_simm, dtype=np.int64, count=len(self.new_simm))
+        simm = np.fromiter(self.new_simm.values(), dtype=np.int64, count=len(idx))
+        plain = sopp[np.searchsorted(at, idx)] if _increasing(at) else np.zeros(len(idx), bool)
+        pos = self.new_addr_array[idx] - sc.start
+        view = np.frombuffer(out, dtype=np.uint8)
+        view[pos[plain]] = simm[plain] & 0xFF
+        view[pos[plain] + 1] = (simm[plain] >> 8) & 0xFF
+        del view
+        for k in np.flatnonzero(~plain).tolist():
+            ins = sc.insts[int(idx[k])]
+            a = int(pos[k])
+            out[a:a + ins.size] = _with_simm16(ins, int(simm[k]))
+
+
+def _add_starts(inside: list[int], offsets: tuple[int, ...] | None, at: int) -> list[int] | None:
+    """``inside`` with the instructions of a piece of code placed at ``at``
+    (``offsets``: theirs in it) added; None when they are not known."""
+    if offsets is None:
+        return None
+    if len(offsets) == 1:
+        inside.append(at + offsets[0])
+    else:
+        inside += [at + o for o in offsets]
+    return inside
+
+
+def _increasing(a: np.ndarray) -> bool:
+    return bool(len(a) < 2 or (a[1:] > a[:-1]).all())
 
 
 def _with_simm16(ins, simm: int) -> bytes:
@@ -232,9 +297,29 @@ def _address_array(scan: TextScan) -> np.ndarray:
 
 
 def _end_array(scan: TextScan) -> np.ndarray:
-    """Old end address of every instruction (worked out once per scan)."""
-    return _cached(scan, "_kp_end_array", lambda: _address_array(scan) + np.fromiter(
-        map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts)))
+    """Old end address of every instruction (worked out once per scan; see
+    :func:`instruction_ends`)."""
+    return _cached(scan, "_kp_end_array", lambda: _address_array(scan) + _sizes(scan))
+
+
+def instruction_ends(scan: TextScan) -> None:
+    """Work out the end address of every instruction of ``scan`` now, while
+    its analysis' encoding ids (:attr:`TextScan.known`) are there: then
+    each one's size is its encoding's (a column per encoding), not read
+    from each instruction."""
+    _end_array(scan)
+
+
+def _sizes(scan: TextScan) -> np.ndarray:
+    """The size in bytes of every instruction: by its encoding id when the
+    scan holds the analysis' ids of exactly these instructions (an eid is
+    a function of the bytes, and encodings given one eid have one size),
+    else read from each instruction."""
+    known, n = scan.known, len(scan.insts)
+    if known is not None and known.target == scan.target and len(known.eids) == n \
+            and known.generation == FACTS.generation and known.addresses is getattr(scan.index_at, "addresses", None):
+        return FACTS.column("size")[known.eids]
+    return np.fromiter(map(_SIZE, scan.insts), dtype=np.int64, count=n)
 
 
 def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
