@@ -22,8 +22,10 @@ counts), so "is there a gen after the last kill before this check, in this
 block" is a few lookups, for every check at once; the states blocks pass on
 are propagated level by level in numpy, the last few blocks one at a time.
 What does not change between the rounds of a lean rule is worked out once
-(:class:`_RuleInput`), and a round whose block states are the last round's
-reuses its propagation.
+(:class:`_RuleInput`) with the round without sites; a later round works
+out again only what its sites change (the checks after a site in its block,
+the site blocks' states), and a round whose block states are the last
+round's reuses its propagation.
 
 Hits are mitigation sites.  For a rule whose mitigation is inserted right
 before the hit and expires the hazard (``lean``), a hit also kills, after
@@ -175,6 +177,19 @@ def _last_before(S: np.ndarray, P: np.ndarray) -> np.ndarray:
     return np.where(j >= 0, S[np.maximum(j, 0)], -1)
 
 
+def _checks_after(C: np.ndarray, first: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Positions in ``C`` (sorted instruction indices) of the elements in
+    ``first[j] < c < ends[j]`` for some j (disjoint, ascending ranges: the
+    first site of each block with sites and the block's end), ascending."""
+    lo = np.searchsorted(C, first, "right")
+    n = np.maximum(np.searchsorted(C, ends) - lo, 0)
+    total = int(n.sum())
+    if not total:
+        return _EMPTY
+    # each range lo[j] .. lo[j] + n[j] - 1, written out at once
+    return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(total)
+
+
 def _prefix_count(a: np.ndarray) -> np.ndarray:
     """``out[p]`` = the number of true values of ``a`` before index ``p``
     (``p`` = 0..len(a))."""
@@ -198,7 +213,7 @@ class _RuleInput:
     binary searches per check."""
 
     __slots__ = ("cfg", "i", "rule", "C", "G", "kills", "chk_c", "gen_g", "bc", "bs", "pk", "lk", "cG", "ghi",
-                 "ghi_b", "last_state")
+                 "ghi_b", "last_state", "base")
 
     def __init__(self, engine: "HazardEngine", cols: list[np.ndarray], cfg: CFG, roles: np.ndarray, i: int):
         self.cfg, self.i = cfg, i
@@ -228,6 +243,8 @@ class _RuleInput:
         self.ghi, self.ghi_b = cG[C], cG[cfg.block_end]
         #: the last round's block states: (first gen counted per block, whether it kills, the in-states)
         self.last_state = None
+        #: the round without sites (:meth:`HazardEngine._base`), once worked out
+        self.base = None
 
 
 _M64 = (1 << 64) - 1
@@ -361,37 +378,20 @@ class HazardEngine:
 
     def _hits(self, ri: "_RuleInput", sites: frozenset[int]) -> RuleHits | None:
         """The hits of rule ``ri.i`` when its kills are ``ri.kills`` and the
-        instructions ``sites`` (other hits' mitigations)."""
+        instructions ``sites`` (other hits' mitigations).  With sites, only
+        what they change is worked out again (:meth:`_with_sites`); the rest
+        is the round without sites (:meth:`_base`)."""
         cfg = ri.cfg
-        C, G = ri.C, ri.G
-        inn = None
-        if sites:  # the last kill before each check / block end, with the sites as kills
-            S = np.fromiter(sorted(sites), dtype=np.int64, count=len(sites))
-            pk = np.maximum(ri.pk, _last_before(S, C))
-            lk = np.maximum(ri.lk, _last_before(S, cfg.block_end))
-        else:
-            pk, lk = ri.pk, ri.lk
-        cG = ri.cG
+        C = ri.C
+        glo, whit, dep, glo_b, has_kill = self._base(ri) if not sites else self._with_sites(ri, sites)
 
         # -- hits from gens in the check's own block ---------------------------------
-        # a kill comes before the same instruction's gen, so the window starts
-        # at the last kill itself
-        glo = cG[np.maximum(pk, ri.bs)]
-        cand = np.flatnonzero(ri.ghi > glo)
-        w_k = w_lo = w_hi = _EMPTY
-        if cand.size:
-            lo, hi = glo[cand], ri.ghi[cand]
-            hit = np.zeros(cand.size, dtype=bool)
-            for ch, gm in enumerate(ri.gen_g):
-                hit |= (_window_or(gm, lo, hi) & ri.chk_c[ch][cand]) != 0
-            w_sel = cand[hit]
-            w_k, w_lo, w_hi = C[w_sel], glo[w_sel], ri.ghi[w_sel]
+        w_sel = np.flatnonzero(whit)
+        w_k, w_lo, w_hi = C[w_sel], glo[w_sel], ri.ghi[w_sel]
 
         # -- the state each block passes on ------------------------------------------
         b_k = b_b = _EMPTY
-        bstart = cfg.block_start
-        has_kill = lk >= bstart
-        glo_b = cG[np.where(has_kill, lk, bstart)]
+        inn = None
         src = np.flatnonzero(ri.ghi_b > glo_b)
         if src.size:
             last = ri.last_state
@@ -406,7 +406,7 @@ class HazardEngine:
                 inn = self._propagate(cfg, ri.rule, local, ~has_kill)
                 ri.last_state = (glo_b, has_kill, inn)
             # checks with no kill before them in their block see the in-state
-            dep = np.flatnonzero(pk < ri.bs)
+            dep = np.flatnonzero(dep)
             if inn is not None and dep.size:
                 db = ri.bc[dep]
                 hit = np.zeros(dep.size, dtype=bool)
@@ -418,13 +418,80 @@ class HazardEngine:
         if not w_k.size and not b_k.size:
             return None
         if w_k.size and b_k.size:  # (both are checks: marked among them, not merged by a sort)
-            hit = np.zeros(C.size, dtype=bool)
-            hit[w_sel] = True
+            hit = whit.copy()
             hit[b_sel] = True
             ks = C[hit]
         else:
             ks = w_k if w_k.size else b_k
-        return RuleHits(self, cfg, ri.i, ks.tolist(), (w_k, w_lo, w_hi), (b_k, b_b), G, inn, sites)
+        return RuleHits(self, cfg, ri.i, ks.tolist(), (w_k, w_lo, w_hi), (b_k, b_b), ri.G, inn, sites)
+
+    @staticmethod
+    def _window_hits(ri: "_RuleInput", pos: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """For the checks ``C[pos]`` and the first gen counted for each
+        (``lo``, into ``G``): does a gen of the window ``G[lo:ghi]`` set a bit
+        the check checks?  (A bool per check; the windows must not be empty.)"""
+        hi = ri.ghi[pos]
+        hit = np.zeros(pos.size, dtype=bool)
+        for ch, gm in enumerate(ri.gen_g):
+            hit |= (_window_or(gm, lo, hi) & ri.chk_c[ch][pos]) != 0
+        return hit
+
+    def _base(self, ri: "_RuleInput") -> tuple:
+        """The round without sites, per check (positions in ``C``): the first
+        gen counted (``glo``: the gens after the last kill in the check's
+        block before it are ``G[glo:ghi]``; a kill comes before the same
+        instruction's gen, so the window starts at the kill itself), whether
+        those gens hit it (``whit``), whether no kill precedes it in its block
+        (``dep``: it sees its block's in-state); per block, the first gen
+        counted towards the state it passes on and whether it kills.  Worked
+        out once per rule input."""
+        if ri.base is None:
+            cG, bstart = ri.cG, ri.cfg.block_start
+            glo = cG[np.maximum(ri.pk, ri.bs)]
+            whit = np.zeros(ri.C.size, dtype=bool)
+            cand = np.flatnonzero(ri.ghi > glo)
+            if cand.size:
+                whit[cand[self._window_hits(ri, cand, glo[cand])]] = True
+            has_kill = ri.lk >= bstart
+            ri.base = (glo, whit, ri.pk < ri.bs, cG[np.where(has_kill, ri.lk, bstart)], has_kill)
+        return ri.base
+
+    def _with_sites(self, ri: "_RuleInput", sites: frozenset[int]) -> tuple:
+        """:meth:`_base` when the instructions ``sites`` kill too.  A site
+        changes only the checks after it in its own block (their last kill
+        is the site if it is later; they no longer see the in-state) and
+        the state its block passes on (it kills); elsewhere the last site
+        before a check or a block's end lies in an earlier block, before
+        the block's first instruction, where it changes nothing."""
+        cfg = ri.cfg
+        glo0, whit0, dep0, glo_b0, has_kill0 = self._base(ri)
+        S = np.fromiter(sorted(sites), dtype=np.int64, count=len(sites))
+        sb = cfg.block_of[S]
+        first = np.empty(S.size, dtype=bool)
+        first[0] = True
+        np.not_equal(sb[1:], sb[:-1], out=first[1:])
+        last = np.empty(S.size, dtype=bool)
+        last[-1] = True
+        last[:-1] = first[1:]
+        ub = sb[first]  # the blocks with sites, each once
+        # the state the site blocks pass on: their last kill is at least their last site
+        glo_b, has_kill = glo_b0.copy(), has_kill0.copy()
+        glo_b[ub] = ri.cG[np.maximum(ri.lk[ub], S[last])]
+        has_kill[ub] = True
+        glo, whit, dep = glo0, whit0, dep0
+        A = _checks_after(ri.C, S[first], cfg.block_end[ub])
+        if A.size:
+            glo, whit, dep = glo0.copy(), whit0.copy(), dep0.copy()
+            # (the last site before each lies in its block: the window starts there or later)
+            lo = ri.cG[np.maximum(ri.pk[A], _last_before(S, ri.C[A]))]
+            glo[A] = lo
+            dep[A] = False
+            open_ = ri.ghi[A] > lo
+            hit = np.zeros(A.size, dtype=bool)
+            if open_.any():
+                hit[open_] = self._window_hits(ri, A[open_], lo[open_])
+            whit[A] = hit
+        return glo, whit, dep, glo_b, has_kill
 
     @staticmethod
     def _propagate(cfg: CFG, rule: MaskRule, local: list[np.ndarray], through: np.ndarray):

@@ -161,3 +161,58 @@ def test_a_broken_engine_is_seen(corpus_contexts, monkeypatch):
     monkeypatch.setattr(dataflow, "_prefix_count", inclusive)
     cfg = corpus_contexts[0][1].cfg
     assert _engine_hits(ENGINE, cfg) != _reference_hits(ENGINE, cfg)
+
+
+def _rule_inputs(engine, cfg):
+    """A fresh :class:`dataflow._RuleInput` for each rule that has checks and gens in ``cfg``."""
+    cols = engine._columns()
+    roles = cols[0][cfg.eids].astype(engine._roles_dtype)
+    out = []
+    for i in range(len(engine.rules)):
+        ri = dataflow._RuleInput(engine, cols, cfg, roles, i)
+        if ri.C.size and ri.G.size:
+            out.append(ri)
+    return out
+
+
+def _round(engine, ri, sites) -> dict[int, int]:
+    rh = engine._hits(ri, sites)
+    return {} if rh is None else {k: rh.mask(k) for k in rh.ks}
+
+
+def _site_sets(ri, n: int) -> list[frozenset[int]]:
+    """Kills to add: every third check, the checks of the first round (as the
+    lean iteration adds them), and instructions that are not all checks (every
+    seventh instruction); each a different pattern of blocks with and without
+    sites, sites before and after checks."""
+    C = ri.C.tolist()
+    return [frozenset(C[::3]), frozenset(C[1::2]), frozenset(range(3, n, 7))]
+
+
+def _check_rounds(engine, cfg):
+    for ri in _rule_inputs(engine, cfg):
+        assert _round(engine, ri, frozenset()) == _hits(engine, cfg, ri.i, frozenset())
+        for sites in _site_sets(ri, cfg.n):
+            assert _round(engine, ri, sites) == _hits(engine, cfg, ri.i, sites), (ri.rule.name, len(sites))
+
+
+@pytest.mark.parametrize("path", HAZARDS, ids=os.path.basename)
+def test_a_round_with_sites_is_the_plain_dataflow_on_the_fixtures(path):
+    """A round with sites reworks only the checks after a site in its block
+    and the site blocks' states (``HazardEngine._with_sites``): the same
+    hits and bits as the plain dataflow with those sites as kills."""
+    with open(path, "rb") as fh:
+        _check_rounds(ENGINE, _context(fh.read()).cfg)
+
+
+def test_a_round_with_sites_is_the_plain_dataflow_on_real_code(corpus_contexts):
+    for name, ctx in corpus_contexts:
+        _check_rounds(ENGINE, ctx.cfg)
+
+
+def test_a_round_that_ignores_the_checks_after_sites_is_seen(corpus_contexts, monkeypatch):
+    """The comparison above catches a round with sites that keeps the checks
+    after a site as they were without it."""
+    monkeypatch.setattr(dataflow, "_checks_after", lambda C, first, ends: dataflow._EMPTY)
+    with pytest.raises(AssertionError):
+        _check_rounds(ENGINE, corpus_contexts[0][1].cfg)
