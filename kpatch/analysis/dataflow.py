@@ -519,6 +519,7 @@ class HazardEngine:
         if not frontier.size:
             return None
         inn = [np.zeros(cfg.nblocks, dtype=np.uint64) for _ in range(nch)]
+        stamp = np.empty(cfg.nblocks, dtype=np.int64)
         while frontier.size:
             if nch == 1 and frontier.size < _SMALL_FRONTIER:  # a few blocks left: one by one is cheaper
                 HazardEngine._propagate_worklist(cfg, rule, local, through, out, inn, frontier.tolist())
@@ -535,14 +536,23 @@ class HazardEngine:
                     ok = succ >= 0
                     succ, src = succ[ok], frontier[ok]
                 if succ.size:
-                    for ch in range(nch):
-                        np.bitwise_or.at(inn[ch], succ, out[ch][src])
+                    at = np.arange(succ.size)
+                    stamp[succ] = at
+                    if (stamp[succ] == at).all():  # no block twice: a plain OR (ufunc.at is slow)
+                        for ch in range(nch):
+                            inn[ch][succ] |= out[ch][src]
+                    else:
+                        for ch in range(nch):
+                            np.bitwise_or.at(inn[ch], succ, out[ch][src])
                     touched.append(succ)
             if not touched:
                 break
-            if sum(map(len, touched)) * 8 < cfg.nblocks:
-                cand = np.unique(np.concatenate(touched))
+            if sum(map(len, touched)) * 8 < cfg.nblocks:  # (few: each kept once, in no order, without a sort)
+                cand = np.concatenate(touched)
                 cand = cand[through[cand]]
+                at = np.arange(cand.size)
+                stamp[cand] = at  # (of equal blocks, one position is kept)
+                cand = cand[stamp[cand] == at]
             else:  # many: mark them (a sort would cost more)
                 mark = np.zeros(cfg.nblocks, dtype=bool)
                 for t in touched:
