@@ -157,14 +157,16 @@ class RuleHits:
 
 
 def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty; they may
-    overlap: reduceat reduces each pair of consecutive bounds on its own)."""
+    """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty, ``hi[j]``
+    below ``len(arr)``: ``arr`` ends with an element no window holds, so that
+    a window may end at the last real one; they may overlap: reduceat
+    reduces each pair of consecutive bounds on its own)."""
     if not len(lo):
         return arr[:0]
     bounds = np.empty(2 * len(lo), dtype=np.int64)
     bounds[0::2] = lo
     bounds[1::2] = hi
-    return np.bitwise_or.reduceat(np.append(arr, arr.dtype.type(0)), bounds)[0::2]
+    return np.bitwise_or.reduceat(arr, bounds)[0::2]
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -203,9 +205,9 @@ class _RuleInput:
     """What every round of one rule on one CFG reads (the rounds differ only
     in the sites that also kill): the checks ``C`` and gens ``G``
     (instruction indices, sorted), ``kills`` (a bool per instruction), the
-    check masks of ``C`` (``chk_c``) and gen masks of ``G`` (``gen_g``), one
-    uint64 array per 64 bits of state; per check its block ``bc`` and that
-    block's first instruction ``bs``; the last kill strictly before each
+    check masks of ``C`` (``chk_c``) and gen masks of ``G`` (``gen_g``, with
+    one element more), one uint64 array per 64 bits of state; per check its
+    block ``bc`` and that block's first instruction ``bs``; the last kill strictly before each
     check (``pk``) and before each block's end (``lk``), -1 for none; and
     ``cG``, the number of gens before each instruction index 0..n, so that
     the gens ``G[cG[a]:cG[b]]`` are those in ``a:b`` (``ghi = cG[C]``,
@@ -229,7 +231,9 @@ class _RuleInput:
         ce, ge = eids[C], eids[G]
         key = engine._index
         self.chk_c = [cols[key[(engine.key, i, 0, ch)]][ce] for ch in _chunks(rule.width)]
-        self.gen_g = [cols[key[(engine.key, i, 1, ch)]][ge] for ch in _chunks(rule.width)]
+        # (each with an element after the last gen, which no window holds: _window_or's
+        # bounds may then end at len(G); one copy per rule input, not one per window OR)
+        self.gen_g = [cols[key[(engine.key, i, 1, ch)]][np.append(ge, 0)] for ch in _chunks(rule.width)]
         self.bc = bc = cfg.block_of[C]
         self.bs = cfg.block_start[bc]
         bend = cfg.block_end

@@ -13,6 +13,7 @@ the union of rules and reasons.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from kpatch.analysis.findings import RULE_SETS, Finding
 
@@ -38,15 +39,22 @@ class Verdict:
         return self.status
 
 
+_FIX = attrgetter("fix")
+
+
 def _ordered_rules(rules) -> tuple[str, ...]:
     return tuple(r for r in RULE_SETS if r in rules) + tuple(sorted(set(rules) - set(RULE_SETS)))
 
 
 def verdict_of(findings: list[Finding], extra_reasons: tuple[str, ...] = ()) -> Verdict:
-    """The verdict for one kernel's findings (plus reasons found elsewhere)."""
-    rules = {f.fix for f in findings if f.fix}
-    reasons = list(dict.fromkeys([f.blocker for f in findings if f.fix is None and f.blocker]
-                                 + list(extra_reasons)))
+    """The verdict for one kernel's findings (plus reasons found elsewhere).
+    (Findings can be thousands: their fixes are gathered in one pass in C,
+    and their blockers looked for only when some finding has no fix.)"""
+    rules = set(map(_FIX, findings))
+    blockers = [f.blocker for f in findings if f.fix is None and f.blocker] if None in rules else []
+    rules.discard(None)
+    rules.discard("")
+    reasons = list(dict.fromkeys(blockers + list(extra_reasons)))
     if reasons:
         return Verdict(UNPATCHABLE, _ordered_rules(rules), tuple(reasons))
     if rules:

@@ -39,6 +39,13 @@ def test_verdicts():
     assert p.status == "patchable" and p.rules == ("gfx1010-hazards", "cu-mode")
     u = verdict_of([Finding("Offset3fBug", 4, "y"), Finding("UnsupportedInstruction", 8, "z")])
     assert u.status == "unpatchable" and u.reasons and u.rules == ("gfx1010-hazards",)
+    # reasons: the unfixable findings' blockers (each once, in order), then those found elsewhere
+    b = Finding("Offset3fBug", 12, "w", fix=None, blocker="no rule here")
+    e = verdict_of([Finding("Offset3fBug", 4, "y"), b, b], ("branch leaves",))
+    assert e.status == "unpatchable" and e.reasons == ("no rule here", "branch leaves")
+    assert e.rules == ("gfx1010-hazards",)
+    e = verdict_of([Finding("Offset3fBug", 4, "y")], ("branch leaves",))
+    assert e.status == "unpatchable" and e.reasons == ("branch leaves",) and e.rules == ("gfx1010-hazards",)
     assert combine([ok, p]).status == "patchable"
     assert combine([ok, p, u]).status == "unpatchable"
     assert combine([ok, ok]) == ok
