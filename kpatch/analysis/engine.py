@@ -34,7 +34,7 @@ from kpatch.analysis.facts import FACTS, FactsView, KnownIds, known_ids, known_u
 from kpatch.analysis.findings import CLASS_BY_NAME
 from kpatch.analysis.report import FunctionReport, Report
 from kpatch.analysis.targets import SUPPORTED_TARGETS
-from kpatch.analysis.verdict import PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
+from kpatch.analysis.verdict import OK, PATCHABLE, UNPATCHABLE, Verdict, combine, verdict_of
 from kpatch.errors import UsageError
 from kpatch.isa.decoder import no_gc
 from kpatch.isa.tables import table_for
@@ -339,7 +339,7 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
     bad = sorted(cfg.bad_targets)
     unmodelled = cfg.unmodelled  # (sorted)
     for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):  # (findings in order: run_detectors)
-        rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
+        rep = FunctionReport(span.name, span.kind, span.address, span.size, findings, _NO_VERDICT,
                              instructions=span.end - span.start, blocks=blocks[i], loops=back[i])
         lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
         if hi > lo:
@@ -356,6 +356,9 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
         rep.verdict = verdict_of(findings, unseen)
         (report.kernels if span.kind == "kernel" else report.functions).append(rep)
 
+
+#: a placeholder for a report's verdict until it is worked out (not one made per report)
+_NO_VERDICT = Verdict(OK)
 
 #: each finding class's place in the order of their names
 _CLASS_RANK = {name: r for r, name in enumerate(sorted(CLASS_BY_NAME))}

@@ -54,12 +54,18 @@ def verdict_of(findings: list[Finding], extra_reasons: tuple[str, ...] = ()) -> 
     blockers = [f.blocker for f in findings if f.fix is None and f.blocker] if None in rules else []
     rules.discard(None)
     rules.discard("")
-    reasons = list(dict.fromkeys(blockers + list(extra_reasons)))
-    if reasons:
-        return Verdict(UNPATCHABLE, _ordered_rules(rules), tuple(reasons))
-    if rules:
-        return Verdict(PATCHABLE, _ordered_rules(rules))
-    return Verdict(OK)
+    if blockers or extra_reasons:
+        return Verdict(UNPATCHABLE, _ordered_rules(rules), tuple(dict.fromkeys(blockers + list(extra_reasons))))
+    key = frozenset(rules)
+    v = _BY_RULES.get(key)
+    if v is None:
+        v = _BY_RULES[key] = Verdict(PATCHABLE, _ordered_rules(rules)) if rules else Verdict(OK)
+    return v
+
+
+#: the verdicts without reasons, by their rules (immutable, so shared: there
+#: is one per set of rule sets, and a report has one per function)
+_BY_RULES: dict[frozenset, Verdict] = {}
 
 
 def combine(verdicts) -> Verdict:

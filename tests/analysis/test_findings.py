@@ -46,6 +46,9 @@ def test_verdicts():
     assert e.rules == ("gfx1010-hazards",)
     e = verdict_of([Finding("Offset3fBug", 4, "y")], ("branch leaves",))
     assert e.status == "unpatchable" and e.reasons == ("branch leaves",) and e.rules == ("gfx1010-hazards",)
+    # verdicts without reasons are shared per set of rules: each set still gets its own
+    one = [verdict_of([Finding(c, 0, "x")]).rules for c in ("LdsMisalignedBug", "Offset3fBug", "LdsMisalignedBug")]
+    assert one == [("cu-mode",), ("gfx1010-hazards",), ("cu-mode",)]
     assert combine([ok, p]).status == "patchable"
     assert combine([ok, p, u]).status == "unpatchable"
     assert combine([ok, ok]) == ok
