@@ -52,3 +52,23 @@ def test_verdicts():
     assert combine([ok, p]).status == "patchable"
     assert combine([ok, p, u]).status == "unpatchable"
     assert combine([ok, ok]) == ok
+
+
+def test_lds_misaligned_detail_is_made_when_read():
+    """The kernel detector's LdsMisalignedBug finding renders its detail (and
+    lists its addresses) only when read, and they are what llvm-objdump-16
+    -d --mcpu=gfx1030 shows of kernel ldsmis_wgp_b64 (descriptors fixture):
+    ds_read_b64 v[2:3], v0 at 0x2600 and ds_write_b64 at 0x260c."""
+    import os
+    from conftest import ROOT
+    from kpatch.analysis import analyse
+    from kpatch.codeobject import CodeObject
+    path = os.path.join(ROOT, "tests", "fixtures", "hazards", "bin", "descriptors.gfx1030.hsaco")
+    with open(path, "rb") as fh:
+        rep = analyse(CodeObject.from_bytes(fh.read()))
+    k = next(k for k in rep.kernels if k.name == "ldsmis_wgp_b64")
+    (f,) = [f for f in k.findings if f.cls == "LdsMisalignedBug"]
+    assert callable(f._detail) and callable(f._addresses)  # (not made yet)
+    assert f.detail == ("WGP mode, 2 multi-dword LDS/FLAT access(es) with unproven alignment, "
+                        "first ds_read_b64 v[2:3], v0")
+    assert f.addresses == (0x2600, 0x260C)

@@ -42,11 +42,12 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = No
         return []
     if not wgp:
         return []
-    insts = ctx.insts
+    insts, at = ctx.insts, multi[lo:hi]
+    # (detail and addresses made when first read: rendering an instruction costs more than the rest)
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
-                    f"WGP mode, {hi - lo} multi-dword LDS/FLAT access(es) with unproven alignment, "
-                    f"first {insts[multi[lo]].text()}",
-                    addresses=ctx.addresses[multi[lo:hi]].tolist())]
+                    lambda: f"WGP mode, {len(at)} multi-dword LDS/FLAT access(es) with unproven alignment, "
+                            f"first {insts[at[0]].text()}",
+                    addresses=lambda: ctx.addresses[at].tolist())]
 
 
 def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
