@@ -84,25 +84,40 @@ class MaskRule:
 class RuleHits:
     """The hazardous instructions of one rule on one CFG.
 
-    ``ks`` holds their indices (sorted).  The state bits each one meets
+    ``hits`` holds their indices (a sorted int64 array; ``ks``: the same as
+    a list), ``sites`` the instructions whose (inserted) mitigation also
+    kills (a sorted array; ``site_set``: the same as a set).  The state bits each one meets
     (:meth:`mask`) and the sources (:meth:`sources`) are worked out on
     demand: there can be thousands of hits, and their explanations are
     rarely all read."""
 
-    def __init__(self, engine: "HazardEngine", cfg: CFG, i: int, ks: list[int],
+    def __init__(self, engine: "HazardEngine", cfg: CFG, i: int, hits: np.ndarray,
                  windows: tuple[np.ndarray, np.ndarray, np.ndarray], blocks: tuple[np.ndarray, np.ndarray],
-                 G: np.ndarray, inn, sites: frozenset[int] = frozenset()):
+                 G: np.ndarray, inn, sites: np.ndarray | None = None):
         self.engine = engine
-        self.sites = sites  # instructions whose (inserted) mitigation also kills
+        self.sites = _EMPTY if sites is None else sites
         self.cfg = cfg
         self.i = i
         self.rule = engine.rules[i]
-        self.ks = ks
+        self.hits = hits
+        self._ks = self._site_set = None  # (lists and sets made on first use)
         self._w = windows  # (hits, lo, hi): lo:hi into G are the gens in the hit's own block before it
         self._b = blocks  # (hits, block): the block whose in-state reaches the hit
         self._wd = self._bd = None  # the same as dicts (made on first use)
         self._G = G
         self._inn = inn
+
+    @property
+    def ks(self) -> list[int]:
+        if self._ks is None:
+            self._ks = self.hits.tolist()
+        return self._ks
+
+    @property
+    def site_set(self) -> frozenset[int]:
+        if self._site_set is None:
+            self._site_set = frozenset(self.sites.tolist())
+        return self._site_set
 
     @property
     def _windows(self) -> dict[int, tuple[int, int]]:
@@ -119,7 +134,7 @@ class RuleHits:
         return self._bd
 
     def __len__(self) -> int:
-        return len(self.ks)
+        return self.hits.size
 
     def _check(self, k: int) -> int:
         return self.engine.compiled(self.cfg.facts[k])[1][self.i][0]
@@ -153,7 +168,7 @@ class RuleHits:
         local = [g for g, _ in self._local(k)]
         if local:
             return local
-        return self.engine.sources(self.cfg, self.i, k, self.mask(k), limit, self.sites)
+        return self.engine.sources(self.cfg, self.i, k, self.mask(k), limit, self.site_set)
 
 
 def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -363,31 +378,32 @@ class HazardEngine:
 
     def _run_rule(self, ri: "_RuleInput") -> RuleHits | None:
         rule = ri.rule
-        first = self._hits(ri, frozenset())
-        if not rule.lean or first is None or ri.kills[first.ks].all():
+        first = self._hits(ri, _EMPTY)
+        if not rule.lean or first is None or ri.kills[first.hits].all():
             return first  # (hits that already kill change nothing when counted as kills: a fixpoint)
         # S(n+1) = F(S(n)) from S0 = {} (see the module docstring); runs[n] has
-        # kills at seq[n] and hits seq[n + 1]
-        seq: list[frozenset[int]] = [frozenset(), frozenset(first.ks)]
+        # kills at seq[n] and hits seq[n + 1] (sets as sorted arrays: equal sets are equal arrays)
+        seq: list[np.ndarray] = [_EMPTY, first.hits]
         runs = [first]
+        same = np.array_equal
         while len(runs) < self.LEAN_ROUNDS:
-            if seq[-1] == seq[-2]:  # fixpoint
+            if same(seq[-1], seq[-2]):  # fixpoint
                 return runs[-1]
-            if len(seq) >= 3 and seq[-1] == seq[-3]:  # settled on two sets: the larger is sound
-                return runs[-1] if len(seq[-1]) >= len(seq[-2]) else runs[-2]
+            if len(seq) >= 3 and same(seq[-1], seq[-3]):  # settled on two sets: the larger is sound
+                return runs[-1] if seq[-1].size >= seq[-2].size else runs[-2]
             r = self._hits(ri, seq[-1])
             runs.append(r)
-            seq.append(frozenset(r.ks) if r is not None else frozenset())
+            seq.append(r.hits if r is not None else _EMPTY)
         return runs[-1] if len(seq) % 2 == 0 else runs[-2]  # the last odd term
 
-    def _hits(self, ri: "_RuleInput", sites: frozenset[int]) -> RuleHits | None:
+    def _hits(self, ri: "_RuleInput", sites: np.ndarray) -> RuleHits | None:
         """The hits of rule ``ri.i`` when its kills are ``ri.kills`` and the
-        instructions ``sites`` (other hits' mitigations).  With sites, only
+        instructions ``sites`` (other hits' mitigations; a sorted int64 array).  With sites, only
         what they change is worked out again (:meth:`_with_sites`); the rest
         is the round without sites (:meth:`_base`)."""
         cfg = ri.cfg
         C = ri.C
-        glo, whit, dep, glo_b, has_kill = self._base(ri) if not sites else self._with_sites(ri, sites)
+        glo, whit, dep, glo_b, has_kill = self._base(ri) if not sites.size else self._with_sites(ri, sites)
 
         # -- hits from gens in the check's own block ---------------------------------
         w_sel = np.flatnonzero(whit)
@@ -427,7 +443,7 @@ class HazardEngine:
             ks = C[hit]
         else:
             ks = w_k if w_k.size else b_k
-        return RuleHits(self, cfg, ri.i, ks.tolist(), (w_k, w_lo, w_hi), (b_k, b_b), ri.G, inn, sites)
+        return RuleHits(self, cfg, ri.i, ks, (w_k, w_lo, w_hi), (b_k, b_b), ri.G, inn, sites)
 
     @staticmethod
     def _window_hits(ri: "_RuleInput", pos: np.ndarray, lo: np.ndarray) -> np.ndarray:
@@ -460,8 +476,8 @@ class HazardEngine:
             ri.base = (glo, whit, ri.pk < ri.bs, cG[np.where(has_kill, ri.lk, bstart)], has_kill)
         return ri.base
 
-    def _with_sites(self, ri: "_RuleInput", sites: frozenset[int]) -> tuple:
-        """:meth:`_base` when the instructions ``sites`` kill too.  A site
+    def _with_sites(self, ri: "_RuleInput", S: np.ndarray) -> tuple:
+        """:meth:`_base` when the instructions ``S`` (sorted, not empty) kill too.  A site
         changes only the checks after it in its own block (their last kill
         is the site if it is later; they no longer see the in-state) and
         the state its block passes on (it kills); elsewhere the last site
@@ -469,7 +485,6 @@ class HazardEngine:
         the block's first instruction, where it changes nothing."""
         cfg = ri.cfg
         glo0, whit0, dep0, glo_b0, has_kill0 = self._base(ri)
-        S = np.fromiter(sorted(sites), dtype=np.int64, count=len(sites))
         sb = cfg.block_of[S]
         first = np.empty(S.size, dtype=bool)
         first[0] = True

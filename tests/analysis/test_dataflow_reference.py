@@ -17,6 +17,7 @@ import glob
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -176,7 +177,7 @@ def _rule_inputs(engine, cfg):
 
 
 def _round(engine, ri, sites) -> dict[int, int]:
-    rh = engine._hits(ri, sites)
+    rh = engine._hits(ri, np.array(sorted(sites), dtype=np.int64))
     return {} if rh is None else {k: rh.mask(k) for k in rh.ks}
 
 
@@ -249,7 +250,6 @@ def test_propagation_is_the_plain_fixpoint(corpus_contexts, density):
     blocks one by one) against the plain fixpoint, for random block states of
     a 128-bit rule and of the 4-bit rule with ``on_branch``, on a real graph
     (loops, joins, thousands of blocks)."""
-    import numpy as np
     from kpatch.analysis.detectors.waitstates import LDS_BRANCH_VMEM, VMEM_TO_SCALAR
     cfg = corpus_contexts[0][1].cfg
     rng = np.random.default_rng(14)
