@@ -175,9 +175,19 @@ def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty, ``hi[j]``
     below ``len(arr)``: ``arr`` ends with an element no window holds, so that
     a window may end at the last real one; they may overlap: reduceat
-    reduces each pair of consecutive bounds on its own)."""
+    reduces each pair of consecutive bounds on its own).  In time, the
+    smaller of the windows' total length and the span from the first one to
+    the end of ``arr``."""
     if not len(lo):
         return arr[:0]
+    lens = hi - lo
+    total = int(lens.sum())
+    if 2 * total < len(arr) - int(lo.min()):
+        # few gens in all: the windows' elements gathered one after another and
+        # reduced there (reduceat over ``arr`` would pass over every element
+        # from the first window on, the gaps included)
+        offs = np.cumsum(lens) - lens
+        return np.bitwise_or.reduceat(arr[np.repeat(lo - offs, lens) + np.arange(total)], offs)
     bounds = np.empty(2 * len(lo), dtype=np.int64)
     bounds[0::2] = lo
     bounds[1::2] = hi
