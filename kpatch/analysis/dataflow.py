@@ -565,14 +565,19 @@ class HazardEngine:
                     ok = succ >= 0
                     succ, src = succ[ok], frontier[ok]
                 if succ.size:
+                    # a plain OR for one of each block's places, ufunc.at (slow) for the others
                     at = np.arange(succ.size)
                     stamp[succ] = at
-                    if (stamp[succ] == at).all():  # no block twice: a plain OR (ufunc.at is slow)
+                    once = stamp[succ] == at
+                    if once.all():
                         for ch in range(nch):
                             inn[ch][succ] |= out[ch][src]
                     else:
+                        again = ~once
+                        s1, r1, s2, r2 = succ[once], src[once], succ[again], src[again]
                         for ch in range(nch):
-                            np.bitwise_or.at(inn[ch], succ, out[ch][src])
+                            inn[ch][s1] |= out[ch][r1]
+                            np.bitwise_or.at(inn[ch], s2, out[ch][r2])
                     touched.append(succ)
             if not touched:
                 break
