@@ -265,3 +265,18 @@ def test_propagation_is_the_plain_fixpoint(corpus_contexts, density):
         got = [0] * cfg.nblocks if got is None else [sum(int(a[b]) << (64 * ch) for ch, a in enumerate(got))
                                                      for b in range(cfg.nblocks)]
         assert got == want, (rule.name, density)
+
+
+def test_or_linear():
+    """The propagation is skipped when the checks cannot meet the closure of
+    the blocks' bits under ``on_branch`` -- sound only for an ``on_branch``
+    that keeps 0 and distributes over OR, which ``_or_linear`` tries on
+    every pair of states: LdsBranchVmemWARHazard's does; one that sets a bit
+    from nothing, one that needs two bits together, and any state wider
+    than 8 bits are not taken as such."""
+    from kpatch.analysis.detectors.waitstates import LDS_BRANCH_VMEM
+    assert dataflow._or_linear(LDS_BRANCH_VMEM.on_branch, LDS_BRANCH_VMEM.width)
+    assert not dataflow._or_linear(lambda v: v | 1, 4)
+    assert not dataflow._or_linear(lambda v: 8 if v & 3 == 3 else 0, 4)
+    assert not dataflow._or_linear(lambda v: v, 9)
+    assert ENGINE._or_linear == [False, False, False, False, True]
