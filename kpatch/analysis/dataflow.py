@@ -259,7 +259,8 @@ class _RuleInput:
         self.chk_c = [cols[key[(engine.key, i, 0, ch)]][ce] for ch in _chunks(rule.width)]
         # (each with an element after the last gen, which no window holds: _window_or's
         # bounds may then end at len(G); one copy per rule input, not one per window OR)
-        self.gen_g = [cols[key[(engine.key, i, 1, ch)]][np.append(ge, 0)] for ch in _chunks(rule.width)]
+        ge = np.append(ge, 0)
+        self.gen_g = [cols[key[(engine.key, i, 1, ch)]][ge] for ch in _chunks(rule.width)]
         self.bc = bc = cfg.block_of[C]
         self.bs = cfg.block_start[bc]
         bend = cfg.block_end
