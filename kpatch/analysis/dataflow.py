@@ -20,7 +20,9 @@ rule it takes the indices of the instructions that check and gen (numpy
 arrays) and the number of gens and kills before each position (prefix
 counts), so "is there a gen after the last kill before this check, in this
 block" is a few lookups, for every check at once; the states blocks pass on
-are propagated level by level in numpy, the last few blocks one at a time.
+are propagated level by level in numpy, the last few blocks one at a time,
+and not at all when no check that sees its block's in-state can meet any of
+their bits.
 What does not change between the rounds of a lean rule is worked out once
 (:class:`_RuleInput`) with the round without sites; a later round works
 out again only what its sites change (the checks after a site in its block,
