@@ -609,7 +609,7 @@ class HazardEngine:
                     ok = np.isin(cfg.extra_src, frontier)
                     succ, src = cfg.extra_dst[ok], cfg.extra_src[ok]
                 else:
-                    succ = S[frontier]
+                    succ = S.take(frontier)
                     ok = succ >= 0
                     succ, src = succ[ok], frontier[ok]
                 if succ.size:
@@ -619,7 +619,7 @@ class HazardEngine:
                     once = stamp[succ] == at
                     if once.all():
                         for ch in range(nch):
-                            inn[ch][succ] |= out[ch][src]
+                            inn[ch][succ] |= out[ch].take(src)
                     else:
                         again = ~once
                         s1, r1, s2, r2 = succ[once], src[once], succ[again], src[again]
@@ -642,10 +642,10 @@ class HazardEngine:
                 cand = np.flatnonzero(mark & through)
             if not cand.size:
                 break
-            new = transform([local[ch][cand] | inn[ch][cand] for ch in range(nch)], cand)
+            new = transform([local[ch].take(cand) | inn[ch].take(cand) for ch in range(nch)], cand)
             changed = np.zeros(cand.size, dtype=bool)
             for ch in range(nch):
-                changed |= new[ch] != out[ch][cand]
+                changed |= new[ch] != out[ch].take(cand)
             frontier = cand[changed]
             for ch in range(nch):
                 out[ch][frontier] = new[ch][changed]

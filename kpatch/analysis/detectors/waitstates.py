@@ -209,5 +209,5 @@ def detect(ctx: Context) -> list[Finding]:
             ks = ks[ok[np.searchsorted(starts, ks, "right") - 1]]
         make, src = _finding_type(rh.rule.name), (ctx, rh)
         # (addresses from the column, not from instruction objects spread over memory)
-        out.extend([make(src, k, a) for k, a in zip(ks.tolist(), ctx.addresses[ks].tolist())])
+        out.extend([make(src, k, a) for k, a in zip(ks.tolist(), ctx.addresses.take(ks).tolist())])
     return out
