@@ -20,10 +20,14 @@ rule it takes the indices of the instructions that check and gen (numpy
 arrays) and the number of gens and kills before each position (prefix
 counts), so "is there a gen after the last kill before this check, in this
 block" is a few lookups, for every check at once; the states blocks pass on
-are propagated level by level in numpy, the last few blocks one at a time.
+are propagated level by level in numpy, the last few blocks one at a time,
+and not at all when no check that sees its block's in-state can meet any of
+their bits.
 What does not change between the rounds of a lean rule is worked out once
-(:class:`_RuleInput`), and a round whose block states are the last round's
-reuses its propagation.
+(:class:`_RuleInput`) with the round without sites; a later round works
+out again only what its sites change (the checks after a site in its block,
+the site blocks' states), and a round whose block states are the last
+round's reuses its propagation.
 
 Hits are mitigation sites.  For a rule whose mitigation is inserted right
 before the hit and expires the hazard (``lean``), a hit also kills, after
@@ -82,25 +86,40 @@ class MaskRule:
 class RuleHits:
     """The hazardous instructions of one rule on one CFG.
 
-    ``ks`` holds their indices (sorted).  The state bits each one meets
+    ``hits`` holds their indices (a sorted int64 array; ``ks``: the same as
+    a list), ``sites`` the instructions whose (inserted) mitigation also
+    kills (a sorted array; ``site_set``: the same as a set).  The state bits each one meets
     (:meth:`mask`) and the sources (:meth:`sources`) are worked out on
     demand: there can be thousands of hits, and their explanations are
     rarely all read."""
 
-    def __init__(self, engine: "HazardEngine", cfg: CFG, i: int, ks: list[int],
+    def __init__(self, engine: "HazardEngine", cfg: CFG, i: int, hits: np.ndarray,
                  windows: tuple[np.ndarray, np.ndarray, np.ndarray], blocks: tuple[np.ndarray, np.ndarray],
-                 G: np.ndarray, inn, sites: frozenset[int] = frozenset()):
+                 G: np.ndarray, inn, sites: np.ndarray | None = None):
         self.engine = engine
-        self.sites = sites  # instructions whose (inserted) mitigation also kills
+        self.sites = _EMPTY if sites is None else sites
         self.cfg = cfg
         self.i = i
         self.rule = engine.rules[i]
-        self.ks = ks
+        self.hits = hits
+        self._ks = self._site_set = None  # (lists and sets made on first use)
         self._w = windows  # (hits, lo, hi): lo:hi into G are the gens in the hit's own block before it
         self._b = blocks  # (hits, block): the block whose in-state reaches the hit
         self._wd = self._bd = None  # the same as dicts (made on first use)
         self._G = G
         self._inn = inn
+
+    @property
+    def ks(self) -> list[int]:
+        if self._ks is None:
+            self._ks = self.hits.tolist()
+        return self._ks
+
+    @property
+    def site_set(self) -> frozenset[int]:
+        if self._site_set is None:
+            self._site_set = frozenset(self.sites.tolist())
+        return self._site_set
 
     @property
     def _windows(self) -> dict[int, tuple[int, int]]:
@@ -117,7 +136,7 @@ class RuleHits:
         return self._bd
 
     def __len__(self) -> int:
-        return len(self.ks)
+        return self.hits.size
 
     def _check(self, k: int) -> int:
         return self.engine.compiled(self.cfg.facts[k])[1][self.i][0]
@@ -151,18 +170,30 @@ class RuleHits:
         local = [g for g, _ in self._local(k)]
         if local:
             return local
-        return self.engine.sources(self.cfg, self.i, k, self.mask(k), limit, self.sites)
+        return self.engine.sources(self.cfg, self.i, k, self.mask(k), limit, self.site_set)
 
 
 def _window_or(arr: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty; they may
-    overlap: reduceat reduces each pair of consecutive bounds on its own)."""
+    """OR of ``arr[lo[j]:hi[j]]`` for each j (windows non-empty, ``hi[j]``
+    below ``len(arr)``: ``arr`` ends with an element no window holds, so that
+    a window may end at the last real one; they may overlap: reduceat
+    reduces each pair of consecutive bounds on its own).  In time, the
+    smaller of the windows' total length and the span from the first one to
+    the end of ``arr``."""
     if not len(lo):
         return arr[:0]
+    lens = hi - lo
+    total = int(lens.sum())
+    if 2 * total < len(arr) - int(lo.min()):
+        # few gens in all: the windows' elements gathered one after another and
+        # reduced there (reduceat over ``arr`` would pass over every element
+        # from the first window on, the gaps included)
+        offs = np.cumsum(lens) - lens
+        return np.bitwise_or.reduceat(arr[np.repeat(lo - offs, lens) + np.arange(total)], offs)
     bounds = np.empty(2 * len(lo), dtype=np.int64)
     bounds[0::2] = lo
     bounds[1::2] = hi
-    return np.bitwise_or.reduceat(np.append(arr, arr.dtype.type(0)), bounds)[0::2]
+    return np.bitwise_or.reduceat(arr, bounds)[0::2]
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -173,6 +204,19 @@ def _last_before(S: np.ndarray, P: np.ndarray) -> np.ndarray:
     empty) strictly before it, else -1."""
     j = np.searchsorted(S, P) - 1
     return np.where(j >= 0, S[np.maximum(j, 0)], -1)
+
+
+def _checks_after(C: np.ndarray, first: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Positions in ``C`` (sorted instruction indices) of the elements in
+    ``first[j] < c < ends[j]`` for some j (disjoint, ascending ranges: the
+    first site of each block with sites and the block's end), ascending."""
+    lo = np.searchsorted(C, first, "right")
+    n = np.maximum(np.searchsorted(C, ends) - lo, 0)
+    total = int(n.sum())
+    if not total:
+        return _EMPTY
+    # each range lo[j] .. lo[j] + n[j] - 1, written out at once
+    return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(total)
 
 
 def _prefix_count(a: np.ndarray) -> np.ndarray:
@@ -188,9 +232,9 @@ class _RuleInput:
     """What every round of one rule on one CFG reads (the rounds differ only
     in the sites that also kill): the checks ``C`` and gens ``G``
     (instruction indices, sorted), ``kills`` (a bool per instruction), the
-    check masks of ``C`` (``chk_c``) and gen masks of ``G`` (``gen_g``), one
-    uint64 array per 64 bits of state; per check its block ``bc`` and that
-    block's first instruction ``bs``; the last kill strictly before each
+    check masks of ``C`` (``chk_c``) and gen masks of ``G`` (``gen_g``, with
+    one element more), one uint64 array per 64 bits of state; per check its
+    block ``bc`` and that block's first instruction ``bs``; the last kill strictly before each
     check (``pk``) and before each block's end (``lk``), -1 for none; and
     ``cG``, the number of gens before each instruction index 0..n, so that
     the gens ``G[cG[a]:cG[b]]`` are those in ``a:b`` (``ghi = cG[C]``,
@@ -198,11 +242,12 @@ class _RuleInput:
     binary searches per check."""
 
     __slots__ = ("cfg", "i", "rule", "C", "G", "kills", "chk_c", "gen_g", "bc", "bs", "pk", "lk", "cG", "ghi",
-                 "ghi_b", "last_state")
+                 "ghi_b", "last_state", "base", "engine_or_linear")
 
     def __init__(self, engine: "HazardEngine", cols: list[np.ndarray], cfg: CFG, roles: np.ndarray, i: int):
         self.cfg, self.i = cfg, i
         self.rule = rule = engine.rules[i]
+        self.engine_or_linear = engine._or_linear[i]
         n = cfg.n
         sh = 3 * i
         isc = (roles & (1 << sh)) != 0  # (numpy finds the indices of a bool array much faster)
@@ -210,24 +255,40 @@ class _RuleInput:
         self.kills = kills = (roles & (4 << sh)) != 0
         self.C = C = np.flatnonzero(isc)
         self.G = G = np.flatnonzero(isg)
+        # (gathers by ndarray.take: several times faster than indexing by an array, for the same result)
         eids = cfg.eids
-        ce, ge = eids[C], eids[G]
+        ce, ge = eids.take(C), eids.take(G)
         key = engine._index
-        self.chk_c = [cols[key[(engine.key, i, 0, ch)]][ce] for ch in _chunks(rule.width)]
-        self.gen_g = [cols[key[(engine.key, i, 1, ch)]][ge] for ch in _chunks(rule.width)]
-        self.bc = bc = cfg.block_of[C]
-        self.bs = cfg.block_start[bc]
+        self.chk_c = [cols[key[(engine.key, i, 0, ch)]].take(ce) for ch in _chunks(rule.width)]
+        # (each with an element after the last gen, which no window holds: _window_or's
+        # bounds may then end at len(G); one copy per rule input, not one per window OR)
+        ge = np.append(ge, 0)
+        self.gen_g = [cols[key[(engine.key, i, 1, ch)]].take(ge) for ch in _chunks(rule.width)]
+        self.bc = bc = cfg.block_of.take(C)
+        self.bs = cfg.block_start.take(bc)
         bend = cfg.block_end
         # the last kill before instruction p is K[(kills before p) - 1]
         K = np.empty(int(np.count_nonzero(kills)) + 1, dtype=np.int64)
         K[0] = -1
         K[1:] = np.flatnonzero(kills)
         ck = _prefix_count(kills)
-        self.pk, self.lk = K[ck[C]], K[ck[bend]]
+        self.pk, self.lk = K.take(ck.take(C)), K.take(ck.take(bend))
         self.cG = cG = _prefix_count(isg)
-        self.ghi, self.ghi_b = cG[C], cG[cfg.block_end]
+        self.ghi, self.ghi_b = cG.take(C), cG.take(bend)
         #: the last round's block states: (first gen counted per block, whether it kills, the in-states)
         self.last_state = None
+        #: the round without sites (:meth:`HazardEngine._base`), once worked out
+        self.base = None
+
+
+def _or_linear(f: Callable[[int], int], width: int) -> bool:
+    """Does ``f`` map 0 to 0 and ``a | b`` to ``f(a) | f(b)`` for every pair
+    of ``width``-bit states?  Tried on all of them: only for narrow states
+    (at most 8 bits; wider ones: False)."""
+    if width > 8:
+        return False
+    vals = range(1 << width)
+    return f(0) == 0 and all(f(a | b) == f(a) | f(b) for a in vals for b in vals)
 
 
 _M64 = (1 << 64) - 1
@@ -255,8 +316,11 @@ class HazardEngine:
                                               for part in (0, 1) for ch in _chunks(r.width)]
         self._row_key = (self.key, "row")
         self._index = {k: j for j, k in enumerate(self._keys)}
+        #: per rule: does its on_branch distribute over OR and keep 0 (:func:`_or_linear`)
+        self._or_linear = [r.on_branch is not None and _or_linear(r.on_branch, r.width) for r in rules]
         #: the narrowest type that holds the roles (3 bits per rule): array work on it is faster
         self._roles_dtype = np.uint16 if len(rules) <= 5 else np.uint32 if len(rules) <= 10 else np.uint64
+        self._narrow: tuple[np.ndarray, np.ndarray] | None = None  # (the column, narrowed)
 
     def compiled(self, f: Facts) -> tuple[int, tuple[tuple[int, int], ...]]:
         """(role bits, per-rule (check, gen) masks) of one encoding."""
@@ -318,6 +382,16 @@ class HazardEngine:
         bulk = self._rows_bulk if all(r.columns is not None for r in self.rules) else None
         return FACTS.columns_of(self._keys, self._row, bulk=bulk)
 
+    def _narrow_roles(self, roles: np.ndarray) -> np.ndarray:
+        """The roles column in ``_roles_dtype``, kept while the column is the
+        same array (the cache makes a new one when encodings are added): a
+        graph's roles are gathered from it directly, not gathered wide and
+        narrowed."""
+        got = self._narrow
+        if got is None or got[0] is not roles:
+            got = self._narrow = (roles, roles.astype(self._roles_dtype))
+        return got[1]
+
     def run(self, cfg: CFG) -> list[RuleHits]:
         """The hazardous instructions of ``cfg``, per rule (rules without
         hits are left out).  A rule none of whose checks or none of whose
@@ -326,7 +400,7 @@ class HazardEngine:
         if not cfg.n:
             return []
         cols = self._columns()
-        roles = cols[0][cfg.eids].astype(self._roles_dtype)
+        roles = self._narrow_roles(cols[0]).take(cfg.eids)
         present = int(np.bitwise_or.reduce(roles))
         out = []
         for i, rule in enumerate(self.rules):
@@ -342,58 +416,43 @@ class HazardEngine:
 
     def _run_rule(self, ri: "_RuleInput") -> RuleHits | None:
         rule = ri.rule
-        first = self._hits(ri, frozenset())
-        if not rule.lean or first is None or ri.kills[first.ks].all():
+        first = self._hits(ri, _EMPTY)
+        if not rule.lean or first is None or ri.kills[first.hits].all():
             return first  # (hits that already kill change nothing when counted as kills: a fixpoint)
         # S(n+1) = F(S(n)) from S0 = {} (see the module docstring); runs[n] has
-        # kills at seq[n] and hits seq[n + 1]
-        seq: list[frozenset[int]] = [frozenset(), frozenset(first.ks)]
+        # kills at seq[n] and hits seq[n + 1] (sets as sorted arrays: equal sets are equal arrays)
+        seq: list[np.ndarray] = [_EMPTY, first.hits]
         runs = [first]
+        same = np.array_equal
         while len(runs) < self.LEAN_ROUNDS:
-            if seq[-1] == seq[-2]:  # fixpoint
+            if same(seq[-1], seq[-2]):  # fixpoint
                 return runs[-1]
-            if len(seq) >= 3 and seq[-1] == seq[-3]:  # settled on two sets: the larger is sound
-                return runs[-1] if len(seq[-1]) >= len(seq[-2]) else runs[-2]
+            if len(seq) >= 3 and same(seq[-1], seq[-3]):  # settled on two sets: the larger is sound
+                return runs[-1] if seq[-1].size >= seq[-2].size else runs[-2]
             r = self._hits(ri, seq[-1])
             runs.append(r)
-            seq.append(frozenset(r.ks) if r is not None else frozenset())
+            seq.append(r.hits if r is not None else _EMPTY)
         return runs[-1] if len(seq) % 2 == 0 else runs[-2]  # the last odd term
 
-    def _hits(self, ri: "_RuleInput", sites: frozenset[int]) -> RuleHits | None:
+    def _hits(self, ri: "_RuleInput", sites: np.ndarray) -> RuleHits | None:
         """The hits of rule ``ri.i`` when its kills are ``ri.kills`` and the
-        instructions ``sites`` (other hits' mitigations)."""
+        instructions ``sites`` (other hits' mitigations; a sorted int64 array).  With sites, only
+        what they change is worked out again (:meth:`_with_sites`); the rest
+        is the round without sites (:meth:`_base`)."""
         cfg = ri.cfg
-        C, G = ri.C, ri.G
-        inn = None
-        if sites:  # the last kill before each check / block end, with the sites as kills
-            S = np.fromiter(sorted(sites), dtype=np.int64, count=len(sites))
-            pk = np.maximum(ri.pk, _last_before(S, C))
-            lk = np.maximum(ri.lk, _last_before(S, cfg.block_end))
-        else:
-            pk, lk = ri.pk, ri.lk
-        cG = ri.cG
+        C = ri.C
+        glo, whit, dep, glo_b, has_kill = self._base(ri) if not sites.size else self._with_sites(ri, sites)
 
         # -- hits from gens in the check's own block ---------------------------------
-        # a kill comes before the same instruction's gen, so the window starts
-        # at the last kill itself
-        glo = cG[np.maximum(pk, ri.bs)]
-        cand = np.flatnonzero(ri.ghi > glo)
-        w_k = w_lo = w_hi = _EMPTY
-        if cand.size:
-            lo, hi = glo[cand], ri.ghi[cand]
-            hit = np.zeros(cand.size, dtype=bool)
-            for ch, gm in enumerate(ri.gen_g):
-                hit |= (_window_or(gm, lo, hi) & ri.chk_c[ch][cand]) != 0
-            w_sel = cand[hit]
-            w_k, w_lo, w_hi = C[w_sel], glo[w_sel], ri.ghi[w_sel]
+        w_sel = np.flatnonzero(whit)
+        w_k, w_lo, w_hi = C[w_sel], glo[w_sel], ri.ghi[w_sel]
 
         # -- the state each block passes on ------------------------------------------
         b_k = b_b = _EMPTY
-        bstart = cfg.block_start
-        has_kill = lk >= bstart
-        glo_b = cG[np.where(has_kill, lk, bstart)]
+        inn = None
         src = np.flatnonzero(ri.ghi_b > glo_b)
-        if src.size:
+        dep = np.flatnonzero(dep)  # (checks with no kill before them in their block see the in-state)
+        if src.size and dep.size:
             last = ri.last_state
             if last is not None and np.array_equal(last[0], glo_b) and np.array_equal(last[1], has_kill):
                 inn = last[2]  # the blocks pass on what they did in the last round (as they usually do)
@@ -403,28 +462,113 @@ class HazardEngine:
                     a = np.zeros(cfg.nblocks, dtype=np.uint64)
                     a[src] = _window_or(gm, glo_b[src], ri.ghi_b[src])
                     local.append(a)
-                inn = self._propagate(cfg, ri.rule, local, ~has_kill)
-                ri.last_state = (glo_b, has_kill, inn)
-            # checks with no kill before them in their block see the in-state
-            dep = np.flatnonzero(pk < ri.bs)
-            if inn is not None and dep.size:
-                db = ri.bc[dep]
+                if self._may_meet(ri, local, src, dep):
+                    inn = self._propagate(cfg, ri.rule, local, ~has_kill)
+                    ri.last_state = (glo_b, has_kill, inn)
+            if inn is not None:
+                db = ri.bc.take(dep)
                 hit = np.zeros(dep.size, dtype=bool)
                 for ch in range(len(inn)):
-                    hit |= (inn[ch][db] & ri.chk_c[ch][dep]) != 0
+                    hit |= (inn[ch].take(db) & ri.chk_c[ch].take(dep)) != 0
                 sel = np.flatnonzero(hit)
                 b_sel = dep[sel]
                 b_k, b_b = C[b_sel], db[sel]
         if not w_k.size and not b_k.size:
             return None
         if w_k.size and b_k.size:  # (both are checks: marked among them, not merged by a sort)
-            hit = np.zeros(C.size, dtype=bool)
-            hit[w_sel] = True
+            hit = whit.copy()
             hit[b_sel] = True
             ks = C[hit]
         else:
             ks = w_k if w_k.size else b_k
-        return RuleHits(self, cfg, ri.i, ks.tolist(), (w_k, w_lo, w_hi), (b_k, b_b), G, inn, sites)
+        return RuleHits(self, cfg, ri.i, ks, (w_k, w_lo, w_hi), (b_k, b_b), ri.G, inn, sites)
+
+    @staticmethod
+    def _may_meet(ri: "_RuleInput", local: list[np.ndarray], src: np.ndarray, dep: np.ndarray) -> bool:
+        """Can a check ``C[dep]`` meet a bit of what blocks ``src`` pass on
+        (``local``)?  Every in-state is an OR of those (blocks pass on their
+        own state, OR their in-state), and of what ``on_branch`` makes of such
+        ORs: when ``on_branch`` distributes over OR and keeps 0
+        (:func:`_or_linear`), those bits are the closure of the ORed ones
+        under it.  If none is a bit any of the checks checks, none is hit
+        and the propagation is not needed (a quarter of them on real code)."""
+        bits = 0
+        for ch, a in enumerate(local):
+            bits |= int(np.bitwise_or.reduce(a[src])) << (64 * ch)
+        rule = ri.rule
+        if rule.on_branch is not None:  # and whatever branches make of them
+            if not ri.engine_or_linear:
+                return True  # (it may make any bits)
+            while (more := bits | rule.on_branch(bits)) != bits:
+                bits = more
+        return any((bits >> (64 * ch)) & int(np.bitwise_or.reduce(c[dep])) for ch, c in enumerate(ri.chk_c))
+
+    @staticmethod
+    def _window_hits(ri: "_RuleInput", pos: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """For the checks ``C[pos]`` and the first gen counted for each
+        (``lo``, into ``G``): does a gen of the window ``G[lo:ghi]`` set a bit
+        the check checks?  (A bool per check; the windows must not be empty.)"""
+        hi = ri.ghi.take(pos)
+        hit = np.zeros(pos.size, dtype=bool)
+        for ch, gm in enumerate(ri.gen_g):
+            hit |= (_window_or(gm, lo, hi) & ri.chk_c[ch].take(pos)) != 0
+        return hit
+
+    def _base(self, ri: "_RuleInput") -> tuple:
+        """The round without sites, per check (positions in ``C``): the first
+        gen counted (``glo``: the gens after the last kill in the check's
+        block before it are ``G[glo:ghi]``; a kill comes before the same
+        instruction's gen, so the window starts at the kill itself), whether
+        those gens hit it (``whit``), whether no kill precedes it in its block
+        (``dep``: it sees its block's in-state); per block, the first gen
+        counted towards the state it passes on and whether it kills.  Worked
+        out once per rule input."""
+        if ri.base is None:
+            cG, bstart = ri.cG, ri.cfg.block_start
+            glo = cG.take(np.maximum(ri.pk, ri.bs))
+            whit = np.zeros(ri.C.size, dtype=bool)
+            cand = np.flatnonzero(ri.ghi > glo)
+            if cand.size:
+                whit[cand[self._window_hits(ri, cand, glo[cand])]] = True
+            has_kill = ri.lk >= bstart
+            ri.base = (glo, whit, ri.pk < ri.bs, cG.take(np.where(has_kill, ri.lk, bstart)), has_kill)
+        return ri.base
+
+    def _with_sites(self, ri: "_RuleInput", S: np.ndarray) -> tuple:
+        """:meth:`_base` when the instructions ``S`` (sorted, not empty) kill too.  A site
+        changes only the checks after it in its own block (their last kill
+        is the site if it is later; they no longer see the in-state) and
+        the state its block passes on (it kills); elsewhere the last site
+        before a check or a block's end lies in an earlier block, before
+        the block's first instruction, where it changes nothing."""
+        cfg = ri.cfg
+        glo0, whit0, dep0, glo_b0, has_kill0 = self._base(ri)
+        sb = cfg.block_of[S]
+        first = np.empty(S.size, dtype=bool)
+        first[0] = True
+        np.not_equal(sb[1:], sb[:-1], out=first[1:])
+        last = np.empty(S.size, dtype=bool)
+        last[-1] = True
+        last[:-1] = first[1:]
+        ub = sb[first]  # the blocks with sites, each once
+        # the state the site blocks pass on: their last kill is at least their last site
+        glo_b, has_kill = glo_b0.copy(), has_kill0.copy()
+        glo_b[ub] = ri.cG[np.maximum(ri.lk[ub], S[last])]
+        has_kill[ub] = True
+        glo, whit, dep = glo0, whit0, dep0
+        A = _checks_after(ri.C, S[first], cfg.block_end[ub])
+        if A.size:
+            glo, whit, dep = glo0.copy(), whit0.copy(), dep0.copy()
+            # (the last site before each lies in its block: the window starts there or later)
+            lo = ri.cG[np.maximum(ri.pk[A], _last_before(S, ri.C[A]))]
+            glo[A] = lo
+            dep[A] = False
+            open_ = ri.ghi[A] > lo
+            hit = np.zeros(A.size, dtype=bool)
+            if open_.any():
+                hit[open_] = self._window_hits(ri, A[open_], lo[open_])
+            whit[A] = hit
+        return glo, whit, dep, glo_b, has_kill
 
     @staticmethod
     def _propagate(cfg: CFG, rule: MaskRule, local: list[np.ndarray], through: np.ndarray):
@@ -452,6 +596,7 @@ class HazardEngine:
         if not frontier.size:
             return None
         inn = [np.zeros(cfg.nblocks, dtype=np.uint64) for _ in range(nch)]
+        stamp = np.empty(cfg.nblocks, dtype=np.int64)
         while frontier.size:
             if nch == 1 and frontier.size < _SMALL_FRONTIER:  # a few blocks left: one by one is cheaper
                 HazardEngine._propagate_worklist(cfg, rule, local, through, out, inn, frontier.tolist())
@@ -464,18 +609,32 @@ class HazardEngine:
                     ok = np.isin(cfg.extra_src, frontier)
                     succ, src = cfg.extra_dst[ok], cfg.extra_src[ok]
                 else:
-                    succ = S[frontier]
+                    succ = S.take(frontier)
                     ok = succ >= 0
                     succ, src = succ[ok], frontier[ok]
                 if succ.size:
-                    for ch in range(nch):
-                        np.bitwise_or.at(inn[ch], succ, out[ch][src])
+                    # a plain OR for one of each block's places, ufunc.at (slow) for the others
+                    at = np.arange(succ.size)
+                    stamp[succ] = at
+                    once = stamp[succ] == at
+                    if once.all():
+                        for ch in range(nch):
+                            inn[ch][succ] |= out[ch].take(src)
+                    else:
+                        again = ~once
+                        s1, r1, s2, r2 = succ[once], src[once], succ[again], src[again]
+                        for ch in range(nch):
+                            inn[ch][s1] |= out[ch][r1]
+                            np.bitwise_or.at(inn[ch], s2, out[ch][r2])
                     touched.append(succ)
             if not touched:
                 break
-            if sum(map(len, touched)) * 8 < cfg.nblocks:
-                cand = np.unique(np.concatenate(touched))
+            if sum(map(len, touched)) * 8 < cfg.nblocks:  # (few: each kept once, in no order, without a sort)
+                cand = np.concatenate(touched)
                 cand = cand[through[cand]]
+                at = np.arange(cand.size)
+                stamp[cand] = at  # (of equal blocks, one position is kept)
+                cand = cand[stamp[cand] == at]
             else:  # many: mark them (a sort would cost more)
                 mark = np.zeros(cfg.nblocks, dtype=bool)
                 for t in touched:
@@ -483,10 +642,10 @@ class HazardEngine:
                 cand = np.flatnonzero(mark & through)
             if not cand.size:
                 break
-            new = transform([local[ch][cand] | inn[ch][cand] for ch in range(nch)], cand)
+            new = transform([local[ch].take(cand) | inn[ch].take(cand) for ch in range(nch)], cand)
             changed = np.zeros(cand.size, dtype=bool)
             for ch in range(nch):
-                changed |= new[ch] != out[ch][cand]
+                changed |= new[ch] != out[ch].take(cand)
             frontier = cand[changed]
             for ch in range(nch):
                 out[ch][frontier] = new[ch][changed]

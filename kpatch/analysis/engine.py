@@ -339,21 +339,23 @@ def _function_reports(report: Report, ctx: Context, per_span: list[list]) -> Non
     bad = sorted(cfg.bad_targets)
     unmodelled = cfg.unmodelled  # (sorted)
     for i, (span, findings) in enumerate(zip(ctx.functions, per_span)):  # (findings in order: run_detectors)
-        rep = FunctionReport(span.name, span.kind, span.address, span.size, findings,
-                             instructions=span.end - span.start, blocks=blocks[i], loops=back[i])
+        # control flow kpatch does not follow is unseen, so the function is not analysable
+        # (the verdict's reasons say it: no separate note; most functions have none)
+        unseen = ()
+        lo, hi = bisect.bisect_left(bad, (span.start,)), bisect.bisect_left(bad, (span.end,))
+        if hi > lo:
+            unseen = tuple(f"branch at {insts[k].address:#x} leaves {span.name} (target {t:#x}): kpatch does not "
+                           f"follow control flow across functions or into the middle of an instruction"
+                           for k, t in bad[lo:hi])
+        lo, hi = bisect.bisect_left(unmodelled, span.start), bisect.bisect_left(unmodelled, span.end)
+        if hi > lo:
+            unseen += tuple(f"{insts[k].mnemonic} at {insts[k].address:#x} changes the program counter in a way "
+                            f"kpatch does not follow" for k in unmodelled[lo:hi])
+        rep = FunctionReport(span.name, span.kind, span.address, span.size, findings, verdict_of(findings, unseen),
+                             instructions=span.end - span.start, blocks=blocks[i], loops=back[i], unseen=unseen)
         lo, hi = bisect.bisect_left(calls, span.start), bisect.bisect_left(calls, span.end)
         if hi > lo:
             rep.calls = [insts[k].address for k in calls[lo:hi]]
-        lo, hi = bisect.bisect_left(bad, (span.start,)), bisect.bisect_left(bad, (span.end,))
-        # control flow kpatch does not follow is unseen, so the function is not analysable
-        unseen = tuple(f"branch at {insts[k].address:#x} leaves {span.name} (target {t:#x}): kpatch does not "
-                       f"follow control flow across functions or into the middle of an instruction"
-                       for k, t in bad[lo:hi])
-        lo, hi = bisect.bisect_left(unmodelled, span.start), bisect.bisect_left(unmodelled, span.end)
-        unseen += tuple(f"{insts[k].mnemonic} at {insts[k].address:#x} changes the program counter in a way "
-                        f"kpatch does not follow" for k in unmodelled[lo:hi])
-        rep.unseen = unseen  # (the verdict's reasons say it: no separate note)
-        rep.verdict = verdict_of(findings, unseen)
         (report.kernels if span.kind == "kernel" else report.functions).append(rep)
 
 

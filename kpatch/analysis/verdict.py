@@ -13,6 +13,7 @@ the union of rules and reasons.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from kpatch.analysis.findings import RULE_SETS, Finding
 
@@ -38,20 +39,33 @@ class Verdict:
         return self.status
 
 
+_FIX = attrgetter("fix")
+
+
 def _ordered_rules(rules) -> tuple[str, ...]:
     return tuple(r for r in RULE_SETS if r in rules) + tuple(sorted(set(rules) - set(RULE_SETS)))
 
 
 def verdict_of(findings: list[Finding], extra_reasons: tuple[str, ...] = ()) -> Verdict:
-    """The verdict for one kernel's findings (plus reasons found elsewhere)."""
-    rules = {f.fix for f in findings if f.fix}
-    reasons = list(dict.fromkeys([f.blocker for f in findings if f.fix is None and f.blocker]
-                                 + list(extra_reasons)))
-    if reasons:
-        return Verdict(UNPATCHABLE, _ordered_rules(rules), tuple(reasons))
-    if rules:
-        return Verdict(PATCHABLE, _ordered_rules(rules))
-    return Verdict(OK)
+    """The verdict for one kernel's findings (plus reasons found elsewhere).
+    (Findings can be thousands: their fixes are gathered in one pass in C,
+    and their blockers looked for only when some finding has no fix.)"""
+    rules = set(map(_FIX, findings))
+    blockers = [f.blocker for f in findings if f.fix is None and f.blocker] if None in rules else []
+    rules.discard(None)
+    rules.discard("")
+    if blockers or extra_reasons:
+        return Verdict(UNPATCHABLE, _ordered_rules(rules), tuple(dict.fromkeys(blockers + list(extra_reasons))))
+    key = frozenset(rules)
+    v = _BY_RULES.get(key)
+    if v is None:
+        v = _BY_RULES[key] = Verdict(PATCHABLE, _ordered_rules(rules)) if rules else Verdict(OK)
+    return v
+
+
+#: the verdicts without reasons, by their rules (immutable, so shared: there
+#: is one per set of rule sets, and a report has one per function)
+_BY_RULES: dict[frozenset, Verdict] = {}
 
 
 def combine(verdicts) -> Verdict:

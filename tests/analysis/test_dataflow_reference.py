@@ -17,6 +17,7 @@ import glob
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -161,3 +162,121 @@ def test_a_broken_engine_is_seen(corpus_contexts, monkeypatch):
     monkeypatch.setattr(dataflow, "_prefix_count", inclusive)
     cfg = corpus_contexts[0][1].cfg
     assert _engine_hits(ENGINE, cfg) != _reference_hits(ENGINE, cfg)
+
+
+def _rule_inputs(engine, cfg):
+    """A fresh :class:`dataflow._RuleInput` for each rule that has checks and gens in ``cfg``."""
+    cols = engine._columns()
+    roles = cols[0][cfg.eids].astype(engine._roles_dtype)
+    out = []
+    for i in range(len(engine.rules)):
+        ri = dataflow._RuleInput(engine, cols, cfg, roles, i)
+        if ri.C.size and ri.G.size:
+            out.append(ri)
+    return out
+
+
+def _round(engine, ri, sites) -> dict[int, int]:
+    rh = engine._hits(ri, np.array(sorted(sites), dtype=np.int64))
+    return {} if rh is None else {k: rh.mask(k) for k in rh.ks}
+
+
+def _site_sets(ri, n: int) -> list[frozenset[int]]:
+    """Kills to add: every third check, the checks of the first round (as the
+    lean iteration adds them), and instructions that are not all checks (every
+    seventh instruction); each a different pattern of blocks with and without
+    sites, sites before and after checks."""
+    C = ri.C.tolist()
+    return [frozenset(C[::3]), frozenset(C[1::2]), frozenset(range(3, n, 7))]
+
+
+def _check_rounds(engine, cfg):
+    for ri in _rule_inputs(engine, cfg):
+        assert _round(engine, ri, frozenset()) == _hits(engine, cfg, ri.i, frozenset())
+        for sites in _site_sets(ri, cfg.n):
+            assert _round(engine, ri, sites) == _hits(engine, cfg, ri.i, sites), (ri.rule.name, len(sites))
+
+
+@pytest.mark.parametrize("path", HAZARDS, ids=os.path.basename)
+def test_a_round_with_sites_is_the_plain_dataflow_on_the_fixtures(path):
+    """A round with sites reworks only the checks after a site in its block
+    and the site blocks' states (``HazardEngine._with_sites``): the same
+    hits and bits as the plain dataflow with those sites as kills."""
+    with open(path, "rb") as fh:
+        _check_rounds(ENGINE, _context(fh.read()).cfg)
+
+
+def test_a_round_with_sites_is_the_plain_dataflow_on_real_code(corpus_contexts):
+    for name, ctx in corpus_contexts:
+        _check_rounds(ENGINE, ctx.cfg)
+
+
+def test_a_round_that_ignores_the_checks_after_sites_is_seen(corpus_contexts, monkeypatch):
+    """The comparison above catches a round with sites that keeps the checks
+    after a site as they were without it."""
+    monkeypatch.setattr(dataflow, "_checks_after", lambda C, first, ends: dataflow._EMPTY)
+    with pytest.raises(AssertionError):
+        _check_rounds(ENGINE, corpus_contexts[0][1].cfg)
+
+
+def _plain_propagate(cfg, rule, local: list[int], through: list[bool]) -> list[int]:
+    """In-states at the fixpoint, block by block in Python ints: a block passes
+    on ``on_branch`` (if it ends in a branch) of its own state, OR its
+    in-state when ``through``; a block's in-state is the OR of what its
+    predecessors pass on."""
+    def out_of(b: int, inn: int) -> int:
+        v = local[b] | (inn if through[b] else 0)
+        return rule.on_branch(v) if rule.on_branch is not None and cfg.branchy[b] else v
+
+    inn = [0] * cfg.nblocks
+    out = [out_of(b, 0) for b in range(cfg.nblocks)]
+    work = list(range(cfg.nblocks))
+    while work:
+        b = work.pop()
+        for s in cfg.succs(b):
+            if inn[s] | out[b] != inn[s]:
+                inn[s] |= out[b]
+                new = out_of(s, inn[s])
+                if new != out[s]:
+                    out[s] = new
+                    work.append(s)
+    return inn
+
+
+@pytest.mark.parametrize("density", [0.002, 0.05, 0.5])
+def test_propagation_is_the_plain_fixpoint(corpus_contexts, density):
+    """``HazardEngine._propagate`` (level by level in numpy, a frontier's
+    successors ORed at once -- several of them may share one -- the last few
+    blocks one by one) against the plain fixpoint, for random block states of
+    a 128-bit rule and of the 4-bit rule with ``on_branch``, on a real graph
+    (loops, joins, thousands of blocks)."""
+    from kpatch.analysis.detectors.waitstates import LDS_BRANCH_VMEM, VMEM_TO_SCALAR
+    cfg = corpus_contexts[0][1].cfg
+    rng = np.random.default_rng(14)
+    for rule in (VMEM_TO_SCALAR, LDS_BRANCH_VMEM):
+        nch = (rule.width + 63) // 64
+        live = rng.random(cfg.nblocks) < density
+        local = [np.where(live, rng.integers(0, 1 << min(rule.width, 63), cfg.nblocks, dtype=np.uint64)
+                          | np.uint64(1), np.uint64(0)) for _ in range(nch)]
+        through = rng.random(cfg.nblocks) < 0.8
+        got = dataflow.HazardEngine._propagate(cfg, rule, local, through)
+        want = _plain_propagate(cfg, rule, [sum(int(a[b]) << (64 * ch) for ch, a in enumerate(local))
+                                            for b in range(cfg.nblocks)], through.tolist())
+        got = [0] * cfg.nblocks if got is None else [sum(int(a[b]) << (64 * ch) for ch, a in enumerate(got))
+                                                     for b in range(cfg.nblocks)]
+        assert got == want, (rule.name, density)
+
+
+def test_or_linear():
+    """The propagation is skipped when the checks cannot meet the closure of
+    the blocks' bits under ``on_branch`` -- sound only for an ``on_branch``
+    that keeps 0 and distributes over OR, which ``_or_linear`` tries on
+    every pair of states: LdsBranchVmemWARHazard's does; one that sets a bit
+    from nothing, one that needs two bits together, and any state wider
+    than 8 bits are not taken as such."""
+    from kpatch.analysis.detectors.waitstates import LDS_BRANCH_VMEM
+    assert dataflow._or_linear(LDS_BRANCH_VMEM.on_branch, LDS_BRANCH_VMEM.width)
+    assert not dataflow._or_linear(lambda v: v | 1, 4)
+    assert not dataflow._or_linear(lambda v: 8 if v & 3 == 3 else 0, 4)
+    assert not dataflow._or_linear(lambda v: v, 9)
+    assert ENGINE._or_linear == [False, False, False, False, True]

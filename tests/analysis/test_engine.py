@@ -274,3 +274,47 @@ L0:
     assert hits.get("VMEMtoScalarWriteHazard") == [1]
     assert set(hits["VMEMtoScalarWriteHazard"]) == reference(cfg)["VMEMtoScalarWriteHazard"]
     assert reference(cfg, {})["VMEMtoScalarWriteHazard"] == {1, 2, 4, 5, 6}
+
+
+def test_unseen_control_flow_in_function_reports():
+    """_function_reports: a branch from one function into another and an
+    s_rfe_b64 (a PC change kpatch does not follow) make their functions'
+    unseen reasons, which make them unpatchable; a function without either
+    has none.  Addresses from llvm-mc-16's labels."""
+    from types import SimpleNamespace
+    from kpatch.analysis.detectors.context import Context, FunctionSpan
+    from kpatch.analysis.engine import _function_reports, run_detectors
+    from kpatch.analysis.report import Report
+    import numpy as np
+    src = """
+f0:
+  s_branch L1
+  s_endpgm
+f1:
+  s_nop 0
+L1:
+  s_endpgm
+f2:
+  s_rfe_b64 s[0:1]
+  s_endpgm
+"""
+    code, labels = assemble(src)
+    insts = decode(code, "gfx1030", 0)
+    addrs = [i.address for i in insts]
+    starts = [addrs.index(labels[f]) for f in ("f0", "f1", "f2")]
+    ends = starts[1:] + [len(insts)]
+    cfg = build_cfg(insts, facts_of(insts, "gfx1030"), starts)
+    spans = [FunctionSpan(f"f{j}", "function", None, s, e, addrs[s], (addrs[e] if e < len(addrs) else len(code)) - addrs[s])
+             for j, (s, e) in enumerate(zip(starts, ends))]
+    ctx = Context(SimpleNamespace(target=None), cfg, "gfx1030", "gfx1030", spans)
+    ctx.addresses = np.array(addrs, dtype=np.int64)
+    report = Report("gfx1010", "amdgcn-amd-amdhsa--gfx1030", "gfx1030")
+    _function_reports(report, ctx, run_detectors(ctx))
+    f0, f1, f2 = report.functions
+    assert f0.unseen == (f"branch at {labels['f0']:#x} leaves f0 (target {labels['L1']:#x}): kpatch does not "
+                         f"follow control flow across functions or into the middle of an instruction",)
+    assert f1.unseen == () and f1.verdict.status == "ok"
+    assert f2.unseen == (f"s_rfe_b64 at {labels['f2']:#x} changes the program counter in a way kpatch does not "
+                         f"follow",)
+    assert f0.verdict.status == f2.verdict.status == "unpatchable"
+    assert f0.verdict.reasons == f0.unseen and f2.verdict.reasons == f2.unseen

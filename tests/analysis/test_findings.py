@@ -39,6 +39,36 @@ def test_verdicts():
     assert p.status == "patchable" and p.rules == ("gfx1010-hazards", "cu-mode")
     u = verdict_of([Finding("Offset3fBug", 4, "y"), Finding("UnsupportedInstruction", 8, "z")])
     assert u.status == "unpatchable" and u.reasons and u.rules == ("gfx1010-hazards",)
+    # reasons: the unfixable findings' blockers (each once, in order), then those found elsewhere
+    b = Finding("Offset3fBug", 12, "w", fix=None, blocker="no rule here")
+    e = verdict_of([Finding("Offset3fBug", 4, "y"), b, b], ("branch leaves",))
+    assert e.status == "unpatchable" and e.reasons == ("no rule here", "branch leaves")
+    assert e.rules == ("gfx1010-hazards",)
+    e = verdict_of([Finding("Offset3fBug", 4, "y")], ("branch leaves",))
+    assert e.status == "unpatchable" and e.reasons == ("branch leaves",) and e.rules == ("gfx1010-hazards",)
+    # verdicts without reasons are shared per set of rules: each set still gets its own
+    one = [verdict_of([Finding(c, 0, "x")]).rules for c in ("LdsMisalignedBug", "Offset3fBug", "LdsMisalignedBug")]
+    assert one == [("cu-mode",), ("gfx1010-hazards",), ("cu-mode",)]
     assert combine([ok, p]).status == "patchable"
     assert combine([ok, p, u]).status == "unpatchable"
     assert combine([ok, ok]) == ok
+
+
+def test_lds_misaligned_detail_is_made_when_read():
+    """The kernel detector's LdsMisalignedBug finding renders its detail (and
+    lists its addresses) only when read, and they are what llvm-objdump-16
+    -d --mcpu=gfx1030 shows of kernel ldsmis_wgp_b64 (descriptors fixture):
+    ds_read_b64 v[2:3], v0 at 0x2600 and ds_write_b64 at 0x260c."""
+    import os
+    from conftest import ROOT
+    from kpatch.analysis import analyse
+    from kpatch.codeobject import CodeObject
+    path = os.path.join(ROOT, "tests", "fixtures", "hazards", "bin", "descriptors.gfx1030.hsaco")
+    with open(path, "rb") as fh:
+        rep = analyse(CodeObject.from_bytes(fh.read()))
+    k = next(k for k in rep.kernels if k.name == "ldsmis_wgp_b64")
+    (f,) = [f for f in k.findings if f.cls == "LdsMisalignedBug"]
+    assert callable(f._detail) and callable(f._addresses)  # (not made yet)
+    assert f.detail == ("WGP mode, 2 multi-dword LDS/FLAT access(es) with unproven alignment, "
+                        "first ds_read_b64 v[2:3], v0")
+    assert f.addresses == (0x2600, 0x260C)

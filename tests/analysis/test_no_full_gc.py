@@ -90,3 +90,26 @@ def test_the_check_sees_a_full_collection_inside_analyse(monkeypatch):
     monkeypatch.setattr(engine, "run_detectors", collecting)
     co = next(_objects())
     assert _full_collections(lambda: analyse(co)) == 1
+
+
+def test_a_dropped_report_leaves_no_cycles():
+    """What analyse() makes is freed by reference counts when its report
+    goes: no reference cycle is left for the collector, whose next full
+    collection (over the decode caches) would otherwise come after the
+    analysis of every object.  The descriptors fixture has kernel-level
+    findings whose detail is made when read (a detail made from the
+    analysis context, which holds the finding, was such a cycle)."""
+    with open(os.path.join(ROOT, "tests", "fixtures", "hazards", "bin", "descriptors.gfx1030.hsaco"), "rb") as fh:
+        co = CodeObject.from_bytes(fh.read())
+    analyse(co)  # (caches filled)
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        rep = analyse(co)
+        assert any(f.cls == "LdsMisalignedBug" for k in rep.kernels for f in k.findings)
+        del rep
+        assert gc.collect() == 0
+    finally:
+        if was:
+            gc.enable()

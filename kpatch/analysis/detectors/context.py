@@ -71,7 +71,7 @@ class Context:
     def marks(self) -> np.ndarray:
         """The marks of every instruction."""
         if self._marks is None:
-            self._marks = FACTS.column("marks")[self.cfg.eids]
+            self._marks = FACTS.column("marks").take(self.cfg.eids)  # (take: faster than [])
         return self._marks
 
     def any_marked(self, bits: int, start: int, end: int) -> bool:

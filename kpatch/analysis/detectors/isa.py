@@ -40,15 +40,17 @@ def _gfx1010_reading(f: Facts):
     finding is (class, detail), or (class, detail, rule set or None,
     [mitigation]) when it is not the class's default."""
     inst = f.inst
-    if inst.target == "gfx1010":
+    d = inst.d  # (its slots read directly: this runs for every new encoding)
+    if d.target == "gfx1010":
         return None
-    if inst.format == "FLAT" and f.seg == 1 and f.inst.d.fields.get("saddr") == SCRATCH_ST_SADDR:
+    if f.seg == 1 and d.fmt is not None and d.fmt.name == "FLAT" and d.fields.get("saddr") == SCRATCH_ST_SADDR:
         return ("UnsupportedInstruction", f"{inst.text()}: scratch ST mode (no address register) is gfx1030-only")
     if f.mnemonic in _HWREG_OPS and (f.simm16 or 0) & 0x3F == HWREG_SHADER_CYCLES:
         return ("UnsupportedInstruction", f"{inst.text()}: HW_REG_SHADER_CYCLES does not exist on gfx1010")
     if f.cls & UNKNOWN:
         return None  # reported by _own_target
-    if _read_alike(inst.target).get(id(inst.d.info)) is inst.d.info:
+    info = d.info
+    if _read_alike(d.target).get(id(info)) is info:
         return None  # gfx1010's decoder reads it exactly as the source's (see _read_alike)
     other = decode_one(inst.raw, "gfx1010")
     if other.is_unknown or other.size != inst.size:

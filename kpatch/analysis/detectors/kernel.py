@@ -42,11 +42,14 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = No
         return []
     if not wgp:
         return []
-    insts = ctx.insts
+    insts, addresses, at = ctx.insts, ctx.addresses, multi[lo:hi]
+    # (detail and addresses made when first read: rendering an instruction costs more than the rest;
+    # they hold the instructions and addresses, not the context, which holds the finding: no cycle
+    # for the collector to find, everything freed by reference counts when the report goes)
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
-                    f"WGP mode, {hi - lo} multi-dword LDS/FLAT access(es) with unproven alignment, "
-                    f"first {insts[multi[lo]].text()}",
-                    addresses=ctx.addresses[multi[lo:hi]].tolist())]
+                    lambda: f"WGP mode, {len(at)} multi-dword LDS/FLAT access(es) with unproven alignment, "
+                            f"first {insts[at[0]].text()}",
+                    addresses=lambda: addresses[at].tolist())]
 
 
 def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:

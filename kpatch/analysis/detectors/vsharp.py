@@ -68,7 +68,7 @@ def _writers_of(ctx: Context, bit: int, memo: dict) -> np.ndarray:
             if eids is None:  # facts as a plain list
                 w = np.array([_WRITES[ch][1](f) for f in facts], dtype=np.uint64)
             else:
-                w = FACTS.column(*_WRITES[ch], dtype=np.uint64)[eids]
+                w = FACTS.column(*_WRITES[ch], dtype=np.uint64).take(eids)  # (take: faster than [])
             memo[("writes", ch)] = w
         got = memo[key] = np.flatnonzero((w & np.uint64(1 << (bit % 64))) != 0)
     return got

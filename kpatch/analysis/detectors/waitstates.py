@@ -199,16 +199,15 @@ def _finding_type(name: str) -> type:
 def detect(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     for rh in ENGINE.run(ctx.cfg):
-        ks = rh.ks
+        ks = rh.hits
         if rh.rule is LDS_BRANCH_VMEM:
             # only in functions that have both LDS and VMEM instructions
             starts = np.array(ctx.cfg.func_starts, dtype=np.int64)
             m = ctx.marks
             ok = (np.logical_or.reduceat((m & M_DS) != 0, starts) & np.logical_or.reduceat((m & M_VMEM_SEG) != 0,
                                                                                            starts))
-            ks = np.array(ks, dtype=np.int64)
-            ks = ks[ok[np.searchsorted(starts, ks, "right") - 1]].tolist()
+            ks = ks[ok[np.searchsorted(starts, ks, "right") - 1]]
         make, src = _finding_type(rh.rule.name), (ctx, rh)
         # (addresses from the column, not from instruction objects spread over memory)
-        out.extend([make(src, k, a) for k, a in zip(ks, ctx.addresses[ks].tolist())])
+        out.extend([make(src, k, a) for k, a in zip(ks.tolist(), ctx.addresses.take(ks).tolist())])
     return out
