@@ -15,9 +15,9 @@ def test_analyse_decodes_the_code_once(monkeypatch):
     walks = []
     real = dm._decode_together
 
-    def counting(code, target, base, ranges):
+    def counting(code, target, base, ranges, *seeds):
         walks.append(list(ranges))
-        return real(code, target, base, ranges)
+        return real(code, target, base, ranges, *seeds)
 
     monkeypatch.setattr(dm, "_decode_together", counting)
     with open(os.path.join(FIXTURES, "mathops.hip.gfx1030.v5.hsaco"), "rb") as fh:
