@@ -258,6 +258,20 @@ def _words(data: bytes):
     return (w for (w,) in struct.iter_unpack("<I", data[:len(data) - len(data) % 4]))
 
 
+def _first_code_word(data: bytes, a: int, b: int) -> int | None:
+    """Index of the first dword of ``data[a:b]`` (a trailing partial dword
+    dropped) that is not padding (:data:`PAD_WORDS`); None if all are."""
+    n = (b - a) // 4
+    if n <= 0:
+        return None
+    w = np.frombuffer(data, dtype="<u4", count=n, offset=a)
+    code = np.ones(n, dtype=bool)
+    for pad in PAD_WORDS:
+        code &= w != pad
+    i = int(code.argmax())
+    return i if code[i] else None
+
+
 def _trim_padding(insts: list[Instruction]) -> int:
     """How many instructions to keep: up to the last instruction that may end a
     function (:data:`kpatch.analysis.flow.ENDS_FUNCTION`) followed only by padding."""
@@ -309,8 +323,7 @@ def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int
     for u in units + [None]:
         stop = u.start if u is not None else end
         if stop > pos:
-            real = next((i for i, w in enumerate(_words(data[pos - start:stop - start])) if w not in PAD_WORDS),
-                        None)
+            real = _first_code_word(data, pos - start, stop - start)
             if real is not None:
                 a = pos + 4 * real
                 out.append(TextUnit(f"<code@{a:#x}>", a, stop, "code", align=4, sized=False))
@@ -365,12 +378,7 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
         scan.known = None
     elif scan.known is not None:
         scan.known.lists = {id(got): (got, first) for got, first in whole}
-    for ui, u in enumerate(units):
-        if u.start % 4 or u.end % 4:
-            _problem(scan, ui, u.start, "A", "undecodable",
-                     f"{u.name} spans {u.start:#x}..{u.end:#x}, not whole 4-byte words")
-            continue
-        _scan_unit(scan, ui, u, control)
+    _scan_units(scan, control)
     return scan
 
 
@@ -502,9 +510,9 @@ def _simm16(f) -> int:  # (the CFG's column of the same name: kpatch.analysis.cf
 class _Control:
     """The instructions of ``.text`` :func:`_scan_unit` looks at, found with
     the per-encoding columns of :mod:`kpatch.analysis.facts` (one hash
-    lookup per instruction, numpy after that): ``at`` (sorted instruction
-    indices), their ``role``, and for branches the ``target`` address and
-    the index of the instruction there (-1: none)."""
+    lookup per instruction, numpy after that), as int64/int8 columns: ``at``
+    (sorted instruction indices), their ``role``, and for branches the
+    ``target`` address and the index of the instruction there (-1: none)."""
 
     def __init__(self, scan: TextScan, data: bytes, start: int, cols: list | None = None):
         insts = scan.insts
@@ -526,42 +534,81 @@ class _Control:
             scan.known = KnownIds(scan.target, addresses, dword_counts(addresses, ends), eids)
         roles = FACTS.column("scan-role", _scan_role, dtype=np.int8)[eids]
         at = np.flatnonzero(roles)
-        self.at = at.tolist()
-        self.role = roles[at].tolist()
-        br = np.flatnonzero(roles[at] == R_BRANCH)
+        self.at = at
+        self.role = role = roles[at]
+        br = np.flatnonzero(role == R_BRANCH)
+        target = np.full(len(at), -1, dtype=np.int64)
+        index = np.full(len(at), -1, dtype=np.int64)
         if br.size and addresses is not None:  # (scattered with numpy: no Python step per branch)
             k = at[br]
             simm = FACTS.column("simm16", _simm16)[eids[k]]
             t = addresses[k] + 4 + 4 * np.where(simm & 0x8000, simm - 0x10000, simm)
             j = np.minimum(np.searchsorted(addresses, t), n - 1)
-            target = np.full(len(at), -1, dtype=np.int64)
-            index = np.full(len(at), -1, dtype=np.int64)
             target[br] = t
             index[br] = np.where(addresses[j] == t, j, -1)
-            self.target, self.index = target.tolist(), index.tolist()
-            return
-        target = [-1] * len(at)
-        index = [-1] * len(at)
-        for b in br.tolist():
-            x = target[b] = insts[at[b]].branch_target
-            index[b] = scan.index_at.get(x, -1)
+        else:
+            for b in br.tolist():
+                x = target[b] = insts[at[b]].branch_target
+                index[b] = scan.index_at.get(x, -1)
         self.target, self.index = target, index
 
-    def of(self, first: int, last: int) -> range:
-        """The positions (in ``at``) of the instructions ``first..last``."""
-        return range(bisect.bisect_left(self.at, first), bisect.bisect_right(self.at, last))
+
+def _scan_units(scan: TextScan, control: _Control) -> None:
+    """Scan every unit (:func:`_scan_unit`).  The branches (all but a few of
+    the PC-relative instructions) of the units whose code decodes whole and
+    ends where they do are recorded at once, with numpy: the per-unit loop
+    looks only at the other instructions of :class:`_Control` (``special``)."""
+    units, insts = scan.units, scan.insts
+    at, role, index = control.at, control.role, control.index
+    firsts = np.fromiter((u.first for u in units), dtype=np.int64, count=len(units))
+    lasts = np.fromiter((u.first + u.count - 1 for u in units), dtype=np.int64, count=len(units))
+    lo = np.searchsorted(at, firsts, "left")
+    hi = np.searchsorted(at, lasts, "right")
+    special = np.flatnonzero((role != R_BRANCH) | (index < 0))  # positions in ``at``
+    s_lo = np.searchsorted(special, lo, "left").tolist()
+    s_hi = np.searchsorted(special, hi, "left").tolist()
+    special_l, at_l, role_l = special.tolist(), at[special].tolist(), role[special].tolist()
+    whole = np.zeros(len(units), dtype=bool)  # the unit's branches are recorded
+    for ui, u in enumerate(units):
+        if u.start % 4 or u.end % 4 or u.count == 0:
+            continue
+        if R_UNKNOWN in role_l[s_lo[ui]:s_hi[ui]]:
+            continue
+        end = insts[u.first + u.count - 1]
+        whole[ui] = end.address + end.size == u.end
+    # the branches of those units (in instruction order, as _scan_unit would record them)
+    sel = np.flatnonzero((role == R_BRANCH) & (index >= 0))
+    if sel.size:
+        src = at[sel]
+        su = np.searchsorted(firsts, src, "right") - 1  # the unit of each (its first <= i, the next's > i)
+        keep = whole[su]
+        sel, src, su = sel[keep], src[keep], su[keep]
+        scan.branches.update(zip(src.tolist(), control.target[sel].tolist()))
+        tu = np.searchsorted(firsts, index[sel], "right") - 1
+        cross = su != tu
+        for a, b in set(zip(su[cross].tolist(), tu[cross].tolist())):
+            scan.edges[a].add(b)
+    for ui, u in enumerate(units):
+        if u.start % 4 or u.end % 4:
+            _problem(scan, ui, u.start, "A", "undecodable",
+                     f"{u.name} spans {u.start:#x}..{u.end:#x}, not whole 4-byte words")
+            continue
+        a, b = s_lo[ui], s_hi[ui]
+        _scan_unit(scan, ui, u, control, at_l[a:b], role_l[a:b], special_l[a:b])
 
 
-def _scan_unit(scan: TextScan, ui: int, u: TextUnit, control: _Control) -> None:
+def _scan_unit(scan: TextScan, ui: int, u: TextUnit, control: _Control, at: list[int], role: list[int],
+               pos: list[int]) -> None:
+    """The problems, getpc sequences, computed jumps and their edges of one
+    unit: ``at`` / ``role`` / ``pos`` are the instruction indices, roles and
+    positions in :class:`_Control` of its instructions other than the
+    branches to an instruction (:func:`_scan_units` records those)."""
     insts = scan.insts
     first, last = u.first, u.last
     if u.count == 0:
         return
-    mine = control.of(first, last)
-    role = control.role
-    unknown = next((p for p in mine if role[p] == R_UNKNOWN), None)
-    if unknown is not None:
-        ins = insts[control.at[unknown]]
+    if R_UNKNOWN in role:
+        ins = insts[at[role.index(R_UNKNOWN)]]
         _problem(scan, ui, ins.address, "A", "undecodable",
                  f"word {ins.raw.hex()} at {ins.address:#x} in {u.name} does not decode for "
                  f"{scan.target}")
@@ -577,24 +624,14 @@ def _scan_unit(scan: TextScan, ui: int, u: TextUnit, control: _Control) -> None:
                  f"({end.mnemonic} at {end.address:#x}): code falls through its end")
     jumps = []
     long_branches = []  # this unit's Tensile long branches (checked once the jumps are known)
-    at, target, index = control.at, control.target, control.index
-    branches, unit_of, edges = scan.branches, scan.unit_of, scan.edges[ui]
-    for p in mine:
-        r = role[p]
-        i = at[p]
+    for i, r, p in zip(at, role, pos):
         if r == R_JUMP:
             jumps.append(i)
-        elif r == R_BRANCH:
-            j = index[p]
-            if j < 0:
-                ins = insts[i]
-                _problem(scan, ui, ins.address, "A", "branch-target",
-                         f"{ins.mnemonic} at {ins.address:#x} targets {target[p]:#x}, which is not an instruction")
-                continue
-            branches[i] = target[p]
-            tu = unit_of[j]
-            if tu != ui:
-                edges.add(tu)
+        elif r == R_BRANCH:  # (one to an instruction is recorded by _scan_units)
+            ins = insts[i]
+            _problem(scan, ui, ins.address, "A", "branch-target",
+                     f"{ins.mnemonic} at {ins.address:#x} targets {int(control.target[p]):#x}, "
+                     f"which is not an instruction")
         elif r == R_GETPC:
             ins = insts[i]
             got = _getpc_pattern(insts, i, last)
