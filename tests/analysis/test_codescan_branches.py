@@ -2,7 +2,10 @@
 whose code decodes whole (kpatch.analysis.codescan._scan_units, with numpy),
 with the target llvm-objdump-16 gives (address + 4 + 4 * simm16), the
 call edges between units, and none of a unit that holds an undecodable word
-(that unit pins every address: its branches are not followed)."""
+(f; and e, whose symbol size cuts its last instruction: the cut word does
+not decode).  Such a unit pins every address: its branches are not followed.
+h's only instruction, a branch into g, is its first (the unit of a branch
+is the last unit starting at or before it)."""
 
 from __future__ import annotations
 
@@ -52,6 +55,13 @@ g:
     .size g, .Lg_end - g
 
 .p2align 2
+.type h,@function
+h:
+    s_branch g
+.Lh_end:
+    .size h, .Lh_end - h
+
+.p2align 2
 .type f,@function
 f:
     s_cmp_lg_u32 s2, 0
@@ -61,6 +71,16 @@ f:
     s_setpc_b64 s[30:31]
 .Lf_end:
     .size f, .Lf_end - f
+
+.p2align 2
+.type e,@function
+e:
+    s_cmp_lg_u32 s2, 0
+    s_cbranch_scc0 .Le_x
+.Le_x:
+    s_mov_b32 s0, 0x12345678
+.Le_end:
+    .size e, .Le_end - e - 4
 
 .rodata
 .p2align 6
@@ -126,9 +146,9 @@ def test_every_branch_of_the_whole_units_is_recorded_with_its_target(built):
     scan = scan_text(co, "gfx1030")
     got = {scan.insts[i].address: t for i, t in scan.branches.items()}
     want = _objdump_branches(listing)
-    in_f = {a for a in want if labels["f"] <= a}  # f is the last function: its branch is not recorded
-    assert len(want) == 6 and len(in_f) == 1  # (the fixture is what it claims)
-    assert got == {a: t for a, t in want.items() if a not in in_f}
+    bad = {a for a in want if labels["f"] <= a}  # f and e, the last functions: their branches are not recorded
+    assert len(want) == 8 and len(bad) == 2  # (the fixture is what it claims)
+    assert got == {a: t for a, t in want.items() if a not in bad}
     assert list(scan.branches) == sorted(scan.branches)  # in instruction order
 
 
@@ -136,10 +156,12 @@ def test_call_edges_and_the_undecodable_unit(built):
     co, listing, labels = built
     scan = scan_text(co, "gfx1030")
     names = [u.name for u in scan.units]
-    k, g, f = names.index("k"), names.index("g"), names.index("f")
+    k, g, h, f, e = (names.index(n) for n in "kghfe")
     assert scan.edges[k] == {g}  # the direct call and the getpc/swappc call both reach g
-    assert scan.edges[g] == set() and scan.edges[f] == set()
-    assert [(p.unit, p.kind) for p in scan.problems] == [("f", "undecodable")]
+    assert scan.edges[h] == {g}  # a branch into another unit, from the unit's first instruction
+    assert scan.edges[g] == set() and scan.edges[f] == set() and scan.edges[e] == set()
+    assert [(p.unit, p.kind) for p in scan.problems if p.unit in names[:e + 1]] == [("f", "undecodable"),
+                                                                                   ("e", "undecodable")]
     assert ".long 0xffffffff" in listing.split("<f>:")[1]  # (llvm-objdump does not decode that word either)
 
 
@@ -153,8 +175,8 @@ def test_a_branch_into_the_middle_of_an_instruction_is_a_problem(built):
     assert word >> 16 == 0xBF82  # s_branch
     data[off:off + 4] = (word - 1).to_bytes(4, "little")
     scan = scan_text(CodeObject(bytes(data)), "gfx1030")
-    assert [(p.unit, p.kind, p.address) for p in scan.problems] == [("k", "branch-target", sk),
-                                                                   ("f", "undecodable", labels["f"] + 8)]
+    assert [(p.unit, p.kind, p.address) for p in scan.problems if p.unit in "kghfe"] == [
+        ("k", "branch-target", sk), ("f", "undecodable", labels["f"] + 8), ("e", "undecodable", labels["e"] + 8)]
     got = {scan.insts[i].address for i in scan.branches}
     want = set(_objdump_branches(listing)) - {sk} - {a for a in _objdump_branches(listing) if a >= labels["f"]}
     assert got == want  # the unit's other branches are recorded still
