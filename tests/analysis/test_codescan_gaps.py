@@ -36,3 +36,13 @@ def test_a_gap_keeps_its_leading_code_end_words_in_place():
     assert _gap(data, 0x2000, 0x2000, 0x2000 + len(data), leading=True).rigid == len(data)
     assert _gap(_bytes(CODE_END) * 3, 0, 0, 12, leading=False).rigid == 12
     assert _gap(_bytes(NOP0, CODE_END), 0, 0, 8, leading=False).rigid == 0
+
+
+def test_code_after_a_unit_that_ends_off_a_word_boundary():
+    """The words after a unit are read from its end, wherever that is (here 2 bytes into a word)."""
+    base = 0x1000
+    k = TextUnit("k", base, base + 6, "kernel", align=256, sized=True)
+    data = _bytes(REAL) + b"\x00\x00" + _bytes(CODE_END, REAL)
+    units = _add_anonymous_code([k], data, base, base + len(data))
+    assert [(u.name, u.start, u.end) for u in units] == [("k", base, base + 6),
+                                                        (f"<code@{base + 10:#x}>", base + 10, base + 14)]
