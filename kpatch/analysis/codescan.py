@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import struct
+import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -251,25 +251,17 @@ class TextScan:
         return seen
 
 
-def _words(data: bytes):
-    """The little-endian dwords of ``data`` (a trailing partial dword
-    dropped), one at a time: the callers stop at the first that is not
-    padding."""
-    return (w for (w,) in struct.iter_unpack("<I", data[:len(data) - len(data) % 4]))
+#: a run of padding words (:data:`PAD_WORDS`), matched from wherever it starts
+_PAD_RUN = re.compile(b"(?:" + b"|".join(re.escape(w.to_bytes(4, "little")) for w in sorted(PAD_WORDS)) + b")*")
+#: a run of s_code_end words
+_CODE_END_RUN = re.compile(b"(?:" + re.escape(S_CODE_END.to_bytes(4, "little")) + b")*")
 
 
 def _first_code_word(data: bytes, a: int, b: int) -> int | None:
     """Index of the first dword of ``data[a:b]`` (a trailing partial dword
     dropped) that is not padding (:data:`PAD_WORDS`); None if all are."""
-    n = (b - a) // 4
-    if n <= 0:
-        return None
-    w = np.frombuffer(data, dtype="<u4", count=n, offset=a)
-    code = np.ones(n, dtype=bool)
-    for pad in PAD_WORDS:
-        code &= w != pad
-    i = int(code.argmax())
-    return i if code[i] else None
+    e = _PAD_RUN.match(data, a, b).end()
+    return (e - a) // 4 if e + 4 <= b else None
 
 
 def _trim_padding(insts: list[Instruction]) -> int:
@@ -386,12 +378,7 @@ def _gap(data: bytes, base: int, a: int, b: int, *, leading: bool, trailing: boo
     raw = data[a - base:b - base]
     if leading:
         return Gap(a, b, raw, len(raw))
-    rigid = 0
-    for w in _words(raw):
-        if w != S_CODE_END:
-            break
-        rigid += 1
-    rigid *= 4
+    rigid = _CODE_END_RUN.match(raw).end()
     if trailing:  # nothing after it needs alignment: keep it all
         rigid = len(raw)
     return Gap(a, b, raw, rigid)
