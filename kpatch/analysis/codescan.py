@@ -499,7 +499,9 @@ class _Control:
     the per-encoding columns of :mod:`kpatch.analysis.facts` (one hash
     lookup per instruction, numpy after that), as int64/int8 columns: ``at``
     (sorted instruction indices), their ``role``, and for branches the
-    ``target`` address and the index of the instruction there (-1: none)."""
+    ``target`` address and the index of the instruction there (-1: none);
+    ``eids`` (every instruction's encoding id) and ``ends`` (the end address
+    of each unit's last instruction, at its index; -1 elsewhere)."""
 
     def __init__(self, scan: TextScan, data: bytes, start: int, cols: list | None = None):
         insts = scan.insts
@@ -538,44 +540,51 @@ class _Control:
                 x = target[b] = insts[at[b]].branch_target
                 index[b] = scan.index_at.get(x, -1)
         self.target, self.index = target, index
+        self.eids, self.ends = eids, ends
 
 
 def _scan_units(scan: TextScan, control: _Control) -> None:
     """Scan every unit (:func:`_scan_unit`).  The branches (all but a few of
     the PC-relative instructions) of the units whose code decodes whole and
-    ends where they do are recorded at once, with numpy: the per-unit loop
-    looks only at the other instructions of :class:`_Control` (``special``)."""
-    units, insts = scan.units, scan.insts
+    ends where they do are recorded at once, with numpy; so are the checks of
+    every unit: :func:`_scan_unit` runs only for the units that have a
+    problem or another PC-relative instruction (``special``)."""
+    units = scan.units
     at, role, index = control.at, control.role, control.index
     firsts = np.fromiter((u.first for u in units), dtype=np.int64, count=len(units))
-    lasts = np.fromiter((u.first + u.count - 1 for u in units), dtype=np.int64, count=len(units))
+    counts = np.fromiter((u.count for u in units), dtype=np.int64, count=len(units))
+    lasts = firsts + counts - 1
     lo = np.searchsorted(at, firsts, "left")
     hi = np.searchsorted(at, lasts, "right")
     special = np.flatnonzero((role != R_BRANCH) | (index < 0))  # positions in ``at``
-    s_lo = np.searchsorted(special, lo, "left").tolist()
-    s_hi = np.searchsorted(special, hi, "left").tolist()
-    special_l, at_l, role_l = special.tolist(), at[special].tolist(), role[special].tolist()
-    whole = np.zeros(len(units), dtype=bool)  # the unit's branches are recorded
-    for ui, u in enumerate(units):
-        if u.start % 4 or u.end % 4 or u.count == 0:
-            continue
-        if R_UNKNOWN in role_l[s_lo[ui]:s_hi[ui]]:
-            continue
-        end = insts[u.first + u.count - 1]
-        whole[ui] = end.address + end.size == u.end
-    # the branches of those units (in instruction order, as _scan_unit would record them)
+    s_lo = np.searchsorted(special, lo, "left")
+    s_hi = np.searchsorted(special, hi, "left")
+    unknown = np.concatenate(([0], np.cumsum(role == R_UNKNOWN)))
+    aligned = np.fromiter((not (u.start % 4 or u.end % 4) for u in units), dtype=bool, count=len(units))
+    nonempty = counts > 0
+    last = np.where(nonempty, lasts, 0)
+    ends_at = np.fromiter((u.end for u in units), dtype=np.int64, count=len(units))
+    # the unit's branches are recorded: _scan_unit gets past its checks of the code's bytes
+    whole = aligned & nonempty & (unknown[hi] == unknown[lo]) & (control.ends[last] == ends_at)
+    # ... and it finds nothing more: the last instruction may end a function, and no other PC-relative one
+    flows = FACTS.column("flow")[control.eids[last]] if len(control.eids) else np.zeros(len(last), dtype=np.int64)
+    quiet = aligned & (~nonempty | (whole & np.isin(flows, list(ENDS_FUNCTION)) & (s_hi == s_lo)))
     sel = np.flatnonzero((role == R_BRANCH) & (index >= 0))
     if sel.size:
         src = at[sel]
         su = np.searchsorted(firsts, src, "right") - 1  # the unit of each (its first <= i, the next's > i)
         keep = whole[su]
         sel, src, su = sel[keep], src[keep], su[keep]
-        scan.branches.update(zip(src.tolist(), control.target[sel].tolist()))
+        scan.branches.update(zip(src.tolist(), control.target[sel].tolist()))  # (in instruction order)
         tu = np.searchsorted(firsts, index[sel], "right") - 1
         cross = su != tu
         for a, b in set(zip(su[cross].tolist(), tu[cross].tolist())):
             scan.edges[a].add(b)
-    for ui, u in enumerate(units):
+    at_l, role_l = at[special].tolist(), role[special].tolist()
+    special_l = special.tolist()
+    s_lo, s_hi = s_lo.tolist(), s_hi.tolist()
+    for ui in np.flatnonzero(~quiet).tolist():
+        u = units[ui]
         if u.start % 4 or u.end % 4:
             _problem(scan, ui, u.start, "A", "undecodable",
                      f"{u.name} spans {u.start:#x}..{u.end:#x}, not whole 4-byte words")
