@@ -5,7 +5,8 @@ call edges between units, and none of a unit that holds an undecodable word
 (f; and e, whose symbol size cuts its last instruction: the cut word does
 not decode).  Such a unit pins every address: its branches are not followed.
 h's only instruction, a branch into g, is its first (the unit of a branch
-is the last unit starting at or before it)."""
+is the last unit starting at or before it).  n, with no PC-relative
+instruction at all, falls through its end."""
 
 from __future__ import annotations
 
@@ -60,6 +61,13 @@ h:
     s_branch g
 .Lh_end:
     .size h, .Lh_end - h
+
+.p2align 2
+.type n,@function
+n:
+    s_mov_b32 s0, 0
+.Ln_end:
+    .size n, .Ln_end - n
 
 .p2align 2
 .type f,@function
@@ -156,12 +164,12 @@ def test_call_edges_and_the_undecodable_unit(built):
     co, listing, labels = built
     scan = scan_text(co, "gfx1030")
     names = [u.name for u in scan.units]
-    k, g, h, f, e = (names.index(n) for n in "kghfe")
+    k, g, h, f, e = (names.index(x) for x in "kghfe")
     assert scan.edges[k] == {g}  # the direct call and the getpc/swappc call both reach g
     assert scan.edges[h] == {g}  # a branch into another unit, from the unit's first instruction
     assert scan.edges[g] == set() and scan.edges[f] == set() and scan.edges[e] == set()
-    assert [(p.unit, p.kind) for p in scan.problems if p.unit in names[:e + 1]] == [("f", "undecodable"),
-                                                                                   ("e", "undecodable")]
+    assert [(p.unit, p.kind) for p in scan.problems if p.unit in names[:e + 1]] == [
+        ("n", "falls-through"), ("f", "undecodable"), ("e", "undecodable")]
     assert ".long 0xffffffff" in listing.split("<f>:")[1]  # (llvm-objdump does not decode that word either)
 
 
@@ -175,8 +183,9 @@ def test_a_branch_into_the_middle_of_an_instruction_is_a_problem(built):
     assert word >> 16 == 0xBF82  # s_branch
     data[off:off + 4] = (word - 1).to_bytes(4, "little")
     scan = scan_text(CodeObject(bytes(data)), "gfx1030")
-    assert [(p.unit, p.kind, p.address) for p in scan.problems if p.unit in "kghfe"] == [
-        ("k", "branch-target", sk), ("f", "undecodable", labels["f"] + 8), ("e", "undecodable", labels["e"] + 8)]
+    assert [(p.unit, p.kind, p.address) for p in scan.problems if p.unit in "kghnfe"] == [
+        ("k", "branch-target", sk), ("n", "falls-through", labels["n"]), ("f", "undecodable", labels["f"] + 8),
+        ("e", "undecodable", labels["e"] + 8)]
     got = {scan.insts[i].address for i in scan.branches}
     want = set(_objdump_branches(listing)) - {sk} - {a for a in _objdump_branches(listing) if a >= labels["f"]}
     assert got == want  # the unit's other branches are recorded still
