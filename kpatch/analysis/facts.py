@@ -80,16 +80,30 @@ _MULTI_DWORD_FLAT = re.compile(r"^flat_(load|store)_dwordx[234]$")
 #: None``, registered by the detectors (:func:`register_encoding_check`) and
 #: run once per distinct encoding; the results are ``Facts.local``.
 ENCODING_CHECKS: list = []
+#: check -> ``may_find(o, d)``: whether the check can find anything in an
+#: encoding of the opcode and form of ``d`` (a Decoded; ``o``: its
+#: :class:`_OpFacts`), decided once per opcode (checks without one run for
+#: every encoding)
+MAY_FIND: dict = {}
 
 
-def register_encoding_check(check) -> None:
+def register_encoding_check(check, may_find=None) -> None:
     """Add a per-encoding check (facts computed before are dropped).  A
     check must not depend on which VGPRs a VALU, LDS or FLAT encoding
     names: encodings that differ only in them share their facts
-    (:func:`vgpr_blind_key`)."""
+    (:func:`vgpr_blind_key`).  ``may_find(o, d)``, when given, says per
+    opcode whether the check can find anything in its encodings (False:
+    it is not run for them); it may read only what one opcode entry and
+    form decide: ``o``'s class (before FLAT's segment), mnemonic, format
+    and control flow, ``d``'s info, kind and target."""
     if check not in ENCODING_CHECKS:
         ENCODING_CHECKS.append(check)
         FACTS.clear()
+    if may_find is None:
+        MAY_FIND.pop(check, None)
+    else:
+        MAY_FIND[check] = may_find
+    _OP_FACTS.clear()
 
 
 # --- scalar register masks -----------------------------------------------------
@@ -247,7 +261,10 @@ class Facts:
             self.vscnt0 = mn == "s_waitcnt_vscnt" and sdst == SGPR_NULL and s16 == 0
         self.eid = -1  # set by FactsCache.new
         local = ()
-        for check in ENCODING_CHECKS:
+        checks = o.checks
+        if o.checks_of is not ENCODING_CHECKS:  # (the list was replaced: tests)
+            checks = _checks_of(o, d)
+        for check in checks:
             r = check(self)
             if r:
                 local += (r,)
@@ -348,7 +365,7 @@ class _OpFacts:
 
     __slots__ = ("info", "fmt", "cls", "mnemonic", "flow", "plan", "effects", "size", "extra", "seg", "simm16",
                  "nsa", "offset", "fields", "sdst", "exec_all", "sdefs", "valu", "readlane", "vop3_def", "vcmp",
-                 "is_permlane", "is_v_nop", "special", "kill_smem", "consts", "marks")
+                 "is_permlane", "is_v_nop", "special", "kill_smem", "consts", "marks", "checks", "checks_of")
 
 
 def _consts(o: _OpFacts) -> tuple:
@@ -358,6 +375,15 @@ def _consts(o: _OpFacts) -> tuple:
 
 
 _OP_FACTS: dict[tuple, _OpFacts] = {}  # (id(OpInfo), kind) -> its _OpFacts
+
+
+def _checks_of(o: _OpFacts, d) -> tuple:
+    """``o.checks``: the :data:`ENCODING_CHECKS` that may find something in
+    the encodings of ``o``'s opcode (:data:`MAY_FIND`), in their order;
+    ``o.checks_of`` the list they were taken from."""
+    o.checks_of = checks = ENCODING_CHECKS
+    o.checks = tuple(c for c in checks if (m := MAY_FIND.get(c)) is None or m(o, d))
+    return o.checks
 _SPECIAL = frozenset({"s_waitcnt", "s_waitcnt_depctr", "s_waitcnt_lgkmcnt", "s_waitcnt_vscnt"})
 
 
@@ -396,6 +422,7 @@ def _op_facts(d) -> _OpFacts:
     o.size, o.extra = (0, False) if o.plan is None else (o.plan.size, o.plan.extra)
     o.consts = _consts(o)
     o.marks = {}
+    _checks_of(o, d)
     _OP_FACTS[(id(d.info), d.kind)] = o
     return o
 
