@@ -557,6 +557,24 @@ def blind_keys(ds: list, raws: list[bytes]) -> list:
             for d, raw, h, w, n in zip(ds, raws, has.tolist(), base.tolist(), size.tolist())]
 
 
+def _number_rows(ds: list, nd: np.ndarray, num: np.ndarray) -> np.ndarray | None:
+    """:func:`_raw_rows` of the encodings ``ds`` (their Decoded), those of
+    one or two dwords made from their numbers (``nd``: their dword counts,
+    1 or 2, else 0; ``num``: their dwords, first | second << 32, as
+    ``Columns.words`` gives them), the others from their bytes."""
+    rows = np.zeros((len(ds), 1 + MAX_DWORDS), dtype=np.uint32)
+    rows[:, 0] = nd
+    rows[:, 1] = num & np.uint64(0xFFFFFFFF)
+    rows[:, 2] = num >> np.uint64(32)
+    other = np.flatnonzero(nd == 0)
+    if other.size:
+        got = _raw_rows([ds[j].raw for j in other.tolist()])
+        if got is None:
+            return None
+        rows[other] = got
+    return rows
+
+
 def _raw_rows(raws: list[bytes]) -> np.ndarray | None:
     """Per encoding (``raws``: their bytes): its dword count, then its dwords
     j < MAX_DWORDS (0 past its end), as :func:`_rows` lays them out; None if
@@ -747,11 +765,11 @@ class FactsCache:
             self.templates[key] = e
         return e
 
-    def _eids_of_new(self, ds: list, raws: list[bytes], table: dict[bytes, int], insts: list | None = None,
+    def _eids_of_new(self, ds: list, raws: list[bytes] | None, table: dict[bytes, int], insts: list | None = None,
                      rows: np.ndarray | None = None) -> list[int]:
         """:meth:`eid_of` of each of the encodings ``ds`` (their Decoded;
-        ``raws``: their bytes, ``rows``: their dwords as :func:`_raw_rows`
-        gives them, when known), in order, with Python work once per
+        ``raws``: their bytes, when at hand; ``rows``: their dwords as
+        :func:`_raw_rows` gives them, when known), in order, with Python work once per
         distinct :func:`vgpr_blind_key` and once per encoding without one:
         the keys are numbers (:func:`blind_key_rows`) grouped with numpy;
         a group's first encoding takes its template's eid, else its eid by
@@ -767,7 +785,7 @@ class FactsCache:
         if not n:
             return []
         if rows is None:
-            rows = _raw_rows(raws)
+            rows = _raw_rows(list(map(_RAW, ds)) if raws is None else raws)
         if rows is None:  # (not whole dwords: one by one)
             has = np.full(n, -1, dtype=np.int8)
             base = rest = np.zeros(n, dtype=np.uint64)
@@ -791,16 +809,18 @@ class FactsCache:
         template = self.templates.get
 
         def one(p: int) -> None:
+            d = ds[p]
+            raw = d.raw
             g = group_l[p]
             if g >= 0:
-                key = (ds[p].target, int(base[p]), raws[p][int(size[p]):])
+                key = (d.target, int(base[p]), raw[int(size[p]):])
             else:
-                key = _blind_key(ds[p]) if has_l[p] < 0 else None
+                key = _blind_key(d) if has_l[p] < 0 else None
             e = template(key) if key is not None else None
             if e is None:
-                e = get(raws[p])
+                e = get(raw)
                 if e is None:
-                    e = table[raws[p]] = self.new(insts[p] if insts is not None else Instruction(0, ds[p]), key)
+                    e = table[raw] = self.new(insts[p] if insts is not None else Instruction(0, d), key)
                 out[p] = e
                 if g < 0:
                     return
@@ -1076,8 +1096,8 @@ def encoding_ids_of_columns(parts: list[tuple], target: str) -> np.ndarray:
             new = np.flatnonzero(first < len(keys))
             new = new[np.argsort(first[new])]
             ds = list(map(entries.__getitem__, new.tolist()))
-            te[new] = got = FACTS._eids_of_new(ds, list(map(_RAW, ds)), t)
             nd = ndw_all[new]
+            te[new] = got = FACTS._eids_of_new(ds, None, t, rows=_number_rows(ds, nd, num_all[new]))
             for k in (1, 2):
                 sel = new[nd == k]
                 if sel.size:

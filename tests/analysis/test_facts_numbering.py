@@ -167,3 +167,22 @@ def test_the_decodes_words_are_the_bytes_of_its_encodings():
             if k:
                 assert d.raw == x.to_bytes(8, "little")[:4 * k]
     assert longer
+
+
+def test_rows_from_the_decodes_numbers_are_the_rows_of_the_bytes():
+    """facts._number_rows (the dwords of new encodings of one or two dwords
+    from Columns.words, the others from their bytes) gives what _raw_rows
+    gives from every encoding's bytes; with a number's high dword dropped
+    it does not (the comparison sees it)."""
+    seen = 0
+    for parts, _, _ in _units():
+        for _, _, table, (ndw, w) in parts[:3]:
+            want = facts_mod._raw_rows([d.raw for d in table])
+            got = facts_mod._number_rows(table, ndw, w)
+            assert got is not None and np.array_equal(got, want)
+            two = ndw == 2
+            if two.any():
+                seen += 1
+                broken = facts_mod._number_rows(table, ndw, w & np.uint64(0xFFFFFFFF))
+                assert not np.array_equal(broken, want)
+    assert seen
