@@ -766,7 +766,7 @@ class FactsCache:
         return e
 
     def _eids_of_new(self, ds: list, raws: list[bytes] | None, table: dict[bytes, int], insts: list | None = None,
-                     rows: np.ndarray | None = None) -> list[int]:
+                     rows: np.ndarray | None = None, at: np.ndarray | None = None) -> list[int]:
         """:meth:`eid_of` of each of the encodings ``ds`` (their Decoded;
         ``raws``: their bytes, when at hand; ``rows``: their dwords as
         :func:`_raw_rows` gives them, when known), in order, with Python work once per
@@ -780,7 +780,12 @@ class FactsCache:
         from ``insts`` (occurrences of them), else from an occurrence at
         address 0 (no fact depends on the address).  Only the encodings
         numbered by their bytes join ``table``: one whose key has a template
-        is found by it (:meth:`new`) whenever its bytes are looked up."""
+        is found by it (:meth:`new`) whenever its bytes are looked up.
+        With ``at``, the encodings are numbered in the order ``ds[at[0]]``,
+        ``ds[at[1]]``, ... and their eids returned in that order (``ds``
+        then kept in the order they were made in, which their objects lie
+        in memory in: the passes over all of them run three times faster
+        than in a scattered order)."""
         n = len(ds)
         if not n:
             return []
@@ -792,6 +797,9 @@ class FactsCache:
             size = np.zeros(n, dtype=np.int64)
         else:
             has, base, rest, size = blind_key_rows(ds, rows)
+        if at is not None:
+            has, base, rest, size = has[at], base[at], rest[at], size[at]
+        pick = range(n) if at is None else at.tolist()  # (the p-th to number: ds[pick[p]])
         keyed = np.flatnonzero(has == 1)
         order = keyed[np.lexsort((rest[keyed], base[keyed]))]  # (stable: each group in the given order)
         bo, ro = base[order], rest[order]
@@ -809,7 +817,7 @@ class FactsCache:
         template = self.templates.get
 
         def one(p: int) -> None:
-            d = ds[p]
+            d = ds[pick[p]]
             raw = d.raw
             g = group_l[p]
             if g >= 0:
@@ -1093,17 +1101,18 @@ def encoding_ids_of_columns(parts: list[tuple], target: str) -> np.ndarray:
             # each new encoding, in the order of its first occurrence
             first = np.full(len(entries), len(keys), dtype=np.int64)
             np.minimum.at(first, keys[at], at)
-            new = np.flatnonzero(first < len(keys))
-            new = new[np.argsort(first[new])]
+            new = np.flatnonzero(first < len(keys))  # (in the tables' order: see _eids_of_new's at)
             ds = list(map(entries.__getitem__, new.tolist()))
             nd = ndw_all[new]
-            te[new] = got = FACTS._eids_of_new(ds, None, t, rows=_number_rows(ds, nd, num_all[new]))
+            occ = np.argsort(first[new])
+            te[new[occ]] = FACTS._eids_of_new(ds, None, t, rows=_number_rows(ds, nd, num_all[new]), at=occ)
             for k in (1, 2):
                 sel = new[nd == k]
                 if sel.size:
                     uq, at = np.unique(num_all[sel], return_index=True)  # (one table's twin of another's)
                     FACTS.by_words.setdefault((target, k), _SortedIds()).add(uq, te[sel[at]])
             if (nd == 0).any():
+                got = te[new].tolist()
                 FACTS.by_decoded.update((ds[j], got[j]) for j in np.flatnonzero(nd == 0).tolist())
     return te[keys]
 
