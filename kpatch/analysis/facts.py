@@ -659,8 +659,9 @@ class _SortedIds:
 
     def add(self, q: np.ndarray, ids: np.ndarray) -> None:
         """Add numbers ``q`` (distinct, none held yet) with their ``ids``."""
-        o = np.argsort(q)
-        q, ids = q[o], ids[o]
+        if len(q) > 1 and not (q[1:] > q[:-1]).all():
+            o = np.argsort(q)
+            q, ids = q[o], ids[o]
         pos = np.searchsorted(self.new_keys, q)
         self.new_keys, self.new_ids = np.insert(self.new_keys, pos, q), np.insert(self.new_ids, pos, ids)
         if 8 * len(self.new_keys) > len(self.keys):
@@ -766,8 +767,8 @@ class FactsCache:
         return e
 
     def _eids_of_new(self, ds: list, raws: list[bytes] | None, table: dict[bytes, int], insts: list | None = None,
-                     rows: np.ndarray | None = None, at: np.ndarray | None = None) -> list[int]:
-        """:meth:`eid_of` of each of the encodings ``ds`` (their Decoded;
+                     rows: np.ndarray | None = None, at: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`eid_of` of each of the encodings ``ds`` (an int64 array; ``ds``: their Decoded;
         ``raws``: their bytes, when at hand; ``rows``: their dwords as
         :func:`_raw_rows` gives them, when known), in order, with Python work once per
         distinct :func:`vgpr_blind_key` and once per encoding without one:
@@ -788,7 +789,7 @@ class FactsCache:
         than in a scattered order)."""
         n = len(ds)
         if not n:
-            return []
+            return np.zeros(0, dtype=np.int64)
         if rows is None:
             rows = _raw_rows(list(map(_RAW, ds)) if raws is None else raws)
         if rows is None:  # (not whole dwords: one by one)
@@ -852,7 +853,7 @@ class FactsCache:
         got = np.array(out, dtype=np.int64)
         rest_of = np.flatnonzero(got < 0)  # (keyed encodings after their group's template)
         got[rest_of] = np.array(geid, dtype=np.int64)[group[rest_of]]
-        return got.tolist()
+        return got
 
     def lookup_hashes(self, target: str, h: np.ndarray, rows: np.ndarray, insts,
                       table: dict[bytes, int]) -> np.ndarray:
@@ -1109,8 +1110,11 @@ def encoding_ids_of_columns(parts: list[tuple], target: str) -> np.ndarray:
             for k in (1, 2):
                 sel = new[nd == k]
                 if sel.size:
-                    uq, at = np.unique(num_all[sel], return_index=True)  # (one table's twin of another's)
-                    FACTS.by_words.setdefault((target, k), _SortedIds()).add(uq, te[sel[at]])
+                    uq = num_all[sel]
+                    if len(uq) > 1 and not (uq[1:] > uq[:-1]).all():  # (one table's twin of another's)
+                        uq, at = np.unique(uq, return_index=True)
+                        sel = sel[at]
+                    FACTS.by_words.setdefault((target, k), _SortedIds()).add(uq, te[sel])
             if (nd == 0).any():
                 got = te[new].tolist()
                 FACTS.by_decoded.update((ds[j], got[j]) for j in np.flatnonzero(nd == 0).tolist())
