@@ -167,3 +167,45 @@ def test_the_decodes_words_are_the_bytes_of_its_encodings():
             if k:
                 assert d.raw == x.to_bytes(8, "little")[:4 * k]
     assert longer
+
+
+def test_rows_from_the_decodes_numbers_are_the_rows_of_the_bytes():
+    """facts._number_rows (the dwords of new encodings of one or two dwords
+    from Columns.words, the others from their bytes) gives what _raw_rows
+    gives from every encoding's bytes; with a number's high dword dropped
+    it does not (the comparison sees it)."""
+    seen = 0
+    for parts, _, _ in _units():
+        for _, _, table, (ndw, w) in parts[:3]:
+            want = facts_mod._raw_rows([d.raw for d in table])
+            got = facts_mod._number_rows(table, ndw, w)
+            assert got is not None and np.array_equal(got, want)
+            two = ndw == 2
+            if two.any():
+                seen += 1
+                broken = facts_mod._number_rows(table, ndw, w & np.uint64(0xFFFFFFFF))
+                assert not np.array_equal(broken, want)
+    assert seen
+
+
+def test_sorted_ids_take_numbers_in_any_order():
+    """_SortedIds.add sorts only numbers not given sorted: numbers added
+    sorted, unsorted and in several calls (merged into the large part) are
+    each found with their id, numbers not added are not (-1)."""
+    rng = np.random.default_rng(7)
+    nums = rng.choice(np.arange(1, 1 << 40, 977, dtype=np.uint64), size=3000, replace=False)
+    ids = np.arange(len(nums), dtype=np.int64) * 3 + 1
+    s = facts_mod._SortedIds()
+    o = np.argsort(nums)
+    rest = np.sort(o[100:])  # (the others, in their given order)
+    s.add(nums[o[:100]], ids[o[:100]])  # sorted
+    s.add(nums[rest[:1900]][::-1], ids[rest[:1900]][::-1])  # unsorted
+    for lo in range(1900, len(rest), 250):  # a few small calls
+        s.add(nums[rest[lo:lo + 250]], ids[rest[lo:lo + 250]])
+    sorted_nums = np.sort(nums)
+    assert len(s) == len(nums)
+    got = s.get(nums)
+    assert np.array_equal(got, ids)  # every number, its own id
+    absent = nums + np.uint64(1)
+    assert (s.get(absent) == -1).all()
+    assert np.array_equal(s.get(sorted_nums), ids[np.argsort(nums)])

@@ -107,8 +107,29 @@ INT_DOT_MITIGATION = "expand into SDWA 24-bit multiplies and adds (rule KI006, i
 #: known: the legacy fused multiply-adds have no gfx1010 counterpart).
 EXACT_GFX1010_FORM: frozenset[str] = frozenset()
 
-register_encoding_check(_own_target)
-register_encoding_check(_gfx1010_reading)
+def _own_target_may_find(o, d) -> bool:
+    """Whether :func:`_own_target` can find anything in an opcode's encodings."""
+    return o.mnemonic == "s_inst_prefetch" or bool(o.cls & UNKNOWN)
+
+
+def _gfx1010_reading_may_find(o, d) -> bool:
+    """Whether :func:`_gfx1010_reading` can find anything in the encodings
+    of an opcode (``o``: its facts, ``d``: one Decoded of it), decided once
+    per opcode: not for gfx1010 code, nor for an unknown word, nor for an
+    opcode gfx1010 reads alike (:func:`_read_alike`) -- unless its
+    encodings can be scratch ST mode (FLAT) or name a hardware register
+    (s_getreg/s_setreg), which are decided by their fields."""
+    if d.target == "gfx1010":
+        return False
+    if o.fmt == "FLAT" or o.mnemonic in _HWREG_OPS:
+        return True
+    if o.cls & UNKNOWN:
+        return False
+    return _read_alike(d.target).get(id(d.info)) is not d.info
+
+
+register_encoding_check(_own_target, _own_target_may_find)
+register_encoding_check(_gfx1010_reading, _gfx1010_reading_may_find)
 _CLASSES = ("InstFwdPrefetchBug", "UnsupportedInstruction", "OpcodeReuse")
 
 
