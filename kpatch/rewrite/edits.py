@@ -126,11 +126,18 @@ class Slot:
         """The instruction's own bytes after the edit (``original`` if not replaced)."""
         return original if self.replace is None else bytes(self.replace.code)
 
+    def before_size(self) -> int:
+        """Bytes of the code inserted before the instruction (``len(before_code())``)."""
+        return sum(len(e.code) for e in self.before) if self.before else 0
+
+    def after_size(self) -> int:
+        """Bytes of the code inserted after the instruction (``len(after_code())``)."""
+        return sum(len(e.code) for e in self.after) if self.after else 0
+
     def size_change(self, original_size: int) -> int:
         """Bytes this slot adds (negative: removes)."""
         body = original_size if self.replace is None else len(self.replace.code)
-        return (sum(len(e.code) for e in self.before) + body - original_size
-                + sum(len(e.code) for e in self.after))
+        return self.before_size() + body - original_size + self.after_size()
 
 
 def group_edits(edits: list[Edit]) -> tuple[dict[int, Slot], list[tuple[int, str]]]:

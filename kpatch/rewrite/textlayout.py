@@ -332,7 +332,6 @@ def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
 
 _ADDRESS = attrgetter("address")
 _SIZE = attrgetter("d.size")
-_CODE = attrgetter("code")
 
 
 def _cached(scan: TextScan, key: str, make):
@@ -426,10 +425,9 @@ def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.
     insts = scan.insts
     sizes_before, sizes = [], []  # (one numpy assignment for all slots, not two per slot)
     for i, slot in slots.items():
-        b = sum(map(len, map(_CODE, slot.before))) if slot.before else 0
-        a = sum(map(len, map(_CODE, slot.after))) if slot.after else 0
+        b = slot.before_size()
         sizes_before.append(b)
-        sizes.append(b + len(slot.body(insts[i].raw)) + a)
+        sizes.append(b + len(slot.body(insts[i].raw)) + slot.after_size())
     at = np.fromiter(slots, dtype=np.int64, count=len(slots))
     before[at] = sizes_before
     group[at] = sizes
