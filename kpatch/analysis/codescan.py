@@ -239,6 +239,17 @@ class TextScan:
     def problems_of(self, cls: str) -> list[RelocationProblem]:
         return [p for p in self.problems if p.cls == cls]
 
+    def eids(self) -> np.ndarray | None:
+        """The encoding id of every instruction (:attr:`known`'s), when it
+        holds exactly these instructions' (the same addresses column) of the
+        current generation of :data:`~kpatch.analysis.facts.FACTS`; else None."""
+        known = self.known
+        if (known is None or known.target != self.target or len(known.eids) != len(self.insts)
+                or known.generation != FACTS.generation
+                or known.addresses is not getattr(self.index_at, "addresses", None)):
+            return None
+        return known.eids
+
     def reach(self, ui: int) -> set[int]:
         """Indices of the units unit ``ui`` can reach through :attr:`edges`
         (calls, tail calls, branches into other units, addresses taken), ``ui`` included."""

@@ -216,10 +216,10 @@ def bounded_jumps(scan: TextScan | None) -> list[tuple[int, int]]:
     insts = scan.insts
     out = [(insts[i].address, insts[j].address) for i, js in scan.jumps.items() for j in sorted(js)]
     branches = scan.branches
-    known = scan.known
-    if known is not None and branches and known.generation == FACTS.generation:  # (the calls, with numpy)
+    eids = scan.eids()
+    if eids is not None and branches:  # (the calls, with numpy)
         at = np.fromiter(branches, dtype=np.int64, count=len(branches))
-        is_call = FACTS.column(("is-call",), _is_call, dtype=np.bool_)[known.eids[at]]
+        is_call = FACTS.column(("is-call",), _is_call, dtype=np.bool_)[eids[at]]
         calls = [(i, branches[i]) for i in at[is_call].tolist()]
     else:
         calls = [(i, t) for i, t in branches.items() if insts[i].mnemonic == "s_call_b64"]

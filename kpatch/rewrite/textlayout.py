@@ -315,11 +315,10 @@ def _sizes(scan: TextScan) -> np.ndarray:
     scan holds the analysis' ids of exactly these instructions (an eid is
     a function of the bytes, and encodings given one eid have one size),
     else read from each instruction."""
-    known, n = scan.known, len(scan.insts)
-    if known is not None and known.target == scan.target and len(known.eids) == n \
-            and known.generation == FACTS.generation and known.addresses is getattr(scan.index_at, "addresses", None):
-        return FACTS.column("size")[known.eids]
-    return np.fromiter(map(_SIZE, scan.insts), dtype=np.int64, count=n)
+    eids = scan.eids()
+    if eids is not None:
+        return FACTS.column("size")[eids]
+    return np.fromiter(map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts))
 
 
 def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
