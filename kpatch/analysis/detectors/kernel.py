@@ -52,8 +52,13 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = No
                     addresses=lambda: addresses[at].tolist())]
 
 
+def _requires_xnack(ctx: Context) -> bool:
+    """Whether the object's target requires XNACK (``xnack+``)."""
+    return getattr(ctx.co.target, "xnack", None) == "+"
+
+
 def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
-    if fn.kernel is None or getattr(ctx.co.target, "xnack", None) != "+":
+    if fn.kernel is None or not _requires_xnack(ctx):
         return []
     return [Finding("Xnack", None, f"{ctx.co.target_id} requires XNACK; gfx1010 runs without it "
                                    "by default (amdgpu.noretry), so the loader refuses the object")]
@@ -62,7 +67,7 @@ def _xnack(ctx: Context, fn: FunctionSpan) -> list[Finding]:
 def detect(ctx: Context) -> list[Finding]:
     multi = ctx.marked(M_MULTI_DWORD)  # (once, not once per function)
     fns = ctx.functions
-    if getattr(ctx.co.target, "xnack", None) != "+":  # only kernels with multi-dword accesses can have findings
+    if not _requires_xnack(ctx):  # only kernels with multi-dword accesses can have findings
         at = np.array(multi, dtype=np.int64)
         has = (np.searchsorted(at, [fn.end for fn in fns]) > np.searchsorted(at, [fn.start for fn in fns])).tolist()
         fns = [fn for fn, h in zip(fns, has) if h]
