@@ -545,18 +545,6 @@ def blind_key_rows(ds: list, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return has, base, rest, size
 
 
-def blind_keys(ds: list, raws: list[bytes]) -> list:
-    """:func:`vgpr_blind_key` of each of the encodings ``ds`` (``raws``:
-    their bytes) as tuples, from :func:`blind_key_rows` (the same keys,
-    element for element)."""
-    rows = _raw_rows(raws)
-    if rows is None:
-        return [_blind_key(d) for d in ds]
-    has, base, _, size = blind_key_rows(ds, rows)
-    return [(d.target, w, raw[n:]) if h == 1 else _blind_key(d) if h < 0 else None
-            for d, raw, h, w, n in zip(ds, raws, has.tolist(), base.tolist(), size.tolist())]
-
-
 def _number_rows(ds: list, nd: np.ndarray, num: np.ndarray) -> np.ndarray | None:
     """:func:`_raw_rows` of the encodings ``ds`` (their Decoded), those of
     one or two dwords made from their numbers (``nd``: their dword counts,

@@ -101,14 +101,28 @@ def test_numpy_path_works_in_chunks_with_the_eids_of_one_pass(monkeypatch):
     assert seen and max(seen) <= 5 and sum(seen) == len(insts)
 
 
+def blind_keys(ds: list, raws: list[bytes]) -> list:
+    """vgpr_blind_key of each of the encodings ``ds`` (``raws``: their
+    bytes) as tuples, read from facts.blind_key_rows (the same keys,
+    element for element, where the rows describe them)."""
+    from kpatch.analysis.facts import _blind_key, _raw_rows, blind_key_rows
+
+    rows = _raw_rows(raws)
+    if rows is None:
+        return [_blind_key(d) for d in ds]
+    has, base, _, size = blind_key_rows(ds, rows)
+    return [(d.target, w, raw[n:]) if h == 1 else _blind_key(d) if h < 0 else None
+            for d, raw, h, w, n in zip(ds, raws, has.tolist(), base.tolist(), size.tolist())]
+
+
 def test_blind_keys_in_bulk_are_the_one_by_one_keys():
-    """blind_keys (numpy over per-opcode field rows) gives vgpr_blind_key's
+    """blind_key_rows (numpy over per-opcode field rows) gives vgpr_blind_key's
     key for every distinct encoding of a fixture, the llvm-mc list above
     and the first corpus object (VALU with literals, DS, FLAT, SDWA/DPP and
     scalar forms among them)."""
     from conftest import fixture_and_corpus_objects
     from kpatch.analysis.codescan import scan_text
-    from kpatch.analysis.facts import blind_keys, vgpr_blind_key
+    from kpatch.analysis.facts import vgpr_blind_key
     from kpatch.isa.decodememo import decode_memo
 
     objs = fixture_and_corpus_objects()
