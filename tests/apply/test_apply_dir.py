@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import stat
@@ -312,28 +313,32 @@ def test_ctrl_c(tmp_path):
         shutil.copy(fixture("vecops.hip.gfx1030.v4.hsaco"), src / f"k{i:03}_gfx1030.hsaco")
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("KPATCH_DEBUG", "HSA_OVERRIDE_GFX_VERSION")}
-    env |= {"KPATCH_NO_PROGRESS": "1"}
+    env |= {"KPATCH_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1"}  # (each report line as it is printed)
 
     def setup() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     p = subprocess.Popen([sys.executable, "-m", "kpatch", "apply", "--mode", "override", str(src), "-o", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
                          preexec_fn=setup)
+    head = b""
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(src) or not [n for n in os.listdir(tmp_path) if n.startswith(".out.kpatch-")]:
-            assert time.monotonic() < deadline and p.poll() is None, "the run never started writing"
-            time.sleep(0.05)
-        time.sleep(0.5)
+        # interrupted once the first file was reported patched: half-way through, whatever the
+        # machine's load (a fixed delay was too short on a loaded one, with workers still starting)
+        deadline = time.monotonic() + 60
+        while b"patched " not in head:
+            assert time.monotonic() < deadline and p.poll() is None, "the run never reported a file"
+            if select.select([p.stdout], [], [], 0.05)[0]:
+                head += os.read(p.stdout.fileno(), 65536)
         assert p.poll() is None, "apply finished before the interrupt: make the directory bigger"
         os.killpg(p.pid, signal.SIGINT)
-        stdout, stderr = p.communicate(timeout=60)
+        rest, stderr = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    assert (p.returncode, stderr) == (130, "error: interrupted\n"), stdout[-2000:]
+    stdout = (head + rest).decode()
+    assert (p.returncode, stderr.decode()) == (130, "error: interrupted\n"), stdout[-2000:]
     assert "patched " in stdout  # it was interrupted half-way
     assert sorted(os.listdir(tmp_path)) == ["library"]
 
