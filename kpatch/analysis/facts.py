@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 import re
 from itertools import repeat
-from operator import attrgetter, rshift
+from operator import attrgetter
 
 import numpy as np
 
@@ -746,10 +746,17 @@ class FactsCache:
             e = self.templates.get(key)
             if e is not None:
                 return e
+        return self._make(inst, key)
+
+    def _make(self, inst, key) -> int:
+        """The eid of new facts worked out from ``inst``, whose
+        :func:`vgpr_blind_key` ``key`` has no template (None: it has no
+        key); they become the key's template unless an encoding check
+        found something in them (a finding's text names the VGPRs)."""
         f = Facts(inst)
         f.eid = e = len(self.all)
         self.all.append(f)
-        if key is not None and not f.local:  # (a finding's text names the VGPRs)
+        if key is not None and not f.local:
             f.hz = {}
             self.templates[key] = e
         return e
@@ -799,30 +806,35 @@ class FactsCache:
         heads = order[starts]
         events = np.sort(np.concatenate((np.flatnonzero(has != 1), heads))).tolist()
         group_l, has_l, order_l, ptr = group.tolist(), has.tolist(), order.tolist(), starts.tolist()
+        base_l, size_l = base.tolist(), size.tolist()  # (Python ints: no numpy scalar per encoding)
         out = [-1] * n
         geid = [-1] * len(ptr)  # a group's template, once there is one: its later encodings take it
         later: list[int] = []  # (heap) the next encoding of each group that has no template yet
         get = table.get
         template = self.templates.get
+        make = self._make
+        facts = self.all
 
         def one(p: int) -> None:
             d = ds[pick[p]]
             raw = d.raw
             g = group_l[p]
             if g >= 0:
-                key = (d.target, int(base[p]), raw[int(size[p]):])
+                key = (d.target, base_l[p], raw[size_l[p]:])
             else:
                 key = _blind_key(d) if has_l[p] < 0 else None
             e = template(key) if key is not None else None
             if e is None:
                 e = get(raw)
-                if e is None:
-                    e = table[raw] = self.new(insts[p] if insts is not None else Instruction(0, d), key)
+                if e is None:  # (the key has no template, just looked up: new facts, maybe its template)
+                    e = table[raw] = make(insts[p] if insts is not None else Instruction(0, d), key)
+                    made = key is not None and not facts[e].local
+                else:
+                    made = False
                 out[p] = e
                 if g < 0:
                     return
-                e = template(key)
-                if e is None:
+                if not made:  # (still no template: the group's next encoding goes the same way)
                     ptr[g] += 1
                     if ptr[g] < ends[g]:
                         heapq.heappush(later, order_l[ptr[g]])
@@ -923,10 +935,15 @@ class FactsCache:
         have = min(len(self.columns.get(k, ())) for k in keys)
         n = len(self.all)
         if have < n:
-            vals = list(map(attrgetter(name), self.all[have:n]))
+            # each value's low 64 * chunks bits as little-endian bytes, all
+            # joined: its chunks are then the columns of one uint64 array
+            # (one Python step per encoding, not a shift and a mask per chunk)
+            width = 8 * chunks
+            vals = map(((1 << (64 * chunks)) - 1).__and__, map(attrgetter(name), self.all[have:n]))
+            rows = np.frombuffer(b"".join(map(int.to_bytes, vals, repeat(width), repeat("little"))),
+                                 dtype="<u8").reshape(n - have, chunks)
             for ch, k in enumerate(keys):
-                part = map(_M64.__and__, map(rshift, vals, repeat(64 * ch)))
-                self._extend(k, have, np.fromiter(part, dtype=np.uint64, count=n - have))
+                self._extend(k, have, rows[:, ch].astype(np.uint64))
         return [self.columns[k] for k in keys]
 
     def column(self, key, get=None, dtype=np.int64) -> np.ndarray:
@@ -958,8 +975,6 @@ class FactsCache:
 
 FACTS = FactsCache()
 
-
-_M64 = (1 << 64) - 1
 
 
 class FactsColumns:
@@ -1141,7 +1156,10 @@ def known_unit(known: KnownIds | None, parts: list[list], target: str) -> tuple[
     """(addresses, eids) of the instructions of ``parts`` one after the
     other, when every part is one of the lists ``known`` holds whole (the
     decode memo hands the same list for the same code) and its eids are of
-    the current generation of :data:`FACTS`; else None."""
+    the current generation of :data:`FACTS`; else None.  When the parts lie
+    back to back in ``known`` (functions in address order with no other
+    code between them, as a batch usually is), the two are read-only views
+    of ``known``'s columns, not gathered copies."""
     if known is None or known.target != target or not parts:
         return None
     FACTS.table(target)  # (may empty the cache: then nothing known is valid)
@@ -1153,6 +1171,17 @@ def known_unit(known: KnownIds | None, parts: list[list], target: str) -> tuple[
         if got is None or got[0] is not part:
             return None
         firsts.append(got[1])
+    lo = firsts[0]
+    hi = lo
+    for f, p in zip(firsts, parts):
+        if f != hi:
+            break
+        hi += len(p)
+    else:
+        out = known.addresses[lo:hi], known.eids[lo:hi]
+        for a in out:
+            a.flags.writeable = False
+        return out
     idx = np.concatenate([np.arange(f, f + len(p), dtype=np.int64) for f, p in zip(firsts, parts)])
     return known.addresses[idx], known.eids[idx]
 

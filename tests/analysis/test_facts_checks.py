@@ -7,9 +7,11 @@ the definition).  Encodings from llvm-mc-16 -mcpu=gfx1030 -show-encoding."""
 from __future__ import annotations
 
 import kpatch.analysis.detectors  # noqa: F401  (registers the encoding checks)
+import kpatch.analysis.detectors.encoding as enc_mod
 import kpatch.analysis.detectors.isa as isa_mod
 import kpatch.analysis.facts as facts_mod
 from kpatch.analysis.facts import Facts, facts_by_registers
+from kpatch.analysis.flow import COND, JUMP
 from kpatch.isa import decode_one
 
 from tests.analysis.test_facts_plans import _fresh, _sample_insts, mismatches
@@ -90,3 +92,56 @@ def test_catches_a_filter_that_skips_all(monkeypatch):
     _broken(monkeypatch, lambda o, d: False)
     bad, _ = mismatches(_sample_insts() + [_inst(h) for _, h, _ in CASES])
     assert "local" in {name for _, name, _, _ in bad}
+
+
+#: The gfx101x bugs detectors/encoding.py finds by an encoding's fields (llvm-mc-16 -mcpu=gfx1030
+#: -show-encoding), each with a neighbour it does not find it in.
+ENCODING_CASES = [
+    ("s_branch 63", "3f 00 82 bf", "Offset3fBug"),
+    ("s_cbranch_scc0 63", "3f 00 84 bf", "Offset3fBug"),
+    ("s_branch 64", "40 00 82 bf", None),
+    ("flat_load_dword v0, v[2:3] offset:4", "04 00 30 dc 02 00 7d 00", "FlatSegmentOffsetBug"),
+    ("scratch_load_dword v0, v1, off offset:-3", "fd 4f 30 dc 01 00 7d 00", "NegativeUnalignedScratchOffsetBug"),
+    ("global_load_dword v0, v[2:3], off offset:8", "08 80 30 dc 02 00 7d 00", None),
+]
+
+
+def test_encoding_bugs_as_by_every_check(monkeypatch):
+    """detectors/encoding.py's check, run only for branches and FLAT
+    (its ``may_find``), finds what it finds run on every encoding."""
+    monkeypatch.setattr(facts_mod, "_OP_FACTS", {})
+    for text, hexbytes, cls in ENCODING_CASES:
+        inst = _inst(hexbytes)
+        ref = Facts.__new__(Facts)
+        facts_by_registers(ref, _fresh(inst))
+        assert (cls in _local_classes(ref)) if cls else not ref.local, text
+        assert mismatches([inst])[0] == [], text
+    # not run for the other opcodes
+    inst = _inst("01 05 00 4a")  # v_add_nc_u32_e32 v0, v1, v2
+    Facts(inst)
+    assert enc_mod._check not in facts_mod._OP_FACTS[(id(inst.d.info), inst.d.kind)].checks
+
+
+def test_encoding_filter_on_real_code(monkeypatch):
+    """On every encoding of the sample kernel DB the filtered check gives
+    the facts of the unfiltered one."""
+    monkeypatch.setattr(facts_mod, "_OP_FACTS", {})
+    bad, _ = mismatches(_sample_insts())
+    assert bad == []
+
+
+def _broken_encoding_filter(monkeypatch, may_find) -> set:
+    monkeypatch.setattr(facts_mod, "_OP_FACTS", {})
+    monkeypatch.setitem(facts_mod.MAY_FIND, enc_mod._check, may_find)
+    bad, _ = mismatches([_inst(h) for _, h, _ in ENCODING_CASES])
+    return {t for t, name, _, _ in bad if name == "local"}
+
+
+def test_catches_an_encoding_filter_without_flat(monkeypatch):
+    assert _broken_encoding_filter(monkeypatch, lambda o, d: o.flow in (JUMP, COND)) == {
+        "flat_load_dword v0, v[2:3] offset:4", "scratch_load_dword v0, v1, off offset:-3"}
+
+
+def test_catches_an_encoding_filter_without_conditional_branches(monkeypatch):
+    assert _broken_encoding_filter(monkeypatch, lambda o, d: o.flow == JUMP or bool(o.cls & facts_mod.FLAT)) == {
+        "s_cbranch_scc0 63"}

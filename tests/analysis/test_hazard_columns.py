@@ -9,12 +9,13 @@ permlane, DS, FLAT, MUBUF among them)."""
 from __future__ import annotations
 
 import dataclasses
+from operator import attrgetter
 
 import numpy as np
 import pytest
 
 from kpatch.analysis.detectors import waitstates
-from kpatch.analysis.facts import FACTS, FactsColumns, Facts
+from kpatch.analysis.facts import FACTS, FactsCache, FactsColumns, Facts
 from kpatch.analysis.dataflow import HazardEngine
 
 pytestmark = pytest.mark.llvm
@@ -113,3 +114,36 @@ def test_the_engine_takes_the_bulk_rows():
         HazardEngine._row = real
     assert calls == []
     assert FactsColumns  # (the columns the forms read)
+
+
+_M64 = (1 << 64) - 1
+_MASKS = ("sreads", "sdefs", "valu_sdst", "swrites")
+
+
+def _chunk_rows(facts: list[Facts], name: str, chunks: int) -> list[list[int]]:
+    """Each 64-bit chunk of a mask attribute, by shifting (the definition)."""
+    return [[(getattr(f, name) >> (64 * ch)) & _M64 for f in facts] for ch in range(chunks)]
+
+
+def test_mask_columns_are_the_chunks_of_the_masks(distinct_facts):
+    """FactsCache.mask_columns (every value's chunks from its bytes) gives
+    each 64-bit chunk of the register masks, the high one (VCC, EXEC,
+    ttmp, m0) included."""
+    cache = FactsCache()  # (its own: the module's cache stays as the fixture left it)
+    n = len(distinct_facts)
+    cache.all.extend(distinct_facts)
+    high = 0
+    for name in _MASKS:
+        cols = cache.mask_columns(name, 2)
+        want = _chunk_rows(distinct_facts, name, 2)
+        assert [c.tolist() for c in cols] == want, name
+        high += sum(map(bool, want[1]))
+        low = FactsCache()  # (the low chunk alone, worked out on its own: the same)
+        low.all.extend(distinct_facts)
+        assert low.mask_columns(name, 1)[0].tolist() == want[0]
+    assert high
+    # a version that read the bytes in the other order would be caught
+    name = "sreads"
+    swapped = np.frombuffer(b"".join(v.to_bytes(16, "big") for v in map(attrgetter(name), distinct_facts)),
+                            dtype="<u8").reshape(n, 2)
+    assert [swapped[:, ch].tolist() for ch in range(2)] != _chunk_rows(distinct_facts, name, 2)

@@ -107,3 +107,42 @@ def test_function_ranges_copies_text_once(monkeypatch):
     assert len(function_ranges(co)) >= len(co.kernels)
     assert len(calls) <= 1
 
+
+
+def _sliced(known, parts):
+    """A broken known_unit: the scan's columns from the first part on, as
+    long as all the parts together, whether or not they lie back to back."""
+    lo = known.lists[id(parts[0])][1]
+    n = sum(map(len, parts))
+    return known.addresses[lo:lo + n], known.eids[lo:lo + n]
+
+
+def test_known_unit_views_and_gathers():
+    """known_unit gives each part's own addresses and eids (those of its
+    instructions and of their bytes) whether the parts lie back to back in
+    the scan (all of a unit's functions, in order: views, read-only) or not
+    (one left out, or the order turned round: gathered); a version that
+    took the back-to-back slice regardless would be caught."""
+    caught = 0
+    for co in _objects():
+        with decode_memo():
+            FACTS.clear()
+            source = decode_family(co.target.processor)
+            scan = scan_text(co, source, keep_ids=True)
+            parts: list = []
+            _unit(co, parts)
+            parts = [p for p in parts if p]
+            cases = [parts, parts[::-1]] + ([parts[:1] + parts[2:]] if len(parts) > 2 else [])
+            for i, case in enumerate(cases):
+                flat = [ins for p in case for ins in p]
+                ref = (np.array([ins.address for ins in flat], dtype=np.int64), encoding_ids(flat, source))
+                got = known_unit(scan.known, case, source)
+                assert got is not None
+                assert got[0].tolist() == ref[0].tolist() and got[1].tolist() == ref[1].tolist()
+                if i == 0:
+                    assert not got[0].flags.writeable and not got[1].flags.writeable  # (views of the scan's)
+                    assert np.shares_memory(got[1], scan.known.eids)
+                else:
+                    bad = _sliced(scan.known, case)
+                    caught += bad[0].tolist() != ref[0].tolist() or bad[1].tolist() != ref[1].tolist()
+    assert caught

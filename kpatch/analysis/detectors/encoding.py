@@ -28,7 +28,15 @@ def _check(f: Facts):
     return None
 
 
-register_encoding_check(_check)
+def _may_find(o, d) -> bool:
+    """Whether :func:`_check` can find anything in an encoding of ``o``'s
+    opcode: only branches (their offset) and FLAT (its segment and offset)
+    are looked at, and both are decided by the opcode (``o.flow``, and
+    ``o.cls``'s FLAT bit, which the segment does not change)."""
+    return o.flow in (JUMP, COND) or bool(o.cls & FLAT)
+
+
+register_encoding_check(_check, _may_find)
 _CLASSES = ("Offset3fBug", "FlatSegmentOffsetBug", "NegativeUnalignedScratchOffsetBug")
 
 

@@ -39,6 +39,8 @@ A finding's detail and source addresses are worked out when first read.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from kpatch.analysis.dataflow import HazardEngine, MaskRule, RuleHits
@@ -209,5 +211,5 @@ def detect(ctx: Context) -> list[Finding]:
             ks = ks[ok[np.searchsorted(starts, ks, "right") - 1]]
         make, src = _finding_type(rh.rule.name), (ctx, rh)
         # (addresses from the column, not from instruction objects spread over memory)
-        out.extend([make(src, k, a) for k, a in zip(ks.tolist(), ctx.addresses.take(ks).tolist())])
+        out.extend(map(make, repeat(src), ks.tolist(), ctx.addresses.take(ks).tolist()))
     return out
