@@ -116,6 +116,10 @@ class Slot:
     def edits(self) -> list[Edit]:
         return self.before + ([self.replace] if self.replace else []) + self.after
 
+    def count(self) -> int:
+        """How many edits there are (``len(edits)``, without making the list)."""
+        return len(self.before) + (self.replace is not None) + len(self.after)
+
     def before_code(self) -> bytes:
         return b"".join(e.code for e in self.before)
 

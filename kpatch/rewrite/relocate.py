@@ -83,10 +83,12 @@ class RewriteResult:
     """A rewritten code object and what was done to it."""
 
     data: bytes | None  # (None only in what a Finalize is given: the object is not written yet)
-    inserted: list[tuple[int, int, str]] = field(default_factory=list)  # (new vaddr, size, rule)
     relocations: dict[str, int] = field(default_factory=dict)
     refused: list[Refusal] = field(default_factory=list)
-    applied: list[Edit] = field(default_factory=list)  # the edits that were applied
+    #: what makes :attr:`inserted` and :attr:`applied` (made on first use:
+    #: one entry per edit, and apply reads neither)
+    _inserted: Callable[[], list[tuple[int, int, str]]] | list | None = field(default=None, repr=False)
+    _applied: Callable[[], list[Edit]] | list | None = field(default=None, repr=False)
     #: what makes :attr:`address_map` (made on first use: a dict of every
     #: instruction costs ~100 bytes each, and apply never reads it)
     _address_map: Callable[[], dict[int, int]] | dict[int, int] | None = field(default=None, repr=False)
@@ -99,9 +101,19 @@ class RewriteResult:
     def address_map(self) -> dict[int, int]:
         """Old -> new vaddr of every instruction in .text (empty when there were
         no edits and the code did not move: nothing was decoded)."""
-        m = self._address_map
-        m = {} if m is None else m() if callable(m) else m
-        self._address_map = m
+        m = self._address_map = _made(self._address_map, dict)
+        return m
+
+    @property
+    def inserted(self) -> list[tuple[int, int, str]]:
+        """The code put in: (new vaddr, size, rule) of each piece, in address order."""
+        m = self._inserted = _made(self._inserted, list)
+        return m
+
+    @property
+    def applied(self) -> list[Edit]:
+        """The edits that were applied."""
+        m = self._applied = _made(self._applied, list)
         return m
 
     def written(self) -> bytes:
@@ -119,6 +131,12 @@ class RewriteResult:
         placed them; None when the code was not laid out anew or the
         instructions of some inserted code are not known."""
         return self._starts() if self._starts is not None else None
+
+
+def _made(value, empty):
+    """A lazily made attribute of :class:`RewriteResult`: ``value`` made if it
+    is still the function that makes it, ``empty()`` if there is none."""
+    return empty() if value is None else value() if callable(value) else value
 
 
 #: Called with a rewrite's result (all but its ``data``, which is None: the
@@ -581,9 +599,9 @@ def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: Tex
     result._address_map = (lambda: lay.address_map) if not d else (
         lambda: {a: v + d for a, v in lay.address_map.items()})
     result._starts = lambda: None if (s := lay.starts()) is None else s + d
-    result.inserted = [(a + d, n, r) for a, n, r in inserted]
-    result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
-    stats["edits_applied"] = len(result.applied)
+    result._inserted = lambda: [(a + d, n, r) for a, n, r in inserted]
+    result._applied = lambda: [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
+    stats["edits_applied"] = lay.edit_count()
     stats["branches_retargeted"] = len(lay.new_simm)
     stats["offset3f_fixed"] = sum(lay.nops3f.values())
     stats["text_growth"] = lay.size - (scan.end - scan.start)
@@ -687,9 +705,12 @@ def _fix_descriptors(co: CodeObject, layout: ElfLayout, amap: AddressMap,
     """Point every kernel descriptor's KERNEL_CODE_ENTRY_BYTE_OFFSET at its moved entry."""
     fixed = 0
     edited: dict[int, bytearray] = {}
+    holding = [x for x in layout.secs if x.file_size]
+    s = None
     for k in co.kernels:
-        s = next((x for x in layout.secs if x.file_size and
-                  x.offset <= k.descriptor_offset < x.offset + x.size), None)
+        at = k.descriptor_offset
+        if s is None or not s.offset <= at < s.offset + s.size:  # (sections do not overlap in the file)
+            s = next((x for x in holding if x.offset <= at < x.offset + x.size), None)
         if s is None:
             raise Refusal(f"cannot relocate: descriptor {k.symbol} is in no section", kind="layout")
         new_kd = k.descriptor_vaddr + s.delta

@@ -60,6 +60,7 @@ class TextLayout:
     #: tuple of ints; None: not known), for :meth:`starts`; set by the rewriter
     starts_of: Callable[[bytes], tuple[int, ...] | None] | None = field(default=None, repr=False, compare=False)
     _amap: dict | None = field(default=None, repr=False, compare=False)
+    _edit_count: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -126,6 +127,13 @@ class TextLayout:
             self._amap = dict(zip(_address_array(self.scan).tolist(), self.new_addr_array.tolist()))
         return self._amap
 
+    def edit_count(self) -> int:
+        """How many edits the layout applies (worked out once)."""
+        n = self._edit_count
+        if n is None:
+            n = self._edit_count = sum(s.count() for s in self.slots.values())
+        return n
+
     def new_address(self, i: int) -> int:
         """New address of instruction ``i`` (:attr:`new_addr` without making the list)."""
         return int(self.new_addr_array[i])
@@ -162,9 +170,6 @@ class TextLayout:
         sc = self.scan
         base = sc.start
         out = bytearray(self.size)
-        inserted: list[tuple[int, int, str]] = []
-        starts_of = self.starts_of
-        inside: list[int] | None = [] if starts_of is not None else None  # starts in inserted code
         for gi, g in enumerate(sc.gaps):
             n = self.gap_len[gi]
             raw = g.data[:min(n, len(g.data))]
@@ -172,69 +177,104 @@ class TextLayout:
                 raw += g.fill_word * ((n - len(raw)) // 4)
             at = self.gap_start[gi] - base
             out[at:at + n] = raw
-        insts = sc.insts
         data = sc.data
-        addr_array, end_array, landing_array = _address_array(sc), _end_array(sc), self.landing_array
-        marked = _marked_by_unit(sc, self.slots, self.nops3f)
-        whole_runs = _contiguous(sc)
+        order = _marked(self.slots, self.nops3f)
+        marked = _marked_units(sc, order)
         for ui, u in enumerate(sc.units):
-            at = self.unit_start[ui] - base
-            here = marked.get(ui)
-            if not here:
+            if ui not in marked:  # no edits: the unit moves whole
+                at = self.unit_start[ui] - base
                 out[at:at + (u.end - u.start)] = data[u.start - base:u.end - base]
-                continue
-            if not whole_runs:
-                here = list(range(u.first, u.last + 1))
-            # this unit's columns as lists (one unit's at a time: a whole Tensile
-            # library's would be ~40 bytes per instruction each)
-            f0 = u.first
-            addrs = addr_array[f0:u.last + 1].tolist()
-            ends = end_array[f0:u.last + 1].tolist()
-            landing = landing_array[f0:u.last + 1].tolist()
-            run = u.first  # instructions from run up to the next marked one keep their bytes
-            for i in here + [u.last + 1]:
-                if i > run:  # unmarked and contiguous: placed one after the other, unchanged
-                    a, b = addrs[run - f0] - base, ends[i - 1 - f0] - base
-                    pos = landing[run - f0] - base
-                    out[pos:pos + (b - a)] = data[a:b]
-                if i > u.last:
-                    break
-                run = i + 1
-                ins = insts[i]
-                slot = self.slots.get(i)
-                pos = landing[i - f0] - base
-                if slot is not None:
-                    for e in slot.before:
-                        out[pos:pos + len(e.code)] = e.code
-                        inserted.append((base + pos, len(e.code), e.rule))
-                        if inside is not None:
-                            inside = _add_starts(inside, starts_of(e.code), base + pos)
-                        pos += len(e.code)
-                    body = slot.body(ins.raw)
-                    if slot.replace is not None and body:
-                        inserted.append((base + pos, len(body), slot.replace.rule))
-                        if inside is not None:
-                            inside = _add_starts(inside, starts_of(body), base + pos)
-                else:
-                    body = ins.raw
-                out[pos:pos + len(body)] = body
-                pos += len(body)
-                for _ in range(self.nops3f.get(i, 0)):
-                    out[pos:pos + 4] = NOP
-                    inserted.append((base + pos, 4, "offset3f"))
-                    if inside is not None:
-                        inside.append(base + pos)
-                    pos += 4
-                if slot is not None:
-                    for e in slot.after:
-                        out[pos:pos + len(e.code)] = e.code
-                        inserted.append((base + pos, len(e.code), e.rule))
-                        if inside is not None:
-                            inside = _add_starts(inside, starts_of(e.code), base + pos)
-                        pos += len(e.code)
+        inserted: list[tuple[int, int, str]] = []
+        inside: list[int] | None = [] if self.starts_of is not None else None  # starts in inserted code
+        if marked:
+            self._copy_runs(out, marked)
+            inside = self._place_inserted(out, order, inserted, inside)
         self._retarget_branches(out)
         inserted.sort()
         return out, inserted, inside
+
+    def _copy_runs(self, out: bytearray, marked: set[int]) -> None:
+        """Copy the original bytes of the instructions of the ``marked`` units
+        (those with edits or nops) that are not replaced, a run at a time: a
+        run is consecutive instructions of one unit that lie one after the
+        other both in the old code and in the new (no code inserted
+        between), found with numpy over the units' columns."""
+        sc = self.scan
+        units = sc.units
+        marked = sorted(marked)
+        first = np.array([units[ui].first for ui in marked], dtype=np.int64)
+        count = np.array([units[ui].count for ui in marked], dtype=np.int64)
+        keep = count > 0
+        first, count = first[keep], count[keep]
+        if not len(first):
+            return
+        # the instructions of the marked units, in order, and where each unit's begin
+        begins = np.cumsum(count) - count
+        idx = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - begins, count)
+        addr, end, new = _address_array(sc)[idx], _end_array(sc)[idx], self.new_addr_array[idx]
+        replaced = [i for i, s in self.slots.items() if s.replace is not None]
+        kept = ~np.isin(idx, replaced) if replaced else np.ones(len(idx), dtype=bool)
+        # instruction k and k + 1 are one run: same unit, both kept, adjacent in the old and in the new code
+        joined = kept[:-1] & kept[1:] & (end[:-1] == addr[1:]) & (new[:-1] + (end[:-1] - addr[:-1]) == new[1:])
+        joined[begins[1:] - 1] = False
+        starts = np.flatnonzero(np.concatenate(([True], ~joined)) & kept)
+        stops = np.flatnonzero(np.concatenate((~joined, [True])) & kept)
+        base = sc.start
+        data = sc.data
+        for a, b, at in zip((addr[starts] - base).tolist(), (end[stops] - base).tolist(),
+                            (new[starts] - base).tolist()):
+            out[at:at + (b - a)] = data[a:b]
+
+    def _place_inserted(self, out: bytearray, marked: list[int], inserted: list, inside: list[int] | None
+                        ) -> list[int] | None:
+        """Write the code of every instruction's group that is not its own
+        bytes (code inserted before and after it, its replacement,
+        Offset3fBug nops) at the ``marked`` instructions (sorted); add each
+        piece to ``inserted`` as (new address, size, rule) and the
+        instructions in them to ``inside`` (None: not known)."""
+        base = self.scan.start
+        at = np.asarray(marked, dtype=np.int64)
+        landing = self.landing_array[at].tolist()
+        sizes = (_end_array(self.scan)[at] - _address_array(self.scan)[at]).tolist()
+        slots, nops3f, starts_of = self.slots, self.nops3f, self.starts_of
+        for i, pos, size in zip(marked, landing, sizes):
+            slot = slots.get(i)
+            if slot is not None:
+                for e in slot.before:
+                    code = e.code
+                    out[pos - base:pos - base + len(code)] = code
+                    inserted.append((pos, len(code), e.rule))
+                    if inside is not None:
+                        inside = _add_starts(inside, starts_of(code), pos)
+                    pos += len(code)
+                r = slot.replace
+                if r is not None:
+                    body = bytes(r.code)
+                    if body:
+                        out[pos - base:pos - base + len(body)] = body
+                        inserted.append((pos, len(body), r.rule))
+                        if inside is not None:
+                            inside = _add_starts(inside, starts_of(body), pos)
+                    pos += len(body)
+                else:
+                    pos += size
+            else:
+                pos += size
+            for _ in range(nops3f.get(i, 0)):
+                out[pos - base:pos - base + 4] = NOP
+                inserted.append((pos, 4, "offset3f"))
+                if inside is not None:
+                    inside.append(pos)
+                pos += 4
+            if slot is not None:
+                for e in slot.after:
+                    code = e.code
+                    out[pos - base:pos - base + len(code)] = code
+                    inserted.append((pos, len(code), e.rule))
+                    if inside is not None:
+                        inside = _add_starts(inside, starts_of(code), pos)
+                    pos += len(code)
+        return inside
 
     def _retarget_branches(self, out: bytearray) -> None:
         """Give every branch and call of :attr:`new_simm` its new offset in
@@ -342,25 +382,15 @@ def _cached(scan: TextScan, key: str, make):
     return v
 
 
-def _contiguous(scan: TextScan) -> bool:
-    """Does every instruction of a unit start where the one before it ends?"""
-    c = scan.__dict__.get("_kp_contiguous")
-    if c is None:
-        a, e = _address_array(scan), _end_array(scan)
-        unit = np.asarray(scan.unit_of, dtype=np.int64)
-        same = unit[:-1] == unit[1:]  # i and i + 1 are in one unit
-        c = bool(np.all(e[:-1][same] == a[1:][same]))
-        scan.__dict__["_kp_contiguous"] = c
-    return c
+def _marked(slots: dict[int, Slot], nops3f: dict[int, int]) -> list[int]:
+    """The instructions (sorted) that have edits or Offset3f nops."""
+    return sorted(set(slots) | set(nops3f)) if nops3f else sorted(slots)
 
 
-def _marked_by_unit(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int]) -> dict[int, list[int]]:
-    """Unit index -> its instructions (sorted) that have edits or Offset3f nops."""
+def _marked_units(scan: TextScan, marked: list[int]) -> set[int]:
+    """The units of the ``marked`` instructions."""
     unit_of = scan.unit_of
-    out: dict[int, list[int]] = {}
-    for i in sorted(set(slots) | set(nops3f)):
-        out.setdefault(unit_of[i], []).append(i)
-    return out
+    return {unit_of[i] for i in marked}
 
 
 def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
@@ -382,7 +412,7 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
     landing = np.empty(len(group), dtype=np.int64)
     new_addr = np.empty(len(group), dtype=np.int64)
     group_end = np.empty(len(group), dtype=np.int64)
-    marked = _marked_by_unit(scan, slots, nops3f)
+    marked = _marked_units(scan, _marked(slots, nops3f))
     pos = scan.start
     for ui, u in enumerate(scan.units):
         g = scan.gaps[ui]
@@ -417,19 +447,24 @@ def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.
     """The size of every instruction's group without Offset3fBug nops (its
     inserted code and its own or replaced bytes) and of the code inserted
     before it."""
-    group = _end_array(scan) - _address_array(scan)
+    size = _end_array(scan) - _address_array(scan)
+    group = size.copy()
     before = np.zeros(len(group), dtype=np.int64)
     if not slots:
         return group, before
-    insts = scan.insts
-    sizes_before, sizes = [], []  # (one numpy assignment for all slots, not two per slot)
+    sizes_before, added = [], []  # (one numpy assignment for all slots, not two per slot)
+    replaced: list[tuple[int, int]] = []  # (index, size of its replacement)
     for i, slot in slots.items():
         b = slot.before_size()
         sizes_before.append(b)
-        sizes.append(b + len(slot.body(insts[i].raw)) + slot.after_size())
+        added.append(b + slot.after_size())
+        if slot.replace is not None:
+            replaced.append((i, len(slot.replace.code)))
     at = np.fromiter(slots, dtype=np.int64, count=len(slots))
     before[at] = sizes_before
-    group[at] = sizes
+    group[at] += np.asarray(added, dtype=np.int64)
+    for i, n in replaced:
+        group[i] += n - size[i]
     return group, before
 
 
