@@ -62,6 +62,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
+import numpy as np
+
 from kpatch.codeobject import CodeObject
 from kpatch.elf.reader import ET_REL, SHF_EXECINSTR, SHT_NULL
 from kpatch.errors import UsageError
@@ -71,7 +73,7 @@ from kpatch.isa.tables import table_for
 from kpatch.analysis.codescan import RelocationProblem, TextScan, is_pc_relative, scan_text
 from kpatch.rewrite.edits import Edit, Refusal, Slot, group_edits
 from kpatch.rewrite.elfpatch import AddressMap, ElfLayout, write
-from kpatch.rewrite.textlayout import TextLayout, layout_text
+from kpatch.rewrite.textlayout import TextLayout, instruction_indices, layout_text
 
 __all__ = ["RewriteResult", "apply_edits", "rewrite", "set_e_flags", "set_metadata",
            "set_descriptor_field"]
@@ -478,12 +480,7 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
     if slots_by_addr:
         if scan is None:
             raise UsageError("edits given for an object without .text")
-        for addr, slot in slots_by_addr.items():
-            i = scan.index_at.get(addr)
-            if i is None:
-                raise UsageError(f"edit address {addr:#x} is not the start of an instruction "
-                                 f"in a function of .text")
-            slots[i] = slot
+        slots = _slots_by_index(scan, slots_by_addr)
         for addr, reason in conflict_list:
             conflicts[scan.index_at[addr]] = Refusal(f"cannot patch: {reason}", kind="edit-conflict",
                                                      address=addr)
@@ -515,6 +512,25 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
             ui = scan.unit_at(e.address)
             scan.problems.append(RelocationProblem(scan.units[ui].name, e.address, "A", e.kind, e.reason, ui))
     raise Refusal("cannot relocate: PC-relative targets could not be placed", kind="data-target")
+
+
+def _slots_by_index(scan: TextScan, slots_by_addr: dict[int, Slot]) -> dict[int, Slot]:
+    """The slots by the index of their instruction, in the same order (looked
+    up all at once); UsageError for an address where no instruction starts."""
+    try:
+        at = instruction_indices(scan, np.fromiter(slots_by_addr, dtype=np.int64, count=len(slots_by_addr)))
+    except (KeyError, OverflowError):  # (named below)
+        at = None
+    if at is not None:
+        return dict(zip(at.tolist(), slots_by_addr.values()))
+    slots = {}
+    for addr, slot in slots_by_addr.items():
+        i = scan.index_at.get(addr)
+        if i is None:
+            raise UsageError(f"edit address {addr:#x} is not the start of an instruction "
+                             f"in a function of .text")
+        slots[i] = slot
+    return slots
 
 
 def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,

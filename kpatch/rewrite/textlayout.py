@@ -200,23 +200,17 @@ class TextLayout:
         other both in the old code and in the new (no code inserted
         between), found with numpy over the units' columns."""
         sc = self.scan
-        units = sc.units
-        marked = sorted(marked)
-        first = np.array([units[ui].first for ui in marked], dtype=np.int64)
-        count = np.array([units[ui].count for ui in marked], dtype=np.int64)
-        keep = count > 0
-        first, count = first[keep], count[keep]
-        if not len(first):
+        _, _, every, unit = _unit_columns(sc)
+        sel = _in_units(sc, marked)
+        idx, unit = every[sel], unit[sel]
+        if not len(idx):
             return
-        # the instructions of the marked units, in order, and where each unit's begin
-        begins = np.cumsum(count) - count
-        idx = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - begins, count)
         addr, end, new = _address_array(sc)[idx], _end_array(sc)[idx], self.new_addr_array[idx]
         replaced = [i for i, s in self.slots.items() if s.replace is not None]
         kept = ~np.isin(idx, replaced) if replaced else np.ones(len(idx), dtype=bool)
         # instruction k and k + 1 are one run: same unit, both kept, adjacent in the old and in the new code
-        joined = kept[:-1] & kept[1:] & (end[:-1] == addr[1:]) & (new[:-1] + (end[:-1] - addr[:-1]) == new[1:])
-        joined[begins[1:] - 1] = False
+        joined = (kept[:-1] & kept[1:] & (unit[:-1] == unit[1:]) & (end[:-1] == addr[1:])
+                  & (new[:-1] + (end[:-1] - addr[:-1]) == new[1:]))
         starts = np.flatnonzero(np.concatenate(([True], ~joined)) & kept)
         stops = np.flatnonzero(np.concatenate((~joined, [True])) & kept)
         base = sc.start
@@ -361,7 +355,7 @@ def _sizes(scan: TextScan) -> np.ndarray:
     return np.fromiter(map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts))
 
 
-def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
+def instruction_indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
     """The instruction index of each of ``addresses`` (each starts an instruction)."""
     ix = scan.index_at
     if hasattr(ix, "indices"):
@@ -398,21 +392,25 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
     """Where every group, instruction and unit goes (``sizes``: what
     :func:`_slot_sizes` gives for ``slots``).  A unit without edits or nops
     moves whole; in the others each group follows the one before (positions
-    are running sums over the group sizes, worked out with numpy: this runs
-    for every round of the Offset3fBug fixpoint)."""
+    are running sums over the group sizes).  The units are placed one after
+    the other (a unit's start depends on where the one before ends), then
+    every instruction's addresses are worked out at once with numpy: this
+    runs for every round of the Offset3fBug fixpoint."""
     lay = TextLayout(scan, slots, nops3f)
-    addrs, ends = _address_array(scan), _end_array(scan)
     group, before = sizes
     if nops3f:
         group = group.copy()
         for i, k in nops3f.items():
             group[i] += 4 * k
     # offset of each group from the start of the code: running sum, exclusive
-    offset = np.cumsum(group) - group
-    landing = np.empty(len(group), dtype=np.int64)
-    new_addr = np.empty(len(group), dtype=np.int64)
-    group_end = np.empty(len(group), dtype=np.int64)
+    total = np.cumsum(group)
+    offset = total - group
+    first, count, idx, _ = _unit_columns(scan)
+    # the size of each unit's groups together (what a marked unit becomes)
+    grown = (np.concatenate(([0], total))[first + count] - offset[np.minimum(first, len(group) - 1)]
+             if len(group) else np.zeros(len(first), dtype=np.int64)).tolist()
     marked = _marked_units(scan, _marked(slots, nops3f))
+    shift = []  # per unit: new start - old start (unmarked), new start - offset of its first group (marked)
     pos = scan.start
     for ui, u in enumerate(scan.units):
         g = scan.gaps[ui]
@@ -421,26 +419,54 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
         start = u.start + _align_up(max(0, need - u.start), u.align)
         lay.gap_len.append(start - pos)
         lay.unit_start.append(start)
-        first, stop = u.first, u.first + u.count
         if ui not in marked:
-            shift = start - u.start
-            landing[first:stop] = new_addr[first:stop] = addrs[first:stop] + shift
-            group_end[first:stop] = ends[first:stop] + shift
-            pos = u.end + shift
+            shift.append(start - u.start)
+            pos = u.end + (start - u.start)
         elif u.count:
-            landing[first:stop] = offset[first:stop] + (start - offset[first])
-            new_addr[first:stop] = landing[first:stop] + before[first:stop]
-            group_end[first:stop] = landing[first:stop] + group[first:stop]
-            pos = int(group_end[stop - 1])
+            shift.append(start - int(offset[u.first]))
+            pos = start + grown[ui]
         else:
+            shift.append(0)
             pos = start
         lay.unit_end.append(pos)
     tail = scan.gaps[-1]
     lay.gap_start.append(pos)
     lay.gap_len.append(len(tail.data))
     lay.end = pos + len(tail.data)
+    landing = np.empty(len(group), dtype=np.int64)
+    new_addr = np.empty(len(group), dtype=np.int64)
+    if len(idx):
+        in_marked = _in_units(scan, marked)
+        landing[idx] = np.where(in_marked, offset[idx], _address_array(scan)[idx]) + np.repeat(
+            np.asarray(shift, dtype=np.int64), count)
+        new_addr[idx] = landing[idx] + np.where(in_marked, before[idx], 0)
     lay.landing_array, lay.new_addr_array = landing, new_addr
     return lay
+
+
+def _unit_columns(scan: TextScan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Of every unit: the index of its first instruction and its number of
+    instructions; of every instruction of the units, unit after unit: its
+    index and its unit's (worked out once per scan)."""
+    def make():
+        n = len(scan.units)
+        first = np.fromiter((u.first for u in scan.units), dtype=np.int64, count=n)
+        count = np.fromiter((u.count for u in scan.units), dtype=np.int64, count=n)
+        begins = np.cumsum(count) - count
+        return (first, count, np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - begins, count),
+                np.repeat(np.arange(n, dtype=np.int64), count))
+    t = scan.__dict__.get("_kp_unit_columns")
+    if t is None or len(t[0]) != len(scan.units):
+        t = scan.__dict__["_kp_unit_columns"] = make()
+    return t
+
+
+def _in_units(scan: TextScan, units: set[int]) -> np.ndarray:
+    """For every instruction of :func:`_unit_columns`' list: is it in one of ``units``?"""
+    first, _, _, unit = _unit_columns(scan)
+    mask = np.zeros(len(first), dtype=bool)
+    mask[list(units)] = True
+    return mask[unit]
 
 
 def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.ndarray]:
@@ -501,7 +527,7 @@ def _branch_table(scan: TextScan) -> tuple[np.ndarray, ...]:
         first = words[(_address_array(scan)[at] - scan.start) >> 2].astype(np.int64)
         t = scan.__dict__["_kp_branch_table"] = (
             at,
-            _indices(scan, np.fromiter(scan.branches.values(), dtype=np.int64, count=len(scan.branches))),
+            instruction_indices(scan, np.fromiter(scan.branches.values(), dtype=np.int64, count=len(scan.branches))),
             first & 0xFFFF,
             (first & SOPP.match_mask) == SOPP.match_value)
     return t
