@@ -151,7 +151,8 @@ Finalize = Callable[[RewriteResult], "tuple[bytes, dict[int | str, bytes]] | Non
 
 
 def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool = True,
-                finalize: Finalize | None = None, scan: TextScan | None = None) -> RewriteResult:
+                finalize: Finalize | None = None, scan: TextScan | None = None,
+                parsed: CodeObject | None = None) -> RewriteResult:
     """Apply ``edits`` to the code object ``data`` whose code is ``target`` code.
 
     ``target`` names the ISA the code is decoded as (``gfx1030`` for the
@@ -162,11 +163,13 @@ def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool =
     scan of ``data``'s ``.text`` as ``target`` code
     (:func:`~kpatch.analysis.codescan.scan_text`) when the caller has made it
     already (the patcher, for its analysis); the rewrite may add to its problems.
+    ``parsed``: ``data`` parsed (:class:`CodeObject`, read only), when the
+    caller has it (used only when it holds these very bytes).
     Raises :class:`Refusal` when the object cannot be rewritten at all and
     :class:`~kpatch.errors.UsageError` for edits that do not name an
     instruction or hold code that does not decode.
     """
-    return rewrite(data, target, edits, offset3f=offset3f, finalize=finalize, scan=scan)
+    return rewrite(data, target, edits, offset3f=offset3f, finalize=finalize, scan=scan, parsed=parsed)
 
 
 # ---------------------------------------------------------------------------
@@ -460,12 +463,14 @@ def _scan(co: CodeObject, target: str | None) -> TextScan | None:
 
 def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f: bool = True,
             section_contents: dict[int | str, bytes] | None = None,
-            finalize: Finalize | None = None, scan: TextScan | None = None) -> RewriteResult:
+            finalize: Finalize | None = None, scan: TextScan | None = None,
+            parsed: CodeObject | None = None) -> RewriteResult:
     """Apply ``edits`` and give sections (by index or name) new contents
     (``section_contents``, e.g. a re-encoded ``.note``), moving whatever has to move.  ``target`` may be
     None to decode the code for the object's own target; ``scan`` (used only
-    when it is of ``target`` code) spares scanning ``.text`` again.  See :func:`apply_edits`."""
-    co = CodeObject.from_bytes(data)
+    when it is of ``target`` code) spares scanning ``.text`` again, as
+    ``parsed`` parsing ``data`` again.  See :func:`apply_edits`."""
+    co = parsed if parsed is not None and parsed.data is data else CodeObject.from_bytes(data)
     if co.is_legacy:
         raise Refusal("cannot patch: code object V2 uses another kernel format", kind="layout")
     if co.e_type == ET_REL:
