@@ -200,7 +200,7 @@ class TextLayout:
         other both in the old code and in the new (no code inserted
         between), found with numpy over the units' columns."""
         sc = self.scan
-        _, _, every, unit = _unit_columns(sc)
+        _, _, every, unit, _ = _unit_columns(sc)
         sel = _in_units(sc, marked)
         idx, unit = every[sel], unit[sel]
         if not len(idx):
@@ -405,7 +405,7 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
     # offset of each group from the start of the code: running sum, exclusive
     total = np.cumsum(group)
     offset = total - group
-    first, count, idx, _ = _unit_columns(scan)
+    first, count, idx, _, whole = _unit_columns(scan)
     # the size of each unit's groups together (what a marked unit becomes)
     grown = (np.concatenate(([0], total))[first + count] - offset[np.minimum(first, len(group) - 1)]
              if len(group) else np.zeros(len(first), dtype=np.int64)).tolist()
@@ -434,27 +434,28 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
     lay.gap_len.append(len(tail.data))
     lay.end = pos + len(tail.data)
     landing = np.empty(len(group), dtype=np.int64)
-    new_addr = np.empty(len(group), dtype=np.int64)
     if len(idx):
-        in_marked = _in_units(scan, marked)
-        landing[idx] = np.where(in_marked, offset[idx], _address_array(scan)[idx]) + np.repeat(
-            np.asarray(shift, dtype=np.int64), count)
-        new_addr[idx] = landing[idx] + np.where(in_marked, before[idx], 0)
-    lay.landing_array, lay.new_addr_array = landing, new_addr
+        at = slice(None) if whole else idx
+        landing[at] = np.where(_in_units(scan, marked), offset[at], _address_array(scan)[at])
+        landing[at] += np.repeat(np.asarray(shift, dtype=np.int64), count)
+    # (code is inserted before an instruction only in the marked units)
+    lay.landing_array, lay.new_addr_array = landing, landing + before
     return lay
 
 
-def _unit_columns(scan: TextScan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _unit_columns(scan: TextScan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
     """Of every unit: the index of its first instruction and its number of
     instructions; of every instruction of the units, unit after unit: its
-    index and its unit's (worked out once per scan)."""
+    index and its unit's; and whether that list is every instruction in
+    order (then a whole column stands for it).  Worked out once per scan."""
     def make():
         n = len(scan.units)
         first = np.fromiter((u.first for u in scan.units), dtype=np.int64, count=n)
         count = np.fromiter((u.count for u in scan.units), dtype=np.int64, count=n)
         begins = np.cumsum(count) - count
-        return (first, count, np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - begins, count),
-                np.repeat(np.arange(n, dtype=np.int64), count))
+        every = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - begins, count)
+        whole = bool(np.array_equal(every, np.arange(len(scan.insts), dtype=np.int64)))
+        return first, count, every, np.repeat(np.arange(n, dtype=np.int64), count), whole
     t = scan.__dict__.get("_kp_unit_columns")
     if t is None or len(t[0]) != len(scan.units):
         t = scan.__dict__["_kp_unit_columns"] = make()
@@ -463,7 +464,7 @@ def _unit_columns(scan: TextScan) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
 def _in_units(scan: TextScan, units: set[int]) -> np.ndarray:
     """For every instruction of :func:`_unit_columns`' list: is it in one of ``units``?"""
-    first, _, _, unit = _unit_columns(scan)
+    first, _, _, unit, _ = _unit_columns(scan)
     mask = np.zeros(len(first), dtype=bool)
     mask[list(units)] = True
     return mask[unit]
