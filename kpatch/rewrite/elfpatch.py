@@ -392,15 +392,20 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap, *,
     only the counts (the same; None for the file)."""
     stats = WriteStats()
     secs = layout.secs
+    moved = any(s.moved for s in secs) or any(cm is not None for cm in amap.code_maps.values())
+    # the sections' new bytes; counting only, just those of the tables that are fixed
+    # (what is written into the others, e.g. a relocation's place, counts nothing)
+    tables = (SHT_SYMTAB, SHT_DYNSYM, SHT_DYNAMIC, SHT_RELA)
     body: dict[int, bytearray] = {}
     for s in secs:
         if s.file_size or s.new_file_size:
             raw = contents.get(s.index)
-            body[s.index] = bytearray(raw if raw is not None else layout.contents(s.index))
-            if len(body[s.index]) != s.new_file_size:
-                raise _refuse(f"section {s.name} has {len(body[s.index])} bytes, planned "
-                              f"{s.new_file_size}")
-    moved = any(s.moved for s in secs) or any(cm is not None for cm in amap.code_maps.values())
+            if raw is None:
+                raw = layout.contents(s.index)
+            if len(raw) != s.new_file_size:
+                raise _refuse(f"section {s.name} has {len(raw)} bytes, planned {s.new_file_size}")
+            if assemble or (moved and s.type in tables):
+                body[s.index] = bytearray(raw)
     if moved:
         for s in secs:
             if s.type in (SHT_SYMTAB, SHT_DYNSYM):

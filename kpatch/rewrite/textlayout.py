@@ -184,14 +184,14 @@ class TextLayout:
             if ui not in marked:  # no edits: the unit moves whole
                 at = self.unit_start[ui] - base
                 out[at:at + (u.end - u.start)] = data[u.start - base:u.end - base]
-        inserted: list[tuple[int, int, str]] = []
-        inside: list[int] | None = [] if self.starts_of is not None else None  # starts in inserted code
+        placed = []
         if marked:
             self._copy_runs(out, marked)
-            inside = self._place_inserted(out, order, inserted, inside)
+            placed = self._place_inserted(out, order)
         self._retarget_branches(out)
+        inserted = [(pos, len(code), rule) for pos, code, rule in placed]
         inserted.sort()
-        return out, inserted, inside
+        return out, inserted, self._starts_in(placed)
 
     def _copy_runs(self, out: bytearray, marked: set[int]) -> None:
         """Copy the original bytes of the instructions of the ``marked`` units
@@ -219,36 +219,32 @@ class TextLayout:
                             (new[starts] - base).tolist()):
             out[at:at + (b - a)] = data[a:b]
 
-    def _place_inserted(self, out: bytearray, marked: list[int], inserted: list, inside: list[int] | None
-                        ) -> list[int] | None:
+    def _place_inserted(self, out: bytearray, marked: list[int]) -> list[tuple[int, bytes, str]]:
         """Write the code of every instruction's group that is not its own
         bytes (code inserted before and after it, its replacement,
-        Offset3fBug nops) at the ``marked`` instructions (sorted); add each
-        piece to ``inserted`` as (new address, size, rule) and the
-        instructions in them to ``inside`` (None: not known)."""
+        Offset3fBug nops) at the ``marked`` instructions (sorted); return
+        each piece as (new address, code, rule)."""
         base = self.scan.start
         at = np.asarray(marked, dtype=np.int64)
         landing = self.landing_array[at].tolist()
         sizes = (_end_array(self.scan)[at] - _address_array(self.scan)[at]).tolist()
-        slots, nops3f, starts_of = self.slots, self.nops3f, self.starts_of
+        slots, nops3f = self.slots, self.nops3f
+        placed: list[tuple[int, bytes, str]] = []
+        put = placed.append
         for i, pos, size in zip(marked, landing, sizes):
             slot = slots.get(i)
             if slot is not None:
                 for e in slot.before:
                     code = e.code
                     out[pos - base:pos - base + len(code)] = code
-                    inserted.append((pos, len(code), e.rule))
-                    if inside is not None:
-                        inside = _add_starts(inside, starts_of(code), pos)
+                    put((pos, code, e.rule))
                     pos += len(code)
                 r = slot.replace
                 if r is not None:
                     body = bytes(r.code)
                     if body:
                         out[pos - base:pos - base + len(body)] = body
-                        inserted.append((pos, len(body), r.rule))
-                        if inside is not None:
-                            inside = _add_starts(inside, starts_of(body), pos)
+                        put((pos, body, r.rule))
                     pos += len(body)
                 else:
                     pos += size
@@ -256,18 +252,37 @@ class TextLayout:
                 pos += size
             for _ in range(nops3f.get(i, 0)):
                 out[pos - base:pos - base + 4] = NOP
-                inserted.append((pos, 4, "offset3f"))
-                if inside is not None:
-                    inside.append(pos)
+                put((pos, NOP, "offset3f"))
                 pos += 4
             if slot is not None:
                 for e in slot.after:
                     code = e.code
                     out[pos - base:pos - base + len(code)] = code
-                    inserted.append((pos, len(code), e.rule))
-                    if inside is not None:
-                        inside = _add_starts(inside, starts_of(code), pos)
+                    put((pos, code, e.rule))
                     pos += len(code)
+        return placed
+
+    def _starts_in(self, placed: list[tuple[int, bytes, str]]) -> list[int] | None:
+        """The instructions in the ``placed`` pieces of code (:meth:`_place_inserted`),
+        by :attr:`starts_of` (asked once per distinct piece); None when it is not
+        set or does not know a piece's."""
+        starts_of = self.starts_of
+        if starts_of is None:
+            return None
+        known: dict = {NOP: (0,)}  # (an Offset3fBug nop is one instruction)
+        inside: list[int] = []
+        for pos, code, _ in placed:
+            if type(code) is not bytes:  # (an edit's code may be a bytearray)
+                code = bytes(code)
+            offsets = known.get(code)
+            if offsets is None:
+                offsets = known[code] = starts_of(code)
+                if offsets is None:
+                    return None
+            if len(offsets) == 1:
+                inside.append(pos + offsets[0])
+            else:
+                inside += [pos + o for o in offsets]
         return inside
 
     def _retarget_branches(self, out: bytearray) -> None:
@@ -293,18 +308,6 @@ class TextLayout:
             ins = sc.insts[int(idx[k])]
             a = int(pos[k])
             out[a:a + ins.size] = _with_simm16(ins, int(simm[k]))
-
-
-def _add_starts(inside: list[int], offsets: tuple[int, ...] | None, at: int) -> list[int] | None:
-    """``inside`` with the instructions of a piece of code placed at ``at``
-    (``offsets``: theirs in it) added; None when they are not known."""
-    if offsets is None:
-        return None
-    if len(offsets) == 1:
-        inside.append(at + offsets[0])
-    else:
-        inside += [at + o for o in offsets]
-    return inside
 
 
 def _increasing(a: np.ndarray) -> bool:
