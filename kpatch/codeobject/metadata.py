@@ -193,15 +193,32 @@ def decode_metadata(desc: bytes, lossless: bool = True) -> Metadata:
     ``lossless=False``: for a reader that never writes the note back (scan,
     disasm, diff): the same map as plain values, read by the C ``msgpack``
     library (:func:`~kpatch.codeobject.mpack.unpack_plain`); it cannot be
-    encoded again (:func:`encode_metadata` refuses it)."""
+    encoded again (:func:`encode_metadata` refuses it), and it is shared by
+    every reader of the same note bytes (:data:`_PLAIN_MEMO`): never change it."""
     if len(desc) > limits.MAX_METADATA_BYTES:
         raise FormatError(f"metadata note of {len(desc)} bytes is larger than the limit of "
                           f"{limits.MAX_METADATA_BYTES} bytes")
     if not lossless:
-        root, rest = mpack.unpack_plain(desc, allow_trailing=True)
-        return Metadata(root, rest, lossless=False)
+        desc = bytes(desc)
+        md = _PLAIN_MEMO.get(desc)
+        if md is None:
+            root, rest = mpack.unpack_plain(desc, allow_trailing=True)
+            md = Metadata(root, rest, lossless=False)
+            if len(_PLAIN_MEMO) >= _PLAIN_MEMO_SIZE:
+                _PLAIN_MEMO.pop(next(iter(_PLAIN_MEMO)))
+            _PLAIN_MEMO[desc] = md
+        return md
     root, rest = mpack.unpack(desc, allow_trailing=True)
     return Metadata(root, rest)
+
+
+#: Maps read as plain values lately, by note descriptor: one object's note is
+#: read several times while it is patched (apply's check of the blob, the
+#: patcher's, the header edits', the verification's), each time by a new
+#: parse of the object.  A plain map is read, never changed (it cannot be
+#: written back), so every reader of the same bytes gets the same one.
+_PLAIN_MEMO: dict[bytes, Metadata] = {}
+_PLAIN_MEMO_SIZE = 4
 
 
 KEY_PRINTF = "amdhsa.printf"

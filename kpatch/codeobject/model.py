@@ -346,18 +346,19 @@ class CodeObject:
         relocation, so it is not checked there.)  The entry must lie inside
         ``.text``, be 256-byte aligned, and be the kernel's function symbol
         when there is one: that symbol is where kpatch reads the code."""
-        off = kd.kernel_code_entry_byte_offset
         text = self.sections.get(".text")
-        said = f"the kernel descriptor's entry offset {off:+#x} puts the entry at {entry:#x}"
         if text is None:
-            return f"{said}, and the object has no .text"
-        if not text.addr <= entry < text.addr + text.size:
-            return f"{said}, outside .text ({text.addr:#x}..{text.addr + text.size:#x})"
-        if entry % ENTRY_ALIGN:
-            return f"{said}, which is not {ENTRY_ALIGN}-byte aligned"
-        if func is not None and func.value != entry:
-            return f"{said}, not at the kernel's code ({func.name} at {func.value:#x})"
-        return ""
+            why = "and the object has no .text"
+        elif not text.addr <= entry < text.addr + text.size:
+            why = f"outside .text ({text.addr:#x}..{text.addr + text.size:#x})"
+        elif entry % ENTRY_ALIGN:
+            why = f"which is not {ENTRY_ALIGN}-byte aligned"
+        elif func is not None and func.value != entry:
+            why = f"not at the kernel's code ({func.name} at {func.value:#x})"
+        else:
+            return ""  # (checked for every kernel of every parse: the sentence is made only when needed)
+        off = kd.kernel_code_entry_byte_offset
+        return f"the kernel descriptor's entry offset {off:+#x} puts the entry at {entry:#x}, {why}"
 
     def kernel(self, name: str) -> Kernel | None:
         """The kernel called ``name`` (or whose descriptor symbol is ``name``)."""

@@ -255,8 +255,8 @@ class ElfFile:
             names = self._range(raw[strndx].sh_offset, raw[strndx].sh_size, "section name table")
         out = []
         for i, s in enumerate(raw):
-            if s.sh_type != SHT_NOBITS and s.sh_type != SHT_NULL:
-                self._range(s.sh_offset, s.sh_size, f"section {i}")
+            if s.sh_type != SHT_NOBITS and s.sh_type != SHT_NULL and not self._inside(s.sh_offset, s.sh_size):
+                self._range(s.sh_offset, s.sh_size, f"section {i}")  # (raises: says why)
             name = _cstring(names, s.sh_name, f"section {i}") if (names and i) else ""
             out.append(Section(i, name, s.sh_type, s.sh_flags, s.sh_addr, s.sh_offset,
                                s.sh_size, s.sh_link, s.sh_info, s.sh_addralign, s.sh_entsize))
@@ -275,8 +275,13 @@ class ElfFile:
             return b""
         return self._range(section.offset, section.size, f"section {section.name or section.index}")
 
+    def _inside(self, offset: int, size: int) -> bool:
+        """Are the ``size`` bytes at ``offset`` inside the file?  (:meth:`_range`'s
+        check without copying them: the headers' ranges are checked on every parse.)"""
+        return offset >= 0 and size >= 0 and offset + size <= len(self.data)
+
     def _range(self, offset: int, size: int, what: str) -> bytes:
-        if offset < 0 or size < 0 or offset + size > len(self.data):
+        if not self._inside(offset, size):
             raise FormatError(f"{what} ({size} bytes at {offset:#x}) runs past the end of the "
                               f"file ({len(self.data)} bytes)")
         return self.data[offset:offset + size]
@@ -290,7 +295,8 @@ class ElfFile:
             return ()
         out = []
         for i, p in enumerate(PHDR.read_many(self.data, h.e_phoff, h.e_phnum)):
-            self._range(p.p_offset, p.p_filesz, f"segment {i}")
+            if not self._inside(p.p_offset, p.p_filesz):
+                self._range(p.p_offset, p.p_filesz, f"segment {i}")  # (raises: says why)
             out.append(Segment(p.p_type, p.p_flags, p.p_offset, p.p_vaddr, p.p_filesz,
                                p.p_memsz, p.p_align))
         return tuple(out)

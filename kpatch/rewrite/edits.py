@@ -116,6 +116,10 @@ class Slot:
     def edits(self) -> list[Edit]:
         return self.before + ([self.replace] if self.replace else []) + self.after
 
+    def count(self) -> int:
+        """How many edits there are (``len(edits)``, without making the list)."""
+        return len(self.before) + (self.replace is not None) + len(self.after)
+
     def before_code(self) -> bytes:
         return b"".join(e.code for e in self.before)
 
@@ -151,7 +155,9 @@ def group_edits(edits: list[Edit]) -> tuple[dict[int, Slot], list[tuple[int, str
     for e in edits:
         if not isinstance(e, Edit):
             raise UsageError(f"expected an Edit, got {type(e).__name__}")
-        s = slots.setdefault(e.address, Slot())
+        s = slots.get(e.address)
+        if s is None:
+            s = slots[e.address] = Slot()
         if e.action == "insert_before":
             s.before.append(e)
         elif e.action == "insert_after":

@@ -149,6 +149,7 @@ class ElfLayout:
         self.new_shoff = h.e_shoff
         for g in self.segs:
             g.new = (g.offset, g.vaddr, g.paddr, g.filesz, g.memsz)
+        self._alloc: tuple[list[Sec], dict[int, list[Sec]]] | None = None  # (see _allocated)
         self._check()
 
     # -- reading -------------------------------------------------------------
@@ -302,14 +303,15 @@ class ElfLayout:
         ``prefer="start"``: an address where one section ends and the next
         starts belongs to the next (DT_* pointers name section starts).
         """
-        alloc = [s for s in self.secs if s.alloc and s.type != SHT_NULL]
+        alloc, ending = self._allocated()
         for s in alloc:
             if s.addr <= addr < s.addr + s.size:
-                ends_here = [x for x in alloc if x.size and x.addr + x.size == addr and x is not s]
-                if prefer == "start" or not ends_here or ends_here[0].delta == s.delta:
-                    return s
-                return None
-        ends = [s for s in alloc if s.addr + s.size == addr]
+                if prefer != "start":
+                    ends_here = [x for x in ending.get(addr, ()) if x.size and x is not s]
+                    if ends_here and ends_here[0].delta != s.delta:
+                        return None
+                return s
+        ends = ending.get(addr)
         if ends:
             return ends[0]
         before = [s for s in alloc if s.addr + s.size <= addr]
@@ -320,6 +322,19 @@ class ElfLayout:
             if b.delta == a.delta:
                 return b
         return None
+
+    def _allocated(self) -> tuple[list[Sec], dict[int, list[Sec]]]:
+        """The allocated sections (in header order) and, by old end address,
+        those that end there (made once: what :meth:`section_at` looks up,
+        for every symbol and descriptor; old addresses and sizes do not change)."""
+        got = self._alloc
+        if got is None:
+            alloc = [s for s in self.secs if s.alloc and s.type != SHT_NULL]
+            ending: dict[int, list[Sec]] = {}
+            for s in alloc:
+                ending.setdefault(s.addr + s.size, []).append(s)
+            got = self._alloc = (alloc, ending)
+        return got
 
 
 def _inside(s: Sec, g: Seg) -> bool:
@@ -377,15 +392,20 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap, *,
     only the counts (the same; None for the file)."""
     stats = WriteStats()
     secs = layout.secs
+    moved = any(s.moved for s in secs) or any(cm is not None for cm in amap.code_maps.values())
+    # the sections' new bytes; counting only, just those of the tables that are fixed
+    # (what is written into the others, e.g. a relocation's place, counts nothing)
+    tables = (SHT_SYMTAB, SHT_DYNSYM, SHT_DYNAMIC, SHT_RELA)
     body: dict[int, bytearray] = {}
     for s in secs:
         if s.file_size or s.new_file_size:
             raw = contents.get(s.index)
-            body[s.index] = bytearray(raw if raw is not None else layout.contents(s.index))
-            if len(body[s.index]) != s.new_file_size:
-                raise _refuse(f"section {s.name} has {len(body[s.index])} bytes, planned "
-                              f"{s.new_file_size}")
-    moved = any(s.moved for s in secs) or any(cm is not None for cm in amap.code_maps.values())
+            if raw is None:
+                raw = layout.contents(s.index)
+            if len(raw) != s.new_file_size:
+                raise _refuse(f"section {s.name} has {len(raw)} bytes, planned {s.new_file_size}")
+            if assemble or (moved and s.type in tables):
+                body[s.index] = bytearray(raw)
     if moved:
         for s in secs:
             if s.type in (SHT_SYMTAB, SHT_DYNSYM):
@@ -458,27 +478,28 @@ def _copy_gaps(layout: ElfLayout, out: bytearray) -> None:
 def _fix_symbols(layout: ElfLayout, table: Sec, body: bytearray, amap: AddressMap) -> int:
     changed = 0
     n = len(body) // SYM.size
-    for i in range(1, n):
-        at = i * SYM.size
-        sym = SYM.read(body, at)
-        shndx = sym.st_shndx
-        if shndx == SHN_UNDEF or shndx >= SHN_LORESERVE or shndx >= len(layout.secs):
+    rec = SYM.struct
+    secs = layout.secs
+    code_maps = amap.code_maps
+    # (each record is read from a copy and written back in its own place)
+    for i, (name, info, other, shndx, value, size) in enumerate(
+            rec.iter_unpack(bytes(body[SYM.size:n * SYM.size])), 1):
+        if shndx == SHN_UNDEF or shndx >= SHN_LORESERVE or shndx >= len(secs):
             continue
-        s = layout.secs[shndx]
+        s = secs[shndx]
         if not s.alloc:
             continue
-        stype = sym.st_info & 0xF
-        what = f"symbol {i} of {table.name}"
-        if shndx in amap.code_maps and stype != STT_SECTION:
-            value = amap.in_section(shndx, sym.st_value, "entry", what=what)
-            size = sym.st_size
+        if shndx in code_maps and info & 0xF != STT_SECTION:
+            what = f"symbol {i} of {table.name}"
+            new_value = amap.in_section(shndx, value, "entry", what=what)
+            new_size = size
             if size:
-                end = amap.in_section(shndx, sym.st_value + size, "end", what=what + " (end)")
-                size = end - value
+                end = amap.in_section(shndx, value + size, "end", what=what + " (end)")
+                new_size = end - new_value
         else:
-            value, size = sym.st_value + s.delta, sym.st_size
-        if (value, size) != (sym.st_value, sym.st_size):
-            body[at:at + SYM.size] = SYM.pack(sym._replace(st_value=value, st_size=size))
+            new_value, new_size = value + s.delta, size
+        if new_value != value or new_size != size:
+            rec.pack_into(body, i * SYM.size, name, info, other, shndx, new_value, new_size)
             changed += 1
     return changed
 

@@ -437,7 +437,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     headers_and_note = _HeadersAndNote(data, co, mode, sets, outcomes, fn_outcomes, contexts, header_kernels,
                                        plan.object_headers)
     try:
-        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=headers_and_note, scan=scan)
+        result = apply_edits(data, SOURCE_ISA, all_edits, offset3f=True, finalize=headers_and_note, scan=scan,
+                             parsed=co)
     except Refusal as e:
         return _refused(names, e.reason)
     except CannotFix as e:

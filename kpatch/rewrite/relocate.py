@@ -62,6 +62,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
+import numpy as np
+
 from kpatch.codeobject import CodeObject
 from kpatch.elf.reader import ET_REL, SHF_EXECINSTR, SHT_NULL
 from kpatch.errors import UsageError
@@ -71,7 +73,7 @@ from kpatch.isa.tables import table_for
 from kpatch.analysis.codescan import RelocationProblem, TextScan, is_pc_relative, scan_text
 from kpatch.rewrite.edits import Edit, Refusal, Slot, group_edits
 from kpatch.rewrite.elfpatch import AddressMap, ElfLayout, write
-from kpatch.rewrite.textlayout import TextLayout, layout_text
+from kpatch.rewrite.textlayout import TextLayout, instruction_indices, layout_text
 
 __all__ = ["RewriteResult", "apply_edits", "rewrite", "set_e_flags", "set_metadata",
            "set_descriptor_field"]
@@ -83,10 +85,12 @@ class RewriteResult:
     """A rewritten code object and what was done to it."""
 
     data: bytes | None  # (None only in what a Finalize is given: the object is not written yet)
-    inserted: list[tuple[int, int, str]] = field(default_factory=list)  # (new vaddr, size, rule)
     relocations: dict[str, int] = field(default_factory=dict)
     refused: list[Refusal] = field(default_factory=list)
-    applied: list[Edit] = field(default_factory=list)  # the edits that were applied
+    #: what makes :attr:`inserted` and :attr:`applied` (made on first use:
+    #: one entry per edit, and apply reads neither)
+    _inserted: Callable[[], list[tuple[int, int, str]]] | list | None = field(default=None, repr=False)
+    _applied: Callable[[], list[Edit]] | list | None = field(default=None, repr=False)
     #: what makes :attr:`address_map` (made on first use: a dict of every
     #: instruction costs ~100 bytes each, and apply never reads it)
     _address_map: Callable[[], dict[int, int]] | dict[int, int] | None = field(default=None, repr=False)
@@ -99,9 +103,19 @@ class RewriteResult:
     def address_map(self) -> dict[int, int]:
         """Old -> new vaddr of every instruction in .text (empty when there were
         no edits and the code did not move: nothing was decoded)."""
-        m = self._address_map
-        m = {} if m is None else m() if callable(m) else m
-        self._address_map = m
+        m = self._address_map = _made(self._address_map, dict)
+        return m
+
+    @property
+    def inserted(self) -> list[tuple[int, int, str]]:
+        """The code put in: (new vaddr, size, rule) of each piece, in address order."""
+        m = self._inserted = _made(self._inserted, list)
+        return m
+
+    @property
+    def applied(self) -> list[Edit]:
+        """The edits that were applied."""
+        m = self._applied = _made(self._applied, list)
         return m
 
     def written(self) -> bytes:
@@ -121,6 +135,12 @@ class RewriteResult:
         return self._starts() if self._starts is not None else None
 
 
+def _made(value, empty):
+    """A lazily made attribute of :class:`RewriteResult`: ``value`` made if it
+    is still the function that makes it, ``empty()`` if there is none."""
+    return empty() if value is None else value() if callable(value) else value
+
+
 #: Called with a rewrite's result (all but its ``data``, which is None: the
 #: object is written once, after); returns None to keep it, or what to lay the
 #: object out with once more, keeping the code layout the rewrite decided:
@@ -131,7 +151,8 @@ Finalize = Callable[[RewriteResult], "tuple[bytes, dict[int | str, bytes]] | Non
 
 
 def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool = True,
-                finalize: Finalize | None = None, scan: TextScan | None = None) -> RewriteResult:
+                finalize: Finalize | None = None, scan: TextScan | None = None,
+                parsed: CodeObject | None = None) -> RewriteResult:
     """Apply ``edits`` to the code object ``data`` whose code is ``target`` code.
 
     ``target`` names the ISA the code is decoded as (``gfx1030`` for the
@@ -142,11 +163,13 @@ def apply_edits(data: bytes, target: str, edits: list[Edit], *, offset3f: bool =
     scan of ``data``'s ``.text`` as ``target`` code
     (:func:`~kpatch.analysis.codescan.scan_text`) when the caller has made it
     already (the patcher, for its analysis); the rewrite may add to its problems.
+    ``parsed``: ``data`` parsed (:class:`CodeObject`, read only), when the
+    caller has it (used only when it holds these very bytes).
     Raises :class:`Refusal` when the object cannot be rewritten at all and
     :class:`~kpatch.errors.UsageError` for edits that do not name an
     instruction or hold code that does not decode.
     """
-    return rewrite(data, target, edits, offset3f=offset3f, finalize=finalize, scan=scan)
+    return rewrite(data, target, edits, offset3f=offset3f, finalize=finalize, scan=scan, parsed=parsed)
 
 
 # ---------------------------------------------------------------------------
@@ -440,12 +463,14 @@ def _scan(co: CodeObject, target: str | None) -> TextScan | None:
 
 def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f: bool = True,
             section_contents: dict[int | str, bytes] | None = None,
-            finalize: Finalize | None = None, scan: TextScan | None = None) -> RewriteResult:
+            finalize: Finalize | None = None, scan: TextScan | None = None,
+            parsed: CodeObject | None = None) -> RewriteResult:
     """Apply ``edits`` and give sections (by index or name) new contents
     (``section_contents``, e.g. a re-encoded ``.note``), moving whatever has to move.  ``target`` may be
     None to decode the code for the object's own target; ``scan`` (used only
-    when it is of ``target`` code) spares scanning ``.text`` again.  See :func:`apply_edits`."""
-    co = CodeObject.from_bytes(data)
+    when it is of ``target`` code) spares scanning ``.text`` again, as
+    ``parsed`` parsing ``data`` again.  See :func:`apply_edits`."""
+    co = parsed if parsed is not None and parsed.data is data else CodeObject.from_bytes(data)
     if co.is_legacy:
         raise Refusal("cannot patch: code object V2 uses another kernel format", kind="layout")
     if co.e_type == ET_REL:
@@ -460,12 +485,7 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
     if slots_by_addr:
         if scan is None:
             raise UsageError("edits given for an object without .text")
-        for addr, slot in slots_by_addr.items():
-            i = scan.index_at.get(addr)
-            if i is None:
-                raise UsageError(f"edit address {addr:#x} is not the start of an instruction "
-                                 f"in a function of .text")
-            slots[i] = slot
+        slots = _slots_by_index(scan, slots_by_addr)
         for addr, reason in conflict_list:
             conflicts[scan.index_at[addr]] = Refusal(f"cannot patch: {reason}", kind="edit-conflict",
                                                      address=addr)
@@ -497,6 +517,25 @@ def rewrite(data: bytes, target: str | None, edits: list[Edit] = (), *, offset3f
             ui = scan.unit_at(e.address)
             scan.problems.append(RelocationProblem(scan.units[ui].name, e.address, "A", e.kind, e.reason, ui))
     raise Refusal("cannot relocate: PC-relative targets could not be placed", kind="data-target")
+
+
+def _slots_by_index(scan: TextScan, slots_by_addr: dict[int, Slot]) -> dict[int, Slot]:
+    """The slots by the index of their instruction, in the same order (looked
+    up all at once); UsageError for an address where no instruction starts."""
+    try:
+        at = instruction_indices(scan, np.fromiter(slots_by_addr, dtype=np.int64, count=len(slots_by_addr)))
+    except (KeyError, OverflowError):  # (named below)
+        at = None
+    if at is not None:
+        return dict(zip(at.tolist(), slots_by_addr.values()))
+    slots = {}
+    for addr, slot in slots_by_addr.items():
+        i = scan.index_at.get(addr)
+        if i is None:
+            raise UsageError(f"edit address {addr:#x} is not the start of an instruction "
+                             f"in a function of .text")
+        slots[i] = slot
+    return slots
 
 
 def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None, plan: _Plan | None,
@@ -581,9 +620,9 @@ def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: Tex
     result._address_map = (lambda: lay.address_map) if not d else (
         lambda: {a: v + d for a, v in lay.address_map.items()})
     result._starts = lambda: None if (s := lay.starts()) is None else s + d
-    result.inserted = [(a + d, n, r) for a, n, r in inserted]
-    result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
-    stats["edits_applied"] = len(result.applied)
+    result._inserted = lambda: [(a + d, n, r) for a, n, r in inserted]
+    result._applied = lambda: [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
+    stats["edits_applied"] = lay.edit_count()
     stats["branches_retargeted"] = len(lay.new_simm)
     stats["offset3f_fixed"] = sum(lay.nops3f.values())
     stats["text_growth"] = lay.size - (scan.end - scan.start)
@@ -687,9 +726,12 @@ def _fix_descriptors(co: CodeObject, layout: ElfLayout, amap: AddressMap,
     """Point every kernel descriptor's KERNEL_CODE_ENTRY_BYTE_OFFSET at its moved entry."""
     fixed = 0
     edited: dict[int, bytearray] = {}
+    holding = [x for x in layout.secs if x.file_size]
+    s = None
     for k in co.kernels:
-        s = next((x for x in layout.secs if x.file_size and
-                  x.offset <= k.descriptor_offset < x.offset + x.size), None)
+        at = k.descriptor_offset
+        if s is None or not s.offset <= at < s.offset + s.size:  # (sections do not overlap in the file)
+            s = next((x for x in holding if x.offset <= at < x.offset + x.size), None)
         if s is None:
             raise Refusal(f"cannot relocate: descriptor {k.symbol} is in no section", kind="layout")
         new_kd = k.descriptor_vaddr + s.delta

@@ -60,6 +60,7 @@ class TextLayout:
     #: tuple of ints; None: not known), for :meth:`starts`; set by the rewriter
     starts_of: Callable[[bytes], tuple[int, ...] | None] | None = field(default=None, repr=False, compare=False)
     _amap: dict | None = field(default=None, repr=False, compare=False)
+    _edit_count: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -126,6 +127,13 @@ class TextLayout:
             self._amap = dict(zip(_address_array(self.scan).tolist(), self.new_addr_array.tolist()))
         return self._amap
 
+    def edit_count(self) -> int:
+        """How many edits the layout applies (worked out once)."""
+        n = self._edit_count
+        if n is None:
+            n = self._edit_count = sum(s.count() for s in self.slots.values())
+        return n
+
     def new_address(self, i: int) -> int:
         """New address of instruction ``i`` (:attr:`new_addr` without making the list)."""
         return int(self.new_addr_array[i])
@@ -162,9 +170,6 @@ class TextLayout:
         sc = self.scan
         base = sc.start
         out = bytearray(self.size)
-        inserted: list[tuple[int, int, str]] = []
-        starts_of = self.starts_of
-        inside: list[int] | None = [] if starts_of is not None else None  # starts in inserted code
         for gi, g in enumerate(sc.gaps):
             n = self.gap_len[gi]
             raw = g.data[:min(n, len(g.data))]
@@ -172,69 +177,113 @@ class TextLayout:
                 raw += g.fill_word * ((n - len(raw)) // 4)
             at = self.gap_start[gi] - base
             out[at:at + n] = raw
-        insts = sc.insts
         data = sc.data
-        addr_array, end_array, landing_array = _address_array(sc), _end_array(sc), self.landing_array
-        marked = _marked_by_unit(sc, self.slots, self.nops3f)
-        whole_runs = _contiguous(sc)
+        order = _marked(self.slots, self.nops3f)
+        marked = _marked_units(sc, order)
         for ui, u in enumerate(sc.units):
-            at = self.unit_start[ui] - base
-            here = marked.get(ui)
-            if not here:
+            if ui not in marked:  # no edits: the unit moves whole
+                at = self.unit_start[ui] - base
                 out[at:at + (u.end - u.start)] = data[u.start - base:u.end - base]
-                continue
-            if not whole_runs:
-                here = list(range(u.first, u.last + 1))
-            # this unit's columns as lists (one unit's at a time: a whole Tensile
-            # library's would be ~40 bytes per instruction each)
-            f0 = u.first
-            addrs = addr_array[f0:u.last + 1].tolist()
-            ends = end_array[f0:u.last + 1].tolist()
-            landing = landing_array[f0:u.last + 1].tolist()
-            run = u.first  # instructions from run up to the next marked one keep their bytes
-            for i in here + [u.last + 1]:
-                if i > run:  # unmarked and contiguous: placed one after the other, unchanged
-                    a, b = addrs[run - f0] - base, ends[i - 1 - f0] - base
-                    pos = landing[run - f0] - base
-                    out[pos:pos + (b - a)] = data[a:b]
-                if i > u.last:
-                    break
-                run = i + 1
-                ins = insts[i]
-                slot = self.slots.get(i)
-                pos = landing[i - f0] - base
-                if slot is not None:
-                    for e in slot.before:
-                        out[pos:pos + len(e.code)] = e.code
-                        inserted.append((base + pos, len(e.code), e.rule))
-                        if inside is not None:
-                            inside = _add_starts(inside, starts_of(e.code), base + pos)
-                        pos += len(e.code)
-                    body = slot.body(ins.raw)
-                    if slot.replace is not None and body:
-                        inserted.append((base + pos, len(body), slot.replace.rule))
-                        if inside is not None:
-                            inside = _add_starts(inside, starts_of(body), base + pos)
-                else:
-                    body = ins.raw
-                out[pos:pos + len(body)] = body
-                pos += len(body)
-                for _ in range(self.nops3f.get(i, 0)):
-                    out[pos:pos + 4] = NOP
-                    inserted.append((base + pos, 4, "offset3f"))
-                    if inside is not None:
-                        inside.append(base + pos)
-                    pos += 4
-                if slot is not None:
-                    for e in slot.after:
-                        out[pos:pos + len(e.code)] = e.code
-                        inserted.append((base + pos, len(e.code), e.rule))
-                        if inside is not None:
-                            inside = _add_starts(inside, starts_of(e.code), base + pos)
-                        pos += len(e.code)
+        placed = []
+        if marked:
+            self._copy_runs(out, marked)
+            placed = self._place_inserted(out, order)
         self._retarget_branches(out)
+        inserted = [(pos, len(code), rule) for pos, code, rule in placed]
         inserted.sort()
-        return out, inserted, inside
+        return out, inserted, self._starts_in(placed)
+
+    def _copy_runs(self, out: bytearray, marked: set[int]) -> None:
+        """Copy the original bytes of the instructions of the ``marked`` units
+        (those with edits or nops) that are not replaced, a run at a time: a
+        run is consecutive instructions of one unit that lie one after the
+        other both in the old code and in the new (no code inserted
+        between), found with numpy over the units' columns."""
+        sc = self.scan
+        _, _, every, unit, _ = _unit_columns(sc)
+        sel = _in_units(sc, marked)
+        idx, unit = every[sel], unit[sel]
+        if not len(idx):
+            return
+        addr, end, new = _address_array(sc)[idx], _end_array(sc)[idx], self.new_addr_array[idx]
+        replaced = [i for i, s in self.slots.items() if s.replace is not None]
+        kept = ~np.isin(idx, replaced) if replaced else np.ones(len(idx), dtype=bool)
+        # instruction k and k + 1 are one run: same unit, both kept, adjacent in the old and in the new code
+        joined = (kept[:-1] & kept[1:] & (unit[:-1] == unit[1:]) & (end[:-1] == addr[1:])
+                  & (new[:-1] + (end[:-1] - addr[:-1]) == new[1:]))
+        starts = np.flatnonzero(np.concatenate(([True], ~joined)) & kept)
+        stops = np.flatnonzero(np.concatenate((~joined, [True])) & kept)
+        base = sc.start
+        data = sc.data
+        for a, b, at in zip((addr[starts] - base).tolist(), (end[stops] - base).tolist(),
+                            (new[starts] - base).tolist()):
+            out[at:at + (b - a)] = data[a:b]
+
+    def _place_inserted(self, out: bytearray, marked: list[int]) -> list[tuple[int, bytes, str]]:
+        """Write the code of every instruction's group that is not its own
+        bytes (code inserted before and after it, its replacement,
+        Offset3fBug nops) at the ``marked`` instructions (sorted); return
+        each piece as (new address, code, rule)."""
+        base = self.scan.start
+        at = np.asarray(marked, dtype=np.int64)
+        landing = self.landing_array[at].tolist()
+        sizes = (_end_array(self.scan)[at] - _address_array(self.scan)[at]).tolist()
+        slots, nops3f = self.slots, self.nops3f
+        placed: list[tuple[int, bytes, str]] = []
+        put = placed.append
+        for i, pos, size in zip(marked, landing, sizes):
+            slot = slots.get(i)
+            if slot is not None:
+                for e in slot.before:
+                    code = e.code
+                    out[pos - base:pos - base + len(code)] = code
+                    put((pos, code, e.rule))
+                    pos += len(code)
+                r = slot.replace
+                if r is not None:
+                    body = bytes(r.code)
+                    if body:
+                        out[pos - base:pos - base + len(body)] = body
+                        put((pos, body, r.rule))
+                    pos += len(body)
+                else:
+                    pos += size
+            else:
+                pos += size
+            for _ in range(nops3f.get(i, 0)):
+                out[pos - base:pos - base + 4] = NOP
+                put((pos, NOP, "offset3f"))
+                pos += 4
+            if slot is not None:
+                for e in slot.after:
+                    code = e.code
+                    out[pos - base:pos - base + len(code)] = code
+                    put((pos, code, e.rule))
+                    pos += len(code)
+        return placed
+
+    def _starts_in(self, placed: list[tuple[int, bytes, str]]) -> list[int] | None:
+        """The instructions in the ``placed`` pieces of code (:meth:`_place_inserted`),
+        by :attr:`starts_of` (asked once per distinct piece); None when it is not
+        set or does not know a piece's."""
+        starts_of = self.starts_of
+        if starts_of is None:
+            return None
+        known: dict = {NOP: (0,)}  # (an Offset3fBug nop is one instruction)
+        inside: list[int] = []
+        for pos, code, _ in placed:
+            if type(code) is not bytes:  # (an edit's code may be a bytearray)
+                code = bytes(code)
+            offsets = known.get(code)
+            if offsets is None:
+                offsets = known[code] = starts_of(code)
+                if offsets is None:
+                    return None
+            if len(offsets) == 1:
+                inside.append(pos + offsets[0])
+            else:
+                inside += [pos + o for o in offsets]
+        return inside
 
     def _retarget_branches(self, out: bytearray) -> None:
         """Give every branch and call of :attr:`new_simm` its new offset in
@@ -259,18 +308,6 @@ class TextLayout:
             ins = sc.insts[int(idx[k])]
             a = int(pos[k])
             out[a:a + ins.size] = _with_simm16(ins, int(simm[k]))
-
-
-def _add_starts(inside: list[int], offsets: tuple[int, ...] | None, at: int) -> list[int] | None:
-    """``inside`` with the instructions of a piece of code placed at ``at``
-    (``offsets``: theirs in it) added; None when they are not known."""
-    if offsets is None:
-        return None
-    if len(offsets) == 1:
-        inside.append(at + offsets[0])
-    else:
-        inside += [at + o for o in offsets]
-    return inside
 
 
 def _increasing(a: np.ndarray) -> bool:
@@ -321,7 +358,7 @@ def _sizes(scan: TextScan) -> np.ndarray:
     return np.fromiter(map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts))
 
 
-def _indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
+def instruction_indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
     """The instruction index of each of ``addresses`` (each starts an instruction)."""
     ix = scan.index_at
     if hasattr(ix, "indices"):
@@ -342,25 +379,15 @@ def _cached(scan: TextScan, key: str, make):
     return v
 
 
-def _contiguous(scan: TextScan) -> bool:
-    """Does every instruction of a unit start where the one before it ends?"""
-    c = scan.__dict__.get("_kp_contiguous")
-    if c is None:
-        a, e = _address_array(scan), _end_array(scan)
-        unit = np.asarray(scan.unit_of, dtype=np.int64)
-        same = unit[:-1] == unit[1:]  # i and i + 1 are in one unit
-        c = bool(np.all(e[:-1][same] == a[1:][same]))
-        scan.__dict__["_kp_contiguous"] = c
-    return c
+def _marked(slots: dict[int, Slot], nops3f: dict[int, int]) -> list[int]:
+    """The instructions (sorted) that have edits or Offset3f nops."""
+    return sorted(set(slots) | set(nops3f)) if nops3f else sorted(slots)
 
 
-def _marked_by_unit(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int]) -> dict[int, list[int]]:
-    """Unit index -> its instructions (sorted) that have edits or Offset3f nops."""
+def _marked_units(scan: TextScan, marked: list[int]) -> set[int]:
+    """The units of the ``marked`` instructions."""
     unit_of = scan.unit_of
-    out: dict[int, list[int]] = {}
-    for i in sorted(set(slots) | set(nops3f)):
-        out.setdefault(unit_of[i], []).append(i)
-    return out
+    return {unit_of[i] for i in marked}
 
 
 def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
@@ -368,21 +395,25 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
     """Where every group, instruction and unit goes (``sizes``: what
     :func:`_slot_sizes` gives for ``slots``).  A unit without edits or nops
     moves whole; in the others each group follows the one before (positions
-    are running sums over the group sizes, worked out with numpy: this runs
-    for every round of the Offset3fBug fixpoint)."""
+    are running sums over the group sizes).  The units are placed one after
+    the other (a unit's start depends on where the one before ends), then
+    every instruction's addresses are worked out at once with numpy: this
+    runs for every round of the Offset3fBug fixpoint."""
     lay = TextLayout(scan, slots, nops3f)
-    addrs, ends = _address_array(scan), _end_array(scan)
     group, before = sizes
     if nops3f:
         group = group.copy()
         for i, k in nops3f.items():
             group[i] += 4 * k
     # offset of each group from the start of the code: running sum, exclusive
-    offset = np.cumsum(group) - group
-    landing = np.empty(len(group), dtype=np.int64)
-    new_addr = np.empty(len(group), dtype=np.int64)
-    group_end = np.empty(len(group), dtype=np.int64)
-    marked = _marked_by_unit(scan, slots, nops3f)
+    total = np.cumsum(group)
+    offset = total - group
+    first, count, idx, _, whole = _unit_columns(scan)
+    # the size of each unit's groups together (what a marked unit becomes)
+    grown = (np.concatenate(([0], total))[first + count] - offset[np.minimum(first, len(group) - 1)]
+             if len(group) else np.zeros(len(first), dtype=np.int64)).tolist()
+    marked = _marked_units(scan, _marked(slots, nops3f))
+    shift = []  # per unit: new start - old start (unmarked), new start - offset of its first group (marked)
     pos = scan.start
     for ui, u in enumerate(scan.units):
         g = scan.gaps[ui]
@@ -391,45 +422,79 @@ def _place(scan: TextScan, slots: dict[int, Slot], nops3f: dict[int, int],
         start = u.start + _align_up(max(0, need - u.start), u.align)
         lay.gap_len.append(start - pos)
         lay.unit_start.append(start)
-        first, stop = u.first, u.first + u.count
         if ui not in marked:
-            shift = start - u.start
-            landing[first:stop] = new_addr[first:stop] = addrs[first:stop] + shift
-            group_end[first:stop] = ends[first:stop] + shift
-            pos = u.end + shift
+            shift.append(start - u.start)
+            pos = u.end + (start - u.start)
         elif u.count:
-            landing[first:stop] = offset[first:stop] + (start - offset[first])
-            new_addr[first:stop] = landing[first:stop] + before[first:stop]
-            group_end[first:stop] = landing[first:stop] + group[first:stop]
-            pos = int(group_end[stop - 1])
+            shift.append(start - int(offset[u.first]))
+            pos = start + grown[ui]
         else:
+            shift.append(0)
             pos = start
         lay.unit_end.append(pos)
     tail = scan.gaps[-1]
     lay.gap_start.append(pos)
     lay.gap_len.append(len(tail.data))
     lay.end = pos + len(tail.data)
-    lay.landing_array, lay.new_addr_array = landing, new_addr
+    landing = np.empty(len(group), dtype=np.int64)
+    if len(idx):
+        at = slice(None) if whole else idx
+        landing[at] = np.where(_in_units(scan, marked), offset[at], _address_array(scan)[at])
+        landing[at] += np.repeat(np.asarray(shift, dtype=np.int64), count)
+    # (code is inserted before an instruction only in the marked units)
+    lay.landing_array, lay.new_addr_array = landing, landing + before
     return lay
+
+
+def _unit_columns(scan: TextScan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Of every unit: the index of its first instruction and its number of
+    instructions; of every instruction of the units, unit after unit: its
+    index and its unit's; and whether that list is every instruction in
+    order (then a whole column stands for it).  Worked out once per scan."""
+    def make():
+        n = len(scan.units)
+        first = np.fromiter((u.first for u in scan.units), dtype=np.int64, count=n)
+        count = np.fromiter((u.count for u in scan.units), dtype=np.int64, count=n)
+        begins = np.cumsum(count) - count
+        every = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - begins, count)
+        whole = bool(np.array_equal(every, np.arange(len(scan.insts), dtype=np.int64)))
+        return first, count, every, np.repeat(np.arange(n, dtype=np.int64), count), whole
+    t = scan.__dict__.get("_kp_unit_columns")
+    if t is None or len(t[0]) != len(scan.units):
+        t = scan.__dict__["_kp_unit_columns"] = make()
+    return t
+
+
+def _in_units(scan: TextScan, units: set[int]) -> np.ndarray:
+    """For every instruction of :func:`_unit_columns`' list: is it in one of ``units``?"""
+    first, _, _, unit, _ = _unit_columns(scan)
+    mask = np.zeros(len(first), dtype=bool)
+    mask[list(units)] = True
+    return mask[unit]
 
 
 def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.ndarray]:
     """The size of every instruction's group without Offset3fBug nops (its
     inserted code and its own or replaced bytes) and of the code inserted
     before it."""
-    group = _end_array(scan) - _address_array(scan)
+    size = _end_array(scan) - _address_array(scan)
+    group = size.copy()
     before = np.zeros(len(group), dtype=np.int64)
     if not slots:
         return group, before
-    insts = scan.insts
-    sizes_before, sizes = [], []  # (one numpy assignment for all slots, not two per slot)
+    sizes_before, added = [], []  # (one numpy assignment for all slots, not two per slot)
+    replaced: list[tuple[int, int]] = []  # (index, size of its replacement)
     for i, slot in slots.items():
         b = slot.before_size()
         sizes_before.append(b)
-        sizes.append(b + len(slot.body(insts[i].raw)) + slot.after_size())
+        added.append(b + slot.after_size())
+        if slot.replace is not None:
+            replaced.append((i, len(slot.replace.code)))
     at = np.fromiter(slots, dtype=np.int64, count=len(slots))
     before[at] = sizes_before
-    group[at] = sizes
+    group[at] += np.asarray(added, dtype=np.int64)
+    for i, n in replaced:
+        group[i] += n - size[i]
     return group, before
 
 
@@ -466,7 +531,7 @@ def _branch_table(scan: TextScan) -> tuple[np.ndarray, ...]:
         first = words[(_address_array(scan)[at] - scan.start) >> 2].astype(np.int64)
         t = scan.__dict__["_kp_branch_table"] = (
             at,
-            _indices(scan, np.fromiter(scan.branches.values(), dtype=np.int64, count=len(scan.branches))),
+            instruction_indices(scan, np.fromiter(scan.branches.values(), dtype=np.int64, count=len(scan.branches))),
             first & 0xFFFF,
             (first & SOPP.match_mask) == SOPP.match_value)
     return t
