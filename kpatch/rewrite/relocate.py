@@ -94,6 +94,8 @@ class RewriteResult:
     _write: Callable[[], bytes] | None = field(default=None, repr=False)
     #: what makes :meth:`instruction_starts` (None: the code was not laid out anew)
     _starts: Callable[[], "np.ndarray | None"] | None = field(default=None, repr=False)
+    #: what makes :meth:`instruction_origins` (None: the code was not laid out anew)
+    _origins: Callable[[], "np.ndarray | None"] | None = field(default=None, repr=False)
 
     @property
     def address_map(self) -> dict[int, int]:
@@ -119,6 +121,13 @@ class RewriteResult:
         placed them; None when the code was not laid out anew or the
         instructions of some inserted code are not known."""
         return self._starts() if self._starts is not None else None
+
+    def instruction_origins(self):
+        """Aligned with :meth:`instruction_starts`: the address in the
+        original object of the instruction placed at each start (-1: one of
+        inserted code), for :func:`kpatch.isa.decodememo.expect_starts`;
+        None when :meth:`instruction_starts` is."""
+        return self._origins() if self._origins is not None else None
 
 
 #: Called with a rewrite's result (all but its ``data``, which is None: the
@@ -581,6 +590,7 @@ def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: Tex
     result._address_map = (lambda: lay.address_map) if not d else (
         lambda: {a: v + d for a, v in lay.address_map.items()})
     result._starts = lambda: None if (s := lay.starts()) is None else s + d
+    result._origins = lay.origins
     result.inserted = [(a + d, n, r) for a, n, r in inserted]
     result.applied = [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
     stats["edits_applied"] = len(result.applied)
