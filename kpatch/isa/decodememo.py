@@ -20,12 +20,13 @@ walking it: :func:`expect_starts` gives candidate start addresses, and a
 range whose candidates tile it exactly as the decoder's walk would (checked
 with numpy against the sizes of the encodings there) takes them as its
 starts; any other range is walked as before.  A candidate may also name
-the instruction of the code decoded before that was moved there (the
-rewriter copies most instructions unchanged): the memo takes its encoding
-from that decode's columns as the expected one, and the instruction is
-that encoding when the dwords there are exactly its dwords, of the size
-the decoder measures there (:func:`_expected_ids`, with numpy); only the
-others are looked up (:meth:`~kpatch.isa.bulk.Buffer.lookup_ids`).
+the instruction of the code the memo last forgot (:func:`forget` keeps the
+encoding of each of its instructions, by address) that was moved there
+(the rewriter copies most instructions unchanged): that encoding is the
+expected one, and the instruction is that encoding when the dwords there
+are exactly its dwords, of the size the decoder measures there
+(:func:`_expected_ids`, with numpy); only the others are looked up
+(:meth:`~kpatch.isa.bulk.Buffer.lookup_ids`).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ from kpatch.isa.instruction import Instruction
 
 #: ``memo``: this thread's active memo (None outside :func:`decode_memo`),
 #: and ``cols``: the columns of the lists it holds (:func:`columns_of`).
-#: ``seeds``: the expected starts (:func:`expect_starts`) and ``expect``:
-#: their expected encodings (or None).  Per thread, so that two threads
-#: patching at once never share or clear each other's memo.
+#: ``seeds``: the expected starts (:func:`expect_starts`), ``expect``:
+#: their expected encodings (or None), and ``before``: the encodings of the
+#: code last forgotten, by address (:func:`forget`).  Per thread, so that
+#: two threads patching at once never share or clear each other's memo.
 _LOCAL = threading.local()
 
 
@@ -58,11 +60,11 @@ def decode_memo() -> Iterator[None]:
         return
     _LOCAL.memo = {}
     _LOCAL.cols = {}
-    _LOCAL.seeds = _LOCAL.expect = None
+    _LOCAL.seeds = _LOCAL.expect = _LOCAL.before = None
     try:
         yield
     finally:
-        _LOCAL.memo = _LOCAL.cols = _LOCAL.seeds = _LOCAL.expect = None
+        _LOCAL.memo = _LOCAL.cols = _LOCAL.seeds = _LOCAL.expect = _LOCAL.before = None
 
 
 def expect_starts(addresses: np.ndarray | None, was: np.ndarray | None = None) -> None:
@@ -74,15 +76,16 @@ def expect_starts(addresses: np.ndarray | None, was: np.ndarray | None = None) -
     :func:`_seeded_starts`), so wrong or stale ones cost only the walk.
 
     ``was`` (aligned with ``addresses``; -1: none): the address, in the code
-    the memo holds decodes of now, of the instruction expected at each
-    candidate (the rewriter's old address of an instruction it moved).  Its
-    encoding, as that decode found it, is looked up now (call this before
-    :func:`forget`) and is the expected encoding there: taken only when
-    the dwords there are exactly its own (:func:`_expected_ids`), so a
-    wrong one costs only the lookup.  Outside a memo nothing is kept."""
+    the memo last forgot (:func:`forget`), of the instruction expected at
+    each candidate (the rewriter's old address of an instruction it moved).
+    Its encoding, as that code's decode found it, is the expected encoding
+    there: taken only when the dwords there are exactly its own
+    (:func:`_expected_ids`), so a wrong one costs only the lookup.  Outside
+    a memo nothing is kept."""
     if getattr(_LOCAL, "memo", None) is None:
         return
     _LOCAL.expect = None
+    before, _LOCAL.before = getattr(_LOCAL, "before", None), None  # (read once: it is as large as the code)
     if addresses is None:
         _LOCAL.seeds = None
         return
@@ -96,17 +99,21 @@ def expect_starts(addresses: np.ndarray | None, was: np.ndarray | None = None) -
         first = np.concatenate(([True], a[1:] != a[:-1]))
         a = a[first]
     _LOCAL.seeds = a
-    if was is not None and len(was) == len(order):
+    if was is not None and len(was) == len(order) and before is not None:
         w = np.asarray(was, dtype=np.int64)[order]
-        _LOCAL.expect = _encodings_at(w if first is None else w[first])
+        _LOCAL.expect = _encodings_at(before, w if first is None else w[first])
 
 
-def _encodings_at(was: np.ndarray) -> tuple[np.ndarray, list, np.ndarray, np.ndarray] | None:
-    """(per address of ``was`` the index of its instruction's encoding in
-    ``table``, -1 for one the memo's columns do not hold; ``table``; each
-    entry's dword count when it is 1 or 2, else 0; and those dwords as a
-    number), from the memo's columns of the lists decoded together with
-    the first it holds (one table); None when there are none."""
+def _encodings_by_address() -> tuple | None:
+    """The encodings of the instructions the memo holds, by address: ``(lo,
+    at, table, ndw, num)``: ``at[(address - lo) // 4]`` is the index in
+    ``table`` of the encoding of the instruction at ``address`` (-1: none),
+    ``ndw`` and ``num`` each entry's dword count when it is 1 or 2 (else 0)
+    and those dwords as a number (:attr:`Columns.words`); from the columns
+    of the lists decoded together with the first it holds (one table),
+    None when there are none.  ``at`` is as long as the code (4 bytes a
+    dword), a fraction of the decode it stands for, so that the decode can
+    be dropped before the expected starts are worked out."""
     cols = getattr(_LOCAL, "cols", None)
     if not cols:
         return None
@@ -118,26 +125,34 @@ def _encodings_at(was: np.ndarray) -> tuple[np.ndarray, list, np.ndarray, np.nda
     addrs = np.concatenate([c.addrs for c in parts])
     if not len(addrs):
         return None
-    # by dword position from the lowest address (a table as long as the
-    # code: one pass each way, no search; every decode of one position of
-    # one code is the same, so a repeated address is no conflict); an
-    # address between instructions or outside the code finds a wrong or
-    # no encoding: only a candidate, which the check then refuses
+    # every decode of one position of one code is the same: a repeated address is no conflict
     lo, hi = int(addrs.min()), int(addrs.max())
     at = np.full((hi - lo) // 4 + 2, -1, np.int32)  # (the last: for the addresses outside)
     at[(addrs - lo) >> 2] = np.concatenate([c.ids for c in parts])
-    rel = (was - lo) >> 2
-    rel[(was < lo) | (was > hi)] = len(at) - 1
     ndw, num = parts[0].words
+    return lo, at, table, ndw, num
+
+
+def _encodings_at(before: tuple, was: np.ndarray) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:
+    """(per address of ``was`` the index of its instruction's encoding in
+    the table of ``before`` (:func:`_encodings_by_address`), -1 for none;
+    that table, its ``ndw`` and ``num``).  An address between instructions
+    finds a wrong encoding: only a candidate, which the check refuses."""
+    lo, at, table, ndw, num = before
+    rel = (was - lo) >> 2
+    rel[(rel < 0) | (rel >= len(at))] = len(at) - 1
     return at[rel], table, ndw, num
 
 
 def forget() -> None:
     """Drop what the active memo holds (the block goes on remembering):
     code that will not be decoded again, e.g. the original once patching
-    is done and the patched object is verified."""
+    is done and the patched object is verified.  The encoding of each of
+    its instructions is kept by address (:func:`_encodings_by_address`),
+    for the next :func:`expect_starts` to name the instructions moved."""
     memo = getattr(_LOCAL, "memo", None)
     if memo is not None:
+        _LOCAL.before = _encodings_by_address()
         memo.clear()
         _LOCAL.cols.clear()
         return_freed_memory()

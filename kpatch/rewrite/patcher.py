@@ -453,9 +453,9 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     new = result.data
     # where the rewriter put every instruction, and which one it was: verify's
     # decode needs no walk, and checks the encodings of those copied unchanged
-    # rather than looking them up (the original's decode is still in the memo)
+    # rather than looking them up (forget_decodes keeps the original's by address)
     starts = result.instruction_starts()
-    expect_starts(starts, result.instruction_origins() if starts is not None else None)
+    was = result.instruction_origins() if starts is not None else None
     kept = [r for r in plan.approx if r.fix in KEEPS]
     # the original's decode and analysis are not needed any more: never hold
     # both objects' at once (a whole Tensile library's are half a GiB each)
@@ -467,7 +467,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         # generation; a full collection would also traverse the decode caches
         # (a second or more in a long `apply --db`) for nothing
         gc.collect(0)
-    del starts
+    expect_starts(starts, was)
+    del starts, was
     problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept, before=clean)
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))

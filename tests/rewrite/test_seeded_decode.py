@@ -109,8 +109,8 @@ def _decode(co: CodeObject, seeds, before: CodeObject | None = None, was=None) -
     with decode_memo():
         if before is not None:
             decode_ranges(before.text, source, before.text_vaddr, _ranges(before))
+        forget()  # (as the patcher: the original's encodings kept by address)
         expect_starts(seeds, was)
-        forget()
         lists = decode_ranges(co.text, source, co.text_vaddr, _ranges(co))
         out = []
         for insts in lists:
@@ -213,8 +213,8 @@ def test_wrong_expected_encodings_are_looked_up(monkeypatch, librocrand):
         assert _decode(co, starts, before, wrong) == plain
     real = decodememo._encodings_at
 
-    def shifted(w):  # each expected encoding another one of the table
-        ids, table, ndw, num = real(w)
+    def shifted(b, w):  # each expected encoding another one of the table
+        ids, table, ndw, num = real(b, w)
         return np.where(ids >= 0, (ids + 1) % len(table), -1), table, ndw, num
 
     monkeypatch.setattr(decodememo, "_encodings_at", shifted)
@@ -249,8 +249,8 @@ def test_a_check_that_skips_the_second_dword_is_caught(monkeypatch, librocrand):
     plain = _decode(co, None)
     real = decodememo._encodings_at
 
-    def siblings(w):
-        ids, table, ndw, num = real(w)
+    def siblings(b, w):
+        ids, table, ndw, num = real(b, w)
         return _siblings(ids, ndw, num), table, ndw, num
 
     monkeypatch.setattr(decodememo, "_encodings_at", siblings)
