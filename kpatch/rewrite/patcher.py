@@ -452,7 +452,11 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
     if rec is None:
         return PatchResult(None, [outcomes[n] for n in names], relocations=relocated, functions=fns)
     new = result.data
-    starts = result.instruction_starts()  # (where the rewriter put every instruction: verify's decode needs no walk)
+    # where the rewriter put every instruction, and which one it was: verify's
+    # decode needs no walk, and checks the encodings of those copied unchanged
+    # rather than looking them up (forget_decodes keeps the original's by address)
+    starts = result.instruction_starts()
+    was = result.instruction_origins() if starts is not None else None
     kept = [r for r in plan.approx if r.fix in KEEPS]
     # the original's decode and analysis are not needed any more: never hold
     # both objects' at once (a whole Tensile library's are half a GiB each)
@@ -464,8 +468,8 @@ def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_fil
         # generation; a full collection would also traverse the decode caches
         # (a second or more in a long `apply --db`) for nothing
         gc.collect(0)
-    expect_starts(starts)
-    del starts
+    expect_starts(starts, was)
+    del starts, was
     problems = verify(new, {**fn_outcomes, **outcomes}, mode, kept=kept, before=clean)
     if problems:
         return _refused(names, "verification after patching failed: " + "; ".join(problems[:3]))

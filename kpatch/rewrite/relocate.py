@@ -98,6 +98,8 @@ class RewriteResult:
     _write: Callable[[], bytes] | None = field(default=None, repr=False)
     #: what makes :meth:`instruction_starts` (None: the code was not laid out anew)
     _starts: Callable[[], "np.ndarray | None"] | None = field(default=None, repr=False)
+    #: what makes :meth:`instruction_origins` (None: the code was not laid out anew)
+    _origins: Callable[[], "np.ndarray | None"] | None = field(default=None, repr=False)
 
     @property
     def address_map(self) -> dict[int, int]:
@@ -133,6 +135,13 @@ class RewriteResult:
         placed them; None when the code was not laid out anew or the
         instructions of some inserted code are not known."""
         return self._starts() if self._starts is not None else None
+
+    def instruction_origins(self):
+        """Aligned with :meth:`instruction_starts`: the address in the
+        original object of the instruction placed at each start (-1: one of
+        inserted code), for :func:`kpatch.isa.decodememo.expect_starts`;
+        None when :meth:`instruction_starts` is."""
+        return self._origins() if self._origins is not None else None
 
 
 def _made(value, empty):
@@ -623,6 +632,7 @@ def _record_code_changes(result: RewriteResult, stats: dict[str, int], scan: Tex
     result._inserted = lambda: [(a + d, n, r) for a, n, r in inserted]
     result._applied = lambda: [e for i in sorted(lay.slots) for e in lay.slots[i].edits]
     stats["edits_applied"] = lay.edit_count()
+    result._origins = lay.origins
     stats["branches_retargeted"] = len(lay.new_simm)
     stats["offset3f_fixed"] = sum(lay.nops3f.values())
     stats["text_growth"] = lay.size - (scan.end - scan.start)

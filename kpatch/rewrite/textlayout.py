@@ -166,6 +166,18 @@ class TextLayout:
             return None
         return np.concatenate((self.new_addr_array, np.array(inside, dtype=np.int64)))
 
+    def origins(self) -> np.ndarray | None:
+        """Aligned with :meth:`starts`: the old address of the original
+        instruction placed at each start (its own, or its replacement's
+        first: a candidate, see :func:`kpatch.isa.decodememo.expect_starts`),
+        -1 for the instructions of inserted code; None when :meth:`starts` is."""
+        if self._built is None:
+            self.build()
+        inside = self._built[2]
+        if inside is None:
+            return None
+        return np.concatenate((_address_array(self.scan), np.full(len(inside), -1, dtype=np.int64)))
+
     def _build(self) -> tuple[bytearray, list[tuple[int, int, str]], list[int] | None]:
         sc = self.scan
         base = sc.start
