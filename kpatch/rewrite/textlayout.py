@@ -36,6 +36,18 @@ OFFSET3F = 0x3F
 NOP = build.s_nop(0)
 
 
+def _put_edits(out: bytearray, base: int, pos: int, edits, put) -> int:
+    """Write the code of ``edits`` one after the other at ``pos`` (an address;
+    ``out`` starts at ``base``), ``put`` each piece as (address, code, rule);
+    the address after them."""
+    for e in edits:
+        code = e.code
+        out[pos - base:pos - base + len(code)] = code
+        put((pos, code, e.rule))
+        pos += len(code)
+    return pos
+
+
 @dataclass
 class TextLayout:
     """New addresses of every instruction, unit and gap of ``.text``."""
@@ -246,11 +258,7 @@ class TextLayout:
         for i, pos, size in zip(marked, landing, sizes):
             slot = slots.get(i)
             if slot is not None:
-                for e in slot.before:
-                    code = e.code
-                    out[pos - base:pos - base + len(code)] = code
-                    put((pos, code, e.rule))
-                    pos += len(code)
+                pos = _put_edits(out, base, pos, slot.before, put)
                 r = slot.replace
                 if r is not None:
                     body = bytes(r.code)
@@ -267,11 +275,7 @@ class TextLayout:
                 put((pos, NOP, "offset3f"))
                 pos += 4
             if slot is not None:
-                for e in slot.after:
-                    code = e.code
-                    out[pos - base:pos - base + len(code)] = code
-                    put((pos, code, e.rule))
-                    pos += len(code)
+                pos = _put_edits(out, base, pos, slot.after, put)
         return placed
 
     def _starts_in(self, placed: list[tuple[int, bytes, str]]) -> list[int] | None:
