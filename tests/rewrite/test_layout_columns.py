@@ -105,11 +105,16 @@ def _layouts(data: bytes, monkeypatch) -> list:
 
 
 def _check(lay, text: bytes) -> None:
+    # (booleans asserted: a failing comparison of these long lists would have pytest diff them,
+    # quadratic, and with CI set it does not truncate: minutes for the broken variants below)
     plain = _plain_place(lay)
-    assert lay.landing == plain["landing"] and lay.new_addr == plain["new_addr"]
-    assert (lay.unit_start, lay.unit_end, lay.gap_len[:len(lay.scan.units)], lay.end) == \
+    same_places = lay.landing == plain["landing"] and lay.new_addr == plain["new_addr"]
+    assert same_places, "instructions placed differently"
+    same_units = (lay.unit_start, lay.unit_end, lay.gap_len[:len(lay.scan.units)], lay.end) == \
         (plain["unit_start"], plain["unit_end"], plain["gap_len"], plain["end"])
-    assert text == _plain_text(lay)
+    assert same_units, "units or gaps placed differently"
+    same_text = text == _plain_text(lay)
+    assert same_text, "a different .text"
 
 
 def _objects(librocrand) -> list[bytes]:
