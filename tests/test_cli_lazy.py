@@ -50,6 +50,54 @@ def test_listing_rules_reads_no_code_object_module(args):
     assert p.stdout
 
 
+#: what neither `--help`, `explain` nor listing the built-in rules needs: rich (about 40 ms to import; they
+#: print with click) and the ISA tables (the built-in rules' sequences are built by the tests and by every
+#: patching run, not to list them)
+NOT_FOR_LISTING = ("rich", "rich.console", "kpatch.isa.decoder", "kpatch.isa.tables", "kpatch.isa.build")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"], ["rules"], ["rules", "KH001"],
+                                  ["rules", "gfx1010-hazards"]])
+def test_listing_imports_neither_rich_nor_the_isa_tables(args):
+    p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=NOT_FOR_LISTING), *args],
+                       capture_output=True, text=True, check=True)
+    loaded = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    assert loaded == "", f"kpatch {' '.join(args)} imported {loaded}"
+    assert p.stdout
+
+
+def _whole_module_docstring(path: str, function: str) -> str:
+    """The reference: the docstring as the whole module's syntax tree has it."""
+    import ast
+    import inspect
+
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return inspect.cleandoc(ast.get_docstring(node, clean=False) or "")
+
+
+def test_docstring_read_from_the_function_alone_is_the_whole_modules():
+    from importlib.util import find_spec
+
+    for module, function in COMMANDS.values():
+        assert command_docstring(module, function) == _whole_module_docstring(find_spec(module).origin, function)
+
+
+@pytest.mark.parametrize("source", [
+    # a triple-quoted default before the docstring: the piece up to the first closing quotes is no function
+    'def cmd(x="""a"""):\n    """Real summary.\n\n    More."""\n    return x\n',
+    # an escaped quote run inside the docstring: the piece ends inside the string
+    'def cmd():\n    """Says \\""" inside.\n\n    More."""\n',
+    # no docstring: the next function's string must not be taken for it
+    'def cmd():\n    return 1\n\n\ndef other():\n    """Not for cmd."""\n',
+])
+def test_docstring_falls_back_to_the_whole_module(tmp_path, monkeypatch, source):
+    (tmp_path / "kp_doc_probe.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert command_docstring("kp_doc_probe", "cmd") == _whole_module_docstring(str(tmp_path / "kp_doc_probe.py"),
+                                                                                "cmd")
+
+
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_listed_summary_is_the_commands_own(name):
     module, function = COMMANDS[name]

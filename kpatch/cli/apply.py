@@ -114,7 +114,7 @@ def entry_progress(total: int | None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("[bold]applying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as p:
+                  console=err_console.real, transient=True) as p:
         task = p.add_task("apply", total=total)
         yield lambda: p.advance(task)
 
@@ -443,7 +443,7 @@ def file_progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("[bold]applying"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
-                  TimeElapsedColumn(), console=err_console, transient=True) as p:
+                  TimeElapsedColumn(), console=err_console.real, transient=True) as p:
         task = p.add_task("apply", total=None)
         yield (lambda n: p.update(task, total=n)), (lambda: p.advance(task))
 

@@ -6,8 +6,6 @@ import os
 import sys
 from contextlib import contextmanager
 
-from rich.console import Console
-
 #: Exit statuses of every command (README "Exit status and errors", `kpatch --help`).
 EXIT_OK = 0
 EXIT_SOME_FAILED = 1  # an input could not be read (or a check failed); the rest was done
@@ -33,9 +31,35 @@ Exit status (every command):
   130  interrupted (Ctrl-C); nothing half-written is left behind
 """
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-# when piped, never wrap: a URI must stay one copy-pasteable token
-out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 100_000)
+class LazyConsole:
+    """A rich ``Console`` made on first use, with the given settings.
+
+    Importing rich costs about 40 ms, more than `kpatch --help` may take in
+    all (issue 14), and `--help` never prints through a console.  Every
+    attribute is the real console's; :attr:`real` is the console itself,
+    for rich classes that take one (``Progress(console=...)``).
+    """
+
+    def __init__(self, **settings) -> None:
+        self._settings = settings
+        self._real = None
+
+    @property
+    def real(self):
+        if self._real is None:
+            from rich.console import Console
+
+            settings = {k: (v() if callable(v) else v) for k, v in self._settings.items()}
+            self._real = Console(**settings)
+        return self._real
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+# when piped, never wrap: a URI must stay one copy-pasteable token (decided when first used)
+out_console = LazyConsole(highlight=False, soft_wrap=True, width=lambda: None if sys.stdout.isatty() else 100_000)
 
 
 def error_line(item: str | None, reason: str) -> None:
@@ -66,7 +90,7 @@ def progress(label: str):
         TextColumn("[bold]{task.description}"),
         TextColumn("{task.completed} found"),
         TimeElapsedColumn(),
-        console=err_console,
+        console=err_console.real,
         transient=True,
     ) as p:
         task = p.add_task(label, total=None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from kpatch.analysis.findings import CLASSES, lookup
-from kpatch.cli.common import out_console
 
 
 @click.command("explain")
@@ -24,11 +23,11 @@ def explain_cmd(name: str | None) -> None:
     if name is None:
         width = max(len(c.name) for c in CLASSES)
         for c in CLASSES:
-            out_console.print(f"{c.code}  {c.name:<{width}}  {c.title}  [{c.rule_set or (f'{c.partly_fixed_by} for some' if c.partly_fixed_by else 'not fixable')}]",
-                              markup=False, highlight=False)
+            click.echo(f"{c.code}  {c.name:<{width}}  {c.title}  "
+                       f"[{c.rule_set or (f'{c.partly_fixed_by} for some' if c.partly_fixed_by else 'not fixable')}]")
         return
     c = lookup(name)
     if c is None:
         names = ", ".join(x.name for x in CLASSES)
         raise click.UsageError(f"no finding class {name!r}; classes: {names}")
-    out_console.print(c.explain(), markup=False, highlight=False)
+    click.echo(c.explain())

@@ -48,10 +48,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def command_docstring(module: str, function: str) -> str:
     """The docstring of ``function`` in ``module`` (a click command), read
-    from the module's source without importing it."""
+    from the module's source without importing it.
+
+    Only the function's ``def`` through the end of its docstring is parsed:
+    parsing all 14 command modules cost 20 ms of `kpatch --help`.  If that
+    piece does not parse as a function with a docstring, the whole module
+    is parsed.
+    """
     spec = find_spec(module)
     with open(spec.origin, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), spec.origin)
+        source = f.read()
+    start = source.find(f"\ndef {function}(")
+    opening = source.find('"""', start) if start >= 0 else -1
+    closing = source.find('"""', opening + 3) if opening >= 0 else -1
+    if closing >= 0:
+        try:
+            tree = ast.parse(source[start + 1:closing + 3], spec.origin)
+        except SyntaxError:
+            tree = None
+        else:
+            node = tree.body[0] if len(tree.body) == 1 else None
+            if isinstance(node, ast.FunctionDef) and node.name == function and ast.get_docstring(node) is not None:
+                return inspect.cleandoc(ast.get_docstring(node, clean=False))
+    tree = ast.parse(source, spec.origin)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == function:
             return inspect.cleandoc(ast.get_docstring(node, clean=False) or "")

@@ -7,7 +7,6 @@ import sys
 
 import click
 
-from kpatch.cli.common import out_console
 from kpatch.rewrite.rules import load_all
 
 
@@ -47,7 +46,7 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
     for an unknown RULE_OR_SET or a --rules file that does not exist; 3 on
     an internal error.
     """
-    sets = load_all(list(extra))
+    sets = load_all(list(extra), build_builtin=False)  # listing: the ISA tables stay unloaded
     if rule is None:
         if as_json:
             json.dump({s.id: {"title": s.title, "description": s.description, "approximation": s.approximation,
@@ -57,10 +56,10 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
             sys.stdout.write("\n")
             return
         for s in sets.values():
-            out_console.print(f"[bold]{s.id}[/bold]: {s.title}")
+            click.echo(f"{click.style(s.id, bold=True)}: {s.title}")
             for r in s.rules:
-                out_console.print(f"  {r.id}  {r.name:28} {r.summary}", markup=False)
-        out_console.print("\n`kpatch rules RULE_OR_SET` explains one.")
+                click.echo(f"  {r.id}  {r.name:28} {r.summary}")
+        click.echo("\n`kpatch rules RULE_OR_SET` explains one.")
         return
     if rule in sets:
         s = sets[rule]
@@ -68,12 +67,12 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
             json.dump([_rule_record(r) for r in s.rules], sys.stdout, indent=2)
             sys.stdout.write("\n")
             return
-        out_console.print(f"[bold]{s.id}[/bold]: {s.title}\n\n{s.description}\n")
+        click.echo(f"{click.style(s.id, bold=True)}: {s.title}\n\n{s.description}\n")
         if s.approximation:
-            out_console.print(f"bound: max_ulp = {s.max_ulp} (f32 ulps per result word; "
-                              "`kpatch verify --emulate` checks it)\n", markup=False)
+            click.echo(f"bound: max_ulp = {s.max_ulp} (f32 ulps per result word; "
+                       "`kpatch verify --emulate` checks it)\n")
         for r in s.rules:
-            out_console.print(f"{r.id} {r.name}: {r.summary}", markup=False)
+            click.echo(f"{r.id} {r.name}: {r.summary}")
         return
     for s in sets.values():
         for r in s.rules:
@@ -82,11 +81,11 @@ def rules_cmd(rule: str | None, extra: tuple[str, ...], as_json: bool) -> None:
                     json.dump(_rule_record(r), sys.stdout, indent=2)
                     sys.stdout.write("\n")
                     return
-                out_console.print(f"[bold]{r.id} {r.name}[/bold] (set {s.id})", highlight=False)
-                out_console.print(f"matches: {_rule_record(r)['matches']}", markup=False)
-                out_console.print(f"does: {'; '.join(_actions(r))}", markup=False)
+                click.echo(f"{click.style(f'{r.id} {r.name}', bold=True)} (set {s.id})")
+                click.echo(f"matches: {_rule_record(r)['matches']}")
+                click.echo(f"does: {'; '.join(_actions(r))}")
                 if s.approximation:
-                    out_console.print(f"bound: max_ulp = {s.max_ulp} (approximation {s.id})", markup=False)
-                out_console.print(f"\n{r.summary}\n\n{r.explain}", markup=False)
+                    click.echo(f"bound: max_ulp = {s.max_ulp} (approximation {s.id})")
+                click.echo(f"\n{r.summary}\n\n{r.explain}")
                 return
     raise click.UsageError(f"no rule or rule set {rule!r} (see `kpatch rules`)")

@@ -359,19 +359,25 @@ def _check_performable(path: str, where: str, kind: str, on_object: bool, raw: d
 _LOADED: dict[str, tuple[bytes, RuleSet]] = {}
 
 
-def load_file(path: str) -> RuleSet:
+def load_file(path: str, build_sequences: bool = True) -> RuleSet:
     """Load and validate one rule file; FormatError names the file, rule and key.
-    A file whose bytes are those of a file read before gives the same set."""
+    A file whose bytes are those of a file read before gives the same set.
+
+    ``build_sequences=False`` skips building the instructions the rules
+    insert (:func:`_check_sequences`, which loads the ISA tables): only for
+    listing the built-in rules, which the tests build and every patching
+    run builds again.  Such a set is not kept for later loads."""
     raw = read_bytes(path)
     got = _LOADED.get(path)
     if got is not None and got[0] == raw:
         return got[1]
-    rs = _rule_set(path, parse_toml(raw, os.path.basename(path)))
-    _LOADED[path] = (raw, rs)
+    rs = _rule_set(path, parse_toml(raw, os.path.basename(path)), build_sequences)
+    if build_sequences:
+        _LOADED[path] = (raw, rs)
     return rs
 
 
-def _rule_set(path: str, doc: dict) -> RuleSet:
+def _rule_set(path: str, doc: dict, build_sequences: bool = True) -> RuleSet:
     """The rule set the TOML document ``doc`` of the file ``path`` describes, validated."""
     head = doc.get("set")
     if not isinstance(head, dict) or not isinstance(head.get("id"), str):
@@ -400,7 +406,8 @@ def _rule_set(path: str, doc: dict) -> RuleSet:
             if key in seen:
                 raise _err(path, f"rule {r.id}", f"duplicate id or name {key!r}")
             seen.add(key)
-        _check_sequences(path, r)
+        if build_sequences:
+            _check_sequences(path, r)
         rs.rules.append(r)
     return rs
 
@@ -425,13 +432,17 @@ def builtin_dir() -> str:
         return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "rules")
 
 
-def load_all(extra_paths: list[str] = ()) -> dict[str, RuleSet]:
-    """Built-in rule sets plus user rule files (a user set may not reuse a built-in id)."""
+def load_all(extra_paths: list[str] = (), build_builtin: bool = True) -> dict[str, RuleSet]:
+    """Built-in rule sets plus user rule files (a user set may not reuse a built-in id).
+
+    ``build_builtin=False`` (`kpatch rules`) does not build the built-in
+    rules' instruction sequences (:func:`load_file`); a user file's are
+    always built."""
     sets: dict[str, RuleSet] = {}
     d = builtin_dir()
     paths = [os.path.join(d, n) for n in sorted(os.listdir(d)) if n.endswith(".toml")] if os.path.isdir(d) else []
     for p in [*paths, *extra_paths]:
-        rs = load_file(p)
+        rs = load_file(p, build_sequences=build_builtin or p in extra_paths)
         if rs.id in sets:
             raise FormatError(f"rule set id {rs.id!r} is already defined by {os.path.basename(sets[rs.id].path)}",
                               os.path.basename(p))

@@ -272,6 +272,12 @@ def test_cli_rules_file_loads_and_rejects(tmp_path):
     bad = rule_file(tmp_path, 'match.finding = "LdsMisalignedBug"\nheader = { wgp_mode = true }\n', sid="bad")
     r = kpatch_in_process("rules", "--rules", bad)
     assert r.returncode != 0 and "bad.toml: rule KZ001.header.wgp_mode" in r.stderr and "Traceback" not in r.stderr
+    # `kpatch rules` leaves the built-in sequences unbuilt (the ISA tables stay unloaded), never a user file's
+    unbuildable = rule_file(tmp_path, 'match.mnemonic = "v_mov_b32_e32"\ninsert_before = [{ op = "s_nosuch" }]\n',
+                            sid="unbuildable")
+    r = kpatch_in_process("rules", "--rules", unbuildable)
+    assert r.returncode != 0 and "unbuildable.toml: rule KZ001.insert_before[0]" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_native_without_a_labelling_rule_set_is_one_usage_error_before_any_work(tmp_path):
