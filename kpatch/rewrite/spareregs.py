@@ -45,6 +45,7 @@ refused with the count it lacked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from kpatch.codeobject import CodeObject
 from kpatch.isa import decode
@@ -93,26 +94,70 @@ class KernelCode:
         return None
 
 
-def _max_vgpr(insts) -> tuple[int, str]:
+def _max_vgpr(insts: list) -> tuple[int, str]:
     """One past the highest VGPR the instructions name, and why no VGPR can be
-    proved unused ("" when that bound holds)."""
+    proved unused ("" when that bound holds; the bound is then that of the
+    instructions before the first one that blocks it).
+
+    What an instruction names and whether it blocks are its encoding's
+    (``Instruction.d``, one :class:`~kpatch.isa.instruction.Decoded` shared
+    by every instruction of the same encoding, compared by identity), so
+    each encoding is looked at once: a Tensile object's whole ``.text`` is
+    2.6M instructions of a few thousand encodings.  The instructions are
+    walked in order only when an encoding blocks, for the first that does."""
     uses = implicit_uses(SOURCE_ISA)
+    one_each = dict(zip(map(attrgetter("d"), reversed(insts)), reversed(insts))).values()
+    if not any(_blocks(i, uses) for i in one_each):
+        return max(map(_encoding_top, one_each), default=0), ""
+    tops: dict[int, int] = {}  # id(Decoded) -> one past its highest VGPR, or -1: it blocks
     top = 0
     for i in insts:
-        if i.is_unknown:
-            word = int.from_bytes(i.raw[:4], "little")
-            return top, f"the word {word:#010x} at {i.address:#x} does not decode, so what it names is unknown"
-        if i.format in IMPLICIT_FORMATS:  # vector ALU: the only ones that index VGPRs through M0
-            implicit = uses.get((i.format, i.opcode))
-            if implicit is None:
-                return top, f"LLVM's implicit registers of {i.mnemonic} at {i.address:#x} are not known"
-            if "m0" in implicit:
-                return top, (f"{i.mnemonic} at {i.address:#x} reads M0 implicitly, so it may index VGPRs "
-                             f"through M0 (as v_movrel*/v_swaprel_b32 do) and no VGPR can be proved unused")
-        for r in (*i.reads, *i.writes):
-            if r.file == "v":
-                top = max(top, r.index + r.count)
-    return top, ""
+        t = tops.get(id(i.d))
+        if t is None:
+            t = tops[id(i.d)] = -1 if _blocks(i, uses) else _encoding_top(i)
+        if t < 0:
+            return top, _blocks(i, uses)
+        top = max(top, t)
+    raise AssertionError("an encoding blocks but no instruction has it")
+
+
+def _blocks(i, uses: dict) -> str:
+    """Why the instruction ``i`` keeps any VGPR from being proved unused, or ""."""
+    if i.is_unknown:
+        word = int.from_bytes(i.raw[:4], "little")
+        return f"the word {word:#010x} at {i.address:#x} does not decode, so what it names is unknown"
+    if i.format in IMPLICIT_FORMATS:  # vector ALU: the only ones that index VGPRs through M0
+        implicit = uses.get((i.format, i.opcode))
+        if implicit is None:
+            return f"LLVM's implicit registers of {i.mnemonic} at {i.address:#x} are not known"
+        if "m0" in implicit:
+            return (f"{i.mnemonic} at {i.address:#x} reads M0 implicitly, so it may index VGPRs "
+                    f"through M0 (as v_movrel*/v_swaprel_b32 do) and no VGPR can be proved unused")
+    return ""
+
+
+def _encoding_top(i) -> int:
+    """One past the highest VGPR ``i`` reads or writes (0: none)."""
+    top = 0
+    for r in (*i.reads, *i.writes):
+        if r.file == "v":
+            top = max(top, r.index + r.count)
+    return top
+
+
+#: [.text's bytes, its address, its _max_vgpr] of the last object whose whole
+#: .text was bounded: every kernel of an object whose symbols have no size
+#: (all of rocBLAS' Tensile kernels) or that calls needs the same bound, which
+#: cost a decode of the whole .text (2.5 s on the largest Tensile object) and
+#: a walk of it per kernel
+_WHOLE_TEXT: list = []
+
+
+def _whole_text_max_vgpr(co: CodeObject) -> tuple[int, str]:
+    text, addr = co.text, co.section(".text").addr
+    if not (_WHOLE_TEXT and _WHOLE_TEXT[1] == addr and _WHOLE_TEXT[0] == text):
+        _WHOLE_TEXT[:] = [text, addr, _max_vgpr(decode(text, SOURCE_ISA, addr))]
+    return _WHOLE_TEXT[2]
 
 
 @dataclass
@@ -137,10 +182,7 @@ class VgprBudget:
         kd = kernel.descriptor
         md = next((m for m in (co.metadata.kernels if co.metadata is not None else ())
                    if m.get(".symbol") == kernel.symbol), {})
-        scope = code.insts
-        if code.calls:
-            scope = decode(co.text, SOURCE_ISA, co.section(".text").addr)
-        top, blocked = _max_vgpr(scope)
+        top, blocked = _whole_text_max_vgpr(co) if code.calls else _max_vgpr(code.insts)
         count = md.get(".vgpr_count")
         first = max(top, count if isinstance(count, int) else 0)
         return cls(kernel.name, kernel.symbol, kernel, first, kd.vgpr_blocks_count, kd.vgpr_granule,
