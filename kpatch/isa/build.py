@@ -9,6 +9,8 @@ mitigations insert.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from kpatch.errors import UsageError
 from kpatch.isa import formats as F
 from kpatch.isa import operands as O
@@ -25,7 +27,23 @@ def instruction(mnemonic: str, target: str = DEFAULT_TARGET, *, literal: int | N
                 extra: dict[str, int] | None = None, **fields: int) -> bytes:
     """Bytes of ``mnemonic`` (as llvm-objdump prints it, e.g. ``v_mov_b32_e32``,
     ``s_nop``, ``global_load_dword``) with the given field values; fields
-    not given keep the table's base values (0 for most)."""
+    not given keep the table's base values (0 for most).
+
+    The same request gives the same bytes (the tables are fixed), so they
+    are kept (:func:`_instruction`): a fix that expands each of 45k integer
+    dot products of a Tensile object into 8 instructions asks for the same
+    few thousand again and again (the encode and the checking decode were 70%
+    of patching it).  A request that fails is not kept: it fails again."""
+    return _instruction(mnemonic, target, literal, None if extra is None else tuple(extra.items()),
+                        tuple(fields.items()))
+
+
+@lru_cache(maxsize=1 << 16)
+def _instruction(mnemonic: str, target: str, literal: int | None, extra_items: tuple | None,
+                 field_items: tuple) -> bytes:
+    """:func:`instruction`, with its keyword arguments as (name, value) tuples."""
+    extra = None if extra_items is None else dict(extra_items)
+    fields = dict(field_items)
     t = load(target)
     info = t.find(mnemonic)
     vals = dict(info.base)

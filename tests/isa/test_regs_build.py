@@ -113,3 +113,52 @@ def test_builder_rejects_bad_input():
 def test_branch_target():
     inst = decode_one(build.branch_to("s_branch", 0x100, 0x80), "gfx1010", address=0x100)
     assert inst.branch_target == 0x80
+
+
+# --- built bytes are kept per request (build._instruction) -----------------------------------
+
+def test_kept_bytes_are_per_target():
+    """v_fmac_legacy_f32 is gfx1030's name for the opcode gfx1010 calls v_mac_legacy_f32 (llvm-mc-16
+    takes each name only for its own target): a request kept for one target must not answer the other."""
+    from kpatch.errors import UsageError
+    assert mc_encode(["v_fmac_legacy_f32_e32 v0, v0, v0"], "gfx1010") == [None]
+    want = mc_encode(["v_fmac_legacy_f32_e32 v0, v0, v0"], "gfx1030")[0]
+    for _ in range(2):  # the second time from what was kept
+        assert build.instruction("v_fmac_legacy_f32_e32", "gfx1030", src0=256) == want
+        with pytest.raises(UsageError):
+            build.instruction("v_fmac_legacy_f32_e32", "gfx1010", src0=256)
+
+
+def test_a_failed_request_fails_again():
+    from kpatch.errors import UsageError
+    for _ in range(2):
+        with pytest.raises(UsageError, match="does not fit"):
+            build.instruction("s_nop", simm16=1 << 20)
+
+
+def test_kept_bytes_are_those_of_the_request(monkeypatch):
+    """Requests that differ in a field, the literal or an SDWA field get their own bytes (llvm-mc-16's);
+    a memo keyed without the SDWA dword's fields (the broken variant) is caught."""
+    from kpatch.isa import formats as F
+    texts = ["v_mul_u32_u24_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_0 src1_sel:BYTE_1",
+             "v_mul_u32_u24_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_1 src1_sel:BYTE_1",
+             "v_mul_u32_u24_e32 v1, v2, v3", "v_mul_u32_u24_e32 v4, v2, v3",
+             "v_mov_b32_e32 v1, 0x12345678", "v_mov_b32_e32 v1, 0x1234"]
+    want = mc_encode(texts, "gfx1010")
+
+    def requests():
+        sdwa = dict(dst_sel=6, dst_unused=0, src1_sel=1)
+        return [build.instruction("v_mul_u32_u24_e32", vdst=1, src0=F.SRC_SDWA, vsrc1=3,
+                                  extra=dict(src0=2, src0_sel=0, **sdwa)),
+                build.instruction("v_mul_u32_u24_e32", vdst=1, src0=F.SRC_SDWA, vsrc1=3,
+                                  extra=dict(src0=2, src0_sel=1, **sdwa)),
+                build.instruction("v_mul_u32_u24_e32", vdst=1, src0=258, vsrc1=3),
+                build.instruction("v_mul_u32_u24_e32", vdst=4, src0=258, vsrc1=3),
+                build.instruction("v_mov_b32_e32", vdst=1, src0=0xFF, literal=0x12345678),
+                build.instruction("v_mov_b32_e32", vdst=1, src0=0xFF, literal=0x1234)]
+
+    assert requests() == want and requests() == want
+    real = build._instruction
+    monkeypatch.setattr(build, "_instruction", lambda m, t, lit, extra, fields: real(m, t, lit, None if extra is None
+                        else tuple(kv for kv in extra if kv[0] != "src0_sel") + (("src0_sel", 0),), fields))
+    assert requests() != want
