@@ -831,7 +831,9 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
     # block or that has a known edge (an s_call_b64 to a callee in the unit;
     # its return address, the one a pair can hold, is a jump target then), and
     # at every getpc target (where a jump through a pair can land)
-    kinds = [kind(ins) for ins in insts[first:last + 1]]
+    seg = insts[first:last + 1]
+    per = _PerEncoding(seg)
+    kinds = per.column(kind)
     internal: dict[int, int] = {}  # s_call_b64 index -> its target's index, inside the unit
     leaders = {first}
     for i in range(first, last + 1):
@@ -874,8 +876,8 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
     for i in jumps:
         n = insts[i].field("ssrc0")
         track |= {n, n + 1}
-    movs = [ins for ins in insts[first:last + 1] if ins.mnemonic in ("s_mov_b64", "s_mov_b32")
-            and ins.fields.get("ssrc0", 999) <= 105]
+    movs = per.having(lambda ins: ins.mnemonic in ("s_mov_b64", "s_mov_b32") and ins.fields.get("ssrc0", 999) <= 105)
+    movs = [insts[first + k] for k in movs]
     while True:
         more = set()
         for ins in movs:
@@ -892,15 +894,13 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
     # the instructions that can change the tracked state, per block
     getpc_last = {gp.last for gp in scan.getpcs}
     acts: dict[int, list[int]] = {b: [] for b in order}
-    bi = 0
-    for i in range(first, last + 1):
-        while bi + 1 < len(order) and order[bi + 1] <= i:
-            bi += 1
-        ins = insts[i]
-        if (i in getpc_last or ins.is_unknown or ins.mnemonic in ("s_call_b64", "s_swappc_b64")
-                or any(r.file == "s" and any(r.index + k in track for k in range(r.count))
-                       for r in ins.writes)):
-            acts[order[bi]].append(i)
+    acting = {first + k for k in per.having(
+        lambda ins: ins.is_unknown or ins.mnemonic in ("s_call_b64", "s_swappc_b64")
+        or any(r.file == "s" and any(r.index + k in track for k in range(r.count)) for r in ins.writes))}
+    acting.update(i for i in getpc_last if first <= i <= last)
+    for i in sorted(acting):
+        acts[order[bisect.bisect_right(order, i) - 1]].append(i)
+    jumping = [first + k for k in per.having(lambda ins: ins.mnemonic in ("s_setpc_b64", "s_swappc_b64"))]
 
     def run(b: int, st: dict) -> dict:
         for i in acts[b]:
@@ -917,6 +917,7 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
             return []
         return [j for kind, t in vals if kind in ("g", "r") and (j := inside(t)) is not None]
 
+    jumping_set = set(jumping)
     entry_state: dict[int, dict | None] = {b: None for b in order}  # None: not reached (yet)
     start: dict = {}
     if u.kind != "kernel":
@@ -942,11 +943,34 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
         if not reached:  # unreachable from the entry: unknown inputs
             st = {}
         acted = set(acts[b])
-        for i in range(b, block_end[b] + 1):
-            if insts[i].mnemonic in ("s_setpc_b64", "s_swappc_b64"):
+        e = block_end[b]
+        for i in sorted({*acts[b], *jumping[bisect.bisect_left(jumping, b):bisect.bisect_right(jumping, e)]}):
+            if i in jumping_set:
                 _check_jump(scan, ui, u, i, st if reached else None)
             if i in acted:
                 st = _transfer(scan, i, st, i in internal, track)
+
+
+class _PerEncoding:
+    """Values of instructions that depend on their encoding alone (their
+    shared :class:`~kpatch.isa.instruction.Decoded`, compared by identity),
+    worked out once per encoding: a Tensile kernel is 100k+ instructions of a
+    few thousand encodings, and :func:`_computed_jumps` asks four questions of
+    each instruction."""
+
+    def __init__(self, insts: list) -> None:
+        self.ds = list(map(attrgetter("d"), insts))
+        self.one = dict(zip(self.ds, insts))  # encoding -> an instruction that has it
+
+    def column(self, f) -> list:
+        """``[f(ins) for ins in insts]``."""
+        value = {d: f(ins) for d, ins in self.one.items()}
+        return list(map(value.__getitem__, self.ds))
+
+    def having(self, f) -> list[int]:
+        """The positions of the instructions for which ``f`` is true."""
+        yes = {d for d, ins in self.one.items() if f(ins)}
+        return [k for k, d in enumerate(self.ds) if d in yes]
 
 
 def _check_jump(scan: TextScan, ui: int, u: TextUnit, i: int, state: dict | None) -> None:

@@ -1,0 +1,65 @@
+"""codescan's bound of computed jumps asks its per-instruction questions once
+per encoding (``codescan._PerEncoding``): the jumps it bounds, the problems it
+records and the units it links are exactly those of asking every instruction
+(the plain class below), on real code with computed jumps: a rocBLAS Tensile
+library (every kernel ends in an ``s_setpc_b64`` long-branch sequence) and
+the calls fixture (``s_swappc_b64`` calls and returns).  A per-encoding
+table keyed by less than the encoding (the format) is caught."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kpatch.analysis import codescan
+from kpatch.codeobject import CodeObject
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
+                       "library", "TensileLibrary_Type_I8I_HPA_Contraction_l_Alik_Bljk_Cijk_Dijk_gfx1030.co")
+CALLS = os.path.join(ROOT, "tests", "rewrite", "data", "calls.hip.gfx1030.hsaco")
+
+
+class _EveryInstruction:
+    """The plain questions: each instruction asked on its own."""
+
+    def __init__(self, insts: list) -> None:
+        self.insts = insts
+
+    def column(self, f) -> list:
+        return [f(ins) for ins in self.insts]
+
+    def having(self, f) -> list[int]:
+        return [k for k, ins in enumerate(self.insts) if f(ins)]
+
+
+class _ByFormat(codescan._PerEncoding):
+    """Broken: one answer per instruction format (SOPP, SOP1, ...), whatever the opcode and operands."""
+
+    def __init__(self, insts: list) -> None:
+        self.ds = [ins.format for ins in insts]
+        self.one = dict(zip(self.ds, insts))
+
+
+def _bounds(path: str, monkeypatch, per) -> tuple:
+    monkeypatch.setattr(codescan, "_PerEncoding", per)
+    s = codescan.scan_text(CodeObject.from_bytes(open(path, "rb").read()), "gfx1030")
+    return (sorted((k, sorted(v)) for k, v in s.jumps.items()),
+            [(p.unit, p.address, p.cls, p.kind, p.reason, p.ui) for p in s.problems],
+            sorted((k, sorted(v)) for k, v in s.edges.items()))
+
+
+@pytest.mark.parametrize("path", [TENSILE, CALLS], ids=["tensile", "calls"])
+def test_per_encoding_equals_every_instruction(path, monkeypatch):
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not fetched (tools/fetch_sid.sh)")
+    want = _bounds(path, monkeypatch, _EveryInstruction)
+    assert want[0]  # there are computed jumps to bound
+    assert _bounds(path, monkeypatch, codescan._PerEncoding) == want
+
+
+def test_a_table_keyed_by_format_is_caught(monkeypatch):
+    if not os.path.exists(TENSILE):
+        pytest.skip(f"{TENSILE} is not fetched (tools/fetch_sid.sh)")
+    assert _bounds(TENSILE, monkeypatch, _ByFormat) != _bounds(TENSILE, monkeypatch, _EveryInstruction)
