@@ -37,6 +37,7 @@ import bisect
 import heapq
 import re
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 
 import numpy as np
@@ -594,6 +595,7 @@ def _scan_units(scan: TextScan, control: _Control) -> None:
     at_l, role_l = at[special].tolist(), role[special].tolist()
     special_l = special.tolist()
     s_lo, s_hi = s_lo.tolist(), s_hi.tolist()
+    answers: dict = {}  # (_PerEncoding: one decode, so the units share their encodings)
     for ui in np.flatnonzero(~quiet).tolist():
         u = units[ui]
         if u.start % 4 or u.end % 4:
@@ -601,15 +603,16 @@ def _scan_units(scan: TextScan, control: _Control) -> None:
                      f"{u.name} spans {u.start:#x}..{u.end:#x}, not whole 4-byte words")
             continue
         a, b = s_lo[ui], s_hi[ui]
-        _scan_unit(scan, ui, u, control, at_l[a:b], role_l[a:b], special_l[a:b])
+        _scan_unit(scan, ui, u, control, at_l[a:b], role_l[a:b], special_l[a:b], answers)
 
 
 def _scan_unit(scan: TextScan, ui: int, u: TextUnit, control: _Control, at: list[int], role: list[int],
-               pos: list[int]) -> None:
+               pos: list[int], answers: dict) -> None:
     """The problems, getpc sequences, computed jumps and their edges of one
     unit: ``at`` / ``role`` / ``pos`` are the instruction indices, roles and
     positions in :class:`_Control` of its instructions other than the
-    branches to an instruction (:func:`_scan_units` records those)."""
+    branches to an instruction (:func:`_scan_units` records those);
+    ``answers``: :class:`_PerEncoding`'s, shared by the units of the scan."""
     insts = scan.insts
     first, last = u.first, u.last
     if u.count == 0:
@@ -664,7 +667,7 @@ def _scan_unit(scan: TextScan, ui: int, u: TextUnit, control: _Control, at: list
             _problem(scan, ui, ins.address, "A", "unsupported",
                      f"{ins.mnemonic} at {ins.address:#x} is PC-relative and kpatch does not relocate it")
     if jumps:
-        _computed_jumps(scan, ui, u, jumps)
+        _computed_jumps(scan, ui, u, jumps, answers)
     for gp in long_branches:
         why = _tmp_dead(scan, ui, gp)
         if why:
@@ -814,7 +817,7 @@ def _pair_values(state: dict, n: int):
     return _OUTSIDE
 
 
-def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> None:
+def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int], answers: dict) -> None:
     """Bound each s_setpc_b64/s_swappc_b64 register pair (a forward may-analysis
     of the values register pairs hold, see above); an s_setpc_b64 goes on to
     every address its pair may hold (those inside the unit are followed)."""
@@ -832,8 +835,8 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
     # its return address, the one a pair can hold, is a jump target then), and
     # at every getpc target (where a jump through a pair can land)
     seg = insts[first:last + 1]
-    per = _PerEncoding(seg)
-    kinds = per.column(kind)
+    per = _PerEncoding(seg, answers)
+    kinds = per.column("kind", kind)
     internal: dict[int, int] = {}  # s_call_b64 index -> its target's index, inside the unit
     leaders = {first}
     for i in range(first, last + 1):
@@ -876,7 +879,8 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
     for i in jumps:
         n = insts[i].field("ssrc0")
         track |= {n, n + 1}
-    movs = per.having(lambda ins: ins.mnemonic in ("s_mov_b64", "s_mov_b32") and ins.fields.get("ssrc0", 999) <= 105)
+    movs = per.having("copy", lambda ins: ins.mnemonic in ("s_mov_b64", "s_mov_b32")
+                      and ins.fields.get("ssrc0", 999) <= 105)
     movs = [insts[first + k] for k in movs]
     while True:
         more = set()
@@ -894,13 +898,13 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
     # the instructions that can change the tracked state, per block
     getpc_last = {gp.last for gp in scan.getpcs}
     acts: dict[int, list[int]] = {b: [] for b in order}
-    acting = {first + k for k in per.having(
-        lambda ins: ins.is_unknown or ins.mnemonic in ("s_call_b64", "s_swappc_b64")
-        or any(r.file == "s" and any(r.index + k in track for k in range(r.count)) for r in ins.writes))}
+    writes = per.column("sgprs written", _sgprs_written)
+    acts_on = {w: w is None or not track.isdisjoint(w) for w in set(writes)}
+    acting = set(compress(range(first, last + 1), map(acts_on.__getitem__, writes)))
     acting.update(i for i in getpc_last if first <= i <= last)
     for i in sorted(acting):
         acts[order[bisect.bisect_right(order, i) - 1]].append(i)
-    jumping = [first + k for k in per.having(lambda ins: ins.mnemonic in ("s_setpc_b64", "s_swappc_b64"))]
+    jumping = [first + k for k in per.having("jumps", lambda ins: ins.mnemonic in ("s_setpc_b64", "s_swappc_b64"))]
 
     def run(b: int, st: dict) -> dict:
         for i in acts[b]:
@@ -952,25 +956,41 @@ def _computed_jumps(scan: TextScan, ui: int, u: TextUnit, jumps: list[int]) -> N
 
 
 class _PerEncoding:
-    """Values of instructions that depend on their encoding alone (their
-    shared :class:`~kpatch.isa.instruction.Decoded`, compared by identity),
-    worked out once per encoding: a Tensile kernel is 100k+ instructions of a
-    few thousand encodings, and :func:`_computed_jumps` asks four questions of
-    each instruction."""
+    """Answers to questions about instructions that depend on their encoding
+    alone (their shared :class:`~kpatch.isa.instruction.Decoded`, compared by
+    identity), worked out once per encoding and question: a Tensile library
+    is hundreds of kernels of 100k+ instructions each, of a few thousand
+    encodings, and :func:`_computed_jumps` asks four questions of each
+    instruction.  ``answers`` (question -> encoding -> answer) is shared by
+    the units of one scan (one decode: the same Decoded objects), so a
+    question may only be about the encoding."""
 
-    def __init__(self, insts: list) -> None:
+    def __init__(self, insts: list, answers: dict) -> None:
         self.ds = list(map(attrgetter("d"), insts))
         self.one = dict(zip(self.ds, insts))  # encoding -> an instruction that has it
+        self.answers = answers
 
-    def column(self, f) -> list:
+    def _table(self, question, f) -> dict:
+        table = self.answers.setdefault(question, {})
+        for d in [d for d in self.one if d not in table]:
+            table[d] = f(self.one[d])
+        return table
+
+    def column(self, question, f) -> list:
         """``[f(ins) for ins in insts]``."""
-        value = {d: f(ins) for d, ins in self.one.items()}
-        return list(map(value.__getitem__, self.ds))
+        return list(map(self._table(question, f).__getitem__, self.ds))
 
-    def having(self, f) -> list[int]:
+    def having(self, question, f) -> list[int]:
         """The positions of the instructions for which ``f`` is true."""
-        yes = {d for d, ins in self.one.items() if f(ins)}
-        return [k for k, d in enumerate(self.ds) if d in yes]
+        return list(compress(range(len(self.ds)), map(self._table(question, f).__getitem__, self.ds)))
+
+
+def _sgprs_written(ins) -> frozenset | None:
+    """The SGPRs ``ins`` writes; None for one that changes what a register pair
+    may hold whatever it writes (an undecodable word, a call)."""
+    if ins.is_unknown or ins.mnemonic in ("s_call_b64", "s_swappc_b64"):
+        return None
+    return frozenset(r.index + k for r in ins.writes if r.file == "s" for k in range(r.count))
 
 
 def _check_jump(scan: TextScan, ui: int, u: TextUnit, i: int, state: dict | None) -> None:

@@ -24,22 +24,23 @@ CALLS = os.path.join(ROOT, "tests", "rewrite", "data", "calls.hip.gfx1030.hsaco"
 class _EveryInstruction:
     """The plain questions: each instruction asked on its own."""
 
-    def __init__(self, insts: list) -> None:
+    def __init__(self, insts: list, answers: dict) -> None:
         self.insts = insts
 
-    def column(self, f) -> list:
+    def column(self, question, f) -> list:
         return [f(ins) for ins in self.insts]
 
-    def having(self, f) -> list[int]:
+    def having(self, question, f) -> list[int]:
         return [k for k, ins in enumerate(self.insts) if f(ins)]
 
 
 class _ByFormat(codescan._PerEncoding):
     """Broken: one answer per instruction format (SOPP, SOP1, ...), whatever the opcode and operands."""
 
-    def __init__(self, insts: list) -> None:
+    def __init__(self, insts: list, answers: dict) -> None:
         self.ds = [ins.format for ins in insts]
         self.one = dict(zip(self.ds, insts))
+        self.answers = answers
 
 
 def _bounds(path: str, monkeypatch, per) -> tuple:
@@ -63,3 +64,4 @@ def test_a_table_keyed_by_format_is_caught(monkeypatch):
     if not os.path.exists(TENSILE):
         pytest.skip(f"{TENSILE} is not fetched (tools/fetch_sid.sh)")
     assert _bounds(TENSILE, monkeypatch, _ByFormat) != _bounds(TENSILE, monkeypatch, _EveryInstruction)
+
