@@ -669,7 +669,7 @@ def _scan_unit(scan: TextScan, ui: int, u: TextUnit, control: _Control, at: list
     if jumps:
         _computed_jumps(scan, ui, u, jumps, answers)
     for gp in long_branches:
-        why = _tmp_dead(scan, ui, gp)
+        why = _tmp_dead(scan, ui, gp, answers)
         if why:
             _problem(scan, ui, insts[gp.index].address, "A", "pc-relative", why)
 
@@ -985,6 +985,13 @@ class _PerEncoding:
         return list(compress(range(len(self.ds)), map(self._table(question, f).__getitem__, self.ds)))
 
 
+def _step(ins) -> tuple[int, frozenset, frozenset]:
+    """What :func:`_tmp_dead` asks of an instruction: its control-flow kind and
+    the SGPRs it reads and writes (about its encoding alone)."""
+    return (kind(ins), frozenset(r.index + k for r in ins.reads if r.file == "s" for k in range(r.count)),
+            frozenset(r.index + k for r in ins.writes if r.file == "s" for k in range(r.count)))
+
+
 def _sgprs_written(ins) -> frozenset | None:
     """The SGPRs ``ins`` writes; None for one that changes what a register pair
     may hold whatever it writes (an undecodable word, a call)."""
@@ -1034,7 +1041,7 @@ def _check_jump(scan: TextScan, ui: int, u: TextUnit, i: int, state: dict | None
 TMP_WALK_LIMIT = 200_000
 
 
-def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
+def _tmp_dead(scan: TextScan, ui: int, gp: GetPc, answers: dict | None = None) -> str:
     """'' when no path from the end of ``gp``'s sequence reads its temporary
     sT before writing all of it (relocation changes the value sT holds, so a
     later read would see another number); else why not.  Paths follow
@@ -1042,8 +1049,10 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
     :mod:`kpatch.analysis.flow` says: ``s_trap`` falls through unless it ends
     the unit); ``s_endpgm`` ends a path; a call, a return, a jump to an
     unknown address, a PC change kpatch does not model or code outside the
-    unit count as reads (anything may read sT there)."""
+    unit count as reads (anything may read sT there).  ``answers``: as
+    :class:`_PerEncoding`'s (each encoding's kind and SGPRs, :func:`_step`)."""
     insts = scan.insts
+    steps_of = (answers if answers is not None else {}).setdefault("step", {})
     u = scan.units[ui]
     t = gp.tmp
     where = f"s_getpc_b64 at {insts[gp.index].address:#x}"
@@ -1062,12 +1071,14 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
             if steps > TMP_WALK_LIMIT:
                 return f"{where}: cannot tell whether s{t} is read after its long branch (too many paths)"
             ins = insts[i]
-            m = ins.mnemonic
-            k = kind(ins)
-            if any(r.file == "s" and r.index <= t < r.index + r.count for r in ins.reads):
+            step = steps_of.get(ins.d)
+            if step is None:
+                step = steps_of[ins.d] = _step(ins)
+            k, reads, writes = step
+            if t in reads:
                 return (f"{where}: s{t}, which holds the long branch's offset, is read at {ins.address:#x} "
                         f"({ins.text()}) before it is written")
-            if any(r.file == "s" and r.index <= t < r.index + r.count for r in ins.writes):
+            if t in writes:
                 break  # written whole (SGPR writes are whole registers): dead on this path
             if k == END or k == TRAP and i == u.last:
                 break  # the wave ends
@@ -1082,7 +1093,7 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc) -> str:
             if k == CALL:
                 return f"{where}: s{t} may be read by the function called at {ins.address:#x}"
             if k == UNMODELLED:
-                return f"{where}: s{t} may be read where {m} at {ins.address:#x} goes"
+                return f"{where}: s{t} may be read where {ins.mnemonic} at {ins.address:#x} goes"
             target = scan.branches.get(i)
             if target is not None:
                 work.append(scan.index_at[target])
