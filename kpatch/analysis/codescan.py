@@ -43,6 +43,7 @@ from operator import attrgetter
 import numpy as np
 
 from kpatch.codeobject import CodeObject
+from kpatch.errors import FormatError
 from kpatch.isa.decodememo import columns_of, decode_ranges
 from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, encoding_ids_of_columns
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
@@ -294,6 +295,10 @@ def _alignment(address: int) -> int:
     return a
 
 
+#: the first address scan_text refuses code at (instruction addresses are int64 columns)
+ADDRESS_LIMIT = 2**63
+
+
 def scan_text(co: CodeObject, target: str, keep_ids: bool = False) -> TextScan | None:
     """Units and PC-relative constructs of the object's ``.text`` (None if it
     has none); with ``keep_ids`` also the encoding ids of the instructions
@@ -304,6 +309,9 @@ def scan_text(co: CodeObject, target: str, keep_ids: bool = False) -> TextScan |
         return None
     data = co.text
     start, end = text.addr, text.addr + text.size
+    if end >= ADDRESS_LIMIT:
+        raise FormatError(f".text at {start:#x}..{end:#x} lies beyond address 2^63 (a damaged section header: "
+                          f"no GPU maps code there, and kpatch indexes addresses as 64-bit signed numbers)")
     # the functions where CodeObject.function_extents bounds them (an unsized
     # one, up to the next function, is trimmed of its padding when decoded);
     # overlapping ones are merged into one unit, named after a kernel

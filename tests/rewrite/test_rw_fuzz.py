@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +84,24 @@ def test_random_bytes_are_format_errors(blob):
     except KpatchError:
         return
     raise AssertionError("random bytes were accepted as a code object")
+
+
+def test_text_beyond_2_63_is_a_format_error(tmp_path):
+    """A damaged section header puts .text at 0x8000000000001d00 (the example hypothesis found: byte
+    6119 of reloc_cases set to 0x80, the top byte of .text's sh_addr; llvm-readelf-16 shows the same
+    address): the analysis and the rewriter refuse it with a FormatError naming .text, no OverflowError."""
+    from kpatch.analysis import analyse
+    from kpatch.codeobject import CodeObject
+    from kpatch.errors import FormatError
+
+    data = bytearray(_DATA[RELOC])
+    data[25751 % len(data)] = 0x80  # (hypothesis reduces each position modulo the length)
+    damaged = tmp_path / "damaged.hsaco"
+    damaged.write_bytes(bytes(data))
+    out, _ = readelf(str(damaged), "-S", "--wide")
+    assert re.search(r"\.text\s+PROGBITS\s+8000000000001d00", out), out
+    edits = [Edit(x.addr, "insert_before", NOP7, "f") for x in _LINES[RELOC][::7]]
+    with pytest.raises(FormatError, match=r"\.text at 0x8000000000001d00"):
+        apply_edits(bytes(data), "gfx1030", edits)
+    with pytest.raises(FormatError, match=r"beyond address 2\^63"):
+        analyse(CodeObject.from_bytes(bytes(data)), "gfx1010")
