@@ -27,9 +27,9 @@ class ColumnInstructions(Sequence):
     context's instructions (:meth:`Context.release_instructions`).  Held as
     a list, they would live as long as the report, one object each, and
     the collection that follows :func:`~kpatch.analysis.analyse` (the
-    collector is paused while it runs) would traverse all of them: 0.7 s
-    of the 10 s the bench corpus' analysis costs.  As columns they are
-    three arrays per part, and the instructions are freed by their
+    collector is paused while it runs) would traverse all of them: 0.5 s
+    of the 9-10 s CPU the analysis of the bench corpus costs.  As columns
+    they are three arrays per part, and the instructions are freed by their
     reference counts when the decode memo ends."""
 
     __slots__ = ("_starts", "_parts", "_n")
