@@ -28,7 +28,7 @@ import numpy as np
 from kpatch.analysis.cfg import build_cfg
 from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
-from kpatch.analysis.detectors.context import FunctionSpan
+from kpatch.analysis.detectors.context import ColumnInstructions, FunctionSpan
 from kpatch.isa.decodememo import decode_memo, decode_ranges
 from kpatch.analysis.facts import FACTS, FactsView, KnownIds, known_ids, known_unit
 from kpatch.analysis.findings import CLASS_BY_NAME
@@ -142,6 +142,7 @@ def _analyse(co, target: str, only=None, given: TextScan | None = None) -> Repor
     for batch in _batches([r for r in ranges if r[3] >= 0]):
         ctx = unit_context(co, source, processor, batch, jumps=_jumps_from(co, batch, jumps), known=known)
         _function_reports(report, ctx, run_detectors(ctx))
+        ctx.release_instructions()
     ctx = None
     if scan is not None:
         _relocation_verdicts(report, scan)
@@ -290,6 +291,7 @@ def unit_context(co, source: str, processor: str, ranges, jumps=(), known: Known
     cfg = build_cfg(insts, facts, [s.start for s in spans], addresses, jumps)
     ctx = Context(co, cfg, source, processor, spans)
     ctx.addresses = addresses
+    ctx.columns = ColumnInstructions(parts)
     return ctx
 
 

@@ -42,13 +42,14 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = No
         return []
     if not wgp:
         return []
-    insts, addresses, at = ctx.insts, ctx.addresses, multi[lo:hi]
+    cfg, addresses, at = ctx.cfg, ctx.addresses, multi[lo:hi]
     # (detail and addresses made when first read: rendering an instruction costs more than the rest;
-    # they hold the instructions and addresses, not the context, which holds the finding: no cycle
-    # for the collector to find, everything freed by reference counts when the report goes)
+    # they hold the graph and addresses, not the context, which holds the finding: no cycle for the
+    # collector to find, everything freed by reference counts when the report goes; the graph's
+    # instructions then are columns: Context.release_instructions)
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
                     lambda: f"WGP mode, {len(at)} multi-dword LDS/FLAT access(es) with unproven alignment, "
-                            f"first {insts[at[0]].text()}",
+                            f"first {cfg.insts[at[0]].text()}",
                     addresses=lambda: addresses[at].tolist())]
 
 
