@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import sys
 import tempfile
@@ -49,7 +50,14 @@ def objects(limit: int):
                 yield os.path.basename(p), CodeObject.from_bytes(f.read())
     for item in discover([expand("@sample")]):
         if isinstance(item, Found):
-            yield str(item.uri), CodeObject.from_bytes(item.data)
+            yield portable(str(item.uri)), CodeObject.from_bytes(item.data)
+
+
+def portable(name: str) -> str:
+    """``name`` without the checkout's path: the sample DB's URIs hold its
+    absolute path, so a record made in one worktree would name its objects
+    differently from a check in another."""
+    return re.sub(r"^([a-z]+://)[^?]*/kpatch/data/sample\.kdb", r"\1@sample", name)
 
 
 def main() -> None:
@@ -67,7 +75,7 @@ def main() -> None:
               f"{sum(len(fr['findings']) for v in got.values() for fr in v.values())} findings")
         return
     with open(args.file) as f:
-        want = {d["object"]: d["functions"] for d in map(json.loads, f)}
+        want = {portable(d["object"]): d["functions"] for d in map(json.loads, f)}
     bad = 0
     for name in sorted(set(want) | set(got)):
         a, b = want.get(name), got.get(name)
