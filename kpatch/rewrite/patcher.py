@@ -519,7 +519,7 @@ class _RulePlan:
         for f in kr.findings:
             if self.mode == "override" and f.cls in OVERRIDE_ACCEPTS:
                 continue
-            a = _matching(self.approx, f, ctx)
+            a = _matching(self.approx, f, ctx) if self.approx else None
             if a is not None:
                 edits.extend(_edits_for_finding(ctx, a, f))
                 used.append(a.id)
