@@ -26,6 +26,7 @@ from kpatch.containers.bundle import (
     parse_bundle, parse_ccob_header, write_bundle)
 from kpatch.containers.discover import sniff
 from kpatch.errors import FormatError, UsageError
+from kpatch.isa.decoder import no_gc
 from kpatch.apply.modes import RESULT_PROCESSOR, SOURCE_PROCESSOR
 from kpatch.rewrite.outcome import KERNEL_STATUSES, KernelOutcome, PatchFn, PatchResult, ProvenanceFn
 
@@ -79,7 +80,21 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
     not written either (every kernel refused, with the reason).
     FormatError if ``code`` is not a code object, or its metadata note or
     kernel descriptors cannot be read (nothing is patched in an object not
-    wholly understood)."""
+    wholly understood).
+
+    The garbage collector is paused throughout (:func:`~kpatch.isa.decoder.no_gc`):
+    reading the object makes hundreds of thousands of small acyclic objects
+    (its metadata map, symbols, descriptors), and the collections they would
+    trigger traverse the large decode caches of the objects patched before
+    for nothing; the patcher pauses it too, so the pause covers the whole
+    object and what it leaves is collected once, after."""
+    with no_gc():
+        return _patch_checked(code, mode=mode, rule_sets=rule_sets, patch_fn=patch_fn, is_patched=is_patched)
+
+
+def _patch_checked(code: bytes, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
+                   is_patched: ProvenanceFn) -> PatchResult:
+    """:func:`patch_code_object_checked`'s work."""
     co = CodeObject.from_bytes(code, lossless=False)  # (read only: the C MessagePack reader)
     co.metadata  # noqa: B018 - read now: a note that does not decode is this blob's error
     co.kernels  # noqa: B018

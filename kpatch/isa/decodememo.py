@@ -149,13 +149,27 @@ def forget() -> None:
     code that will not be decoded again, e.g. the original once patching
     is done and the patched object is verified.  The encoding of each of
     its instructions is kept by address (:func:`_encodings_by_address`),
-    for the next :func:`expect_starts` to name the instructions moved."""
+    for the next :func:`expect_starts` to name the instructions moved.
+    The freed memory is given back to the system when the decode covered
+    at least :data:`TRIM_FROM` bytes of code (:func:`return_freed_memory`)."""
     memo = getattr(_LOCAL, "memo", None)
     if memo is not None:
         _LOCAL.before = _encodings_by_address()
+        code = sum(len(key[2]) for key in memo)
         memo.clear()
         _LOCAL.cols.clear()
-        return_freed_memory()
+        if code >= TRIM_FROM:
+            return_freed_memory()
+
+
+#: The bytes of code from which :func:`forget` gives the freed decode's memory
+#: back to the system.  Below it the freed memory stays with the process,
+#: which reuses it for the next decode (the patched object's, as large); a
+#: trim walks the whole heap, ~3 ms with the decode caches of a long
+#: ``apply --db``, for every object however small.  What it is for is a
+#: Tensile object's decode (tens of MiB of code; its freed decode stayed
+#: resident, about a third of a GiB, under the patched object's analysis).
+TRIM_FROM = 1 << 20
 
 
 _TRIM: list = []  # [glibc's malloc_trim, or None where there is none], once looked up

@@ -49,8 +49,27 @@ class Edit:
                              f"not a multiple of 4")
         if self.action != "replace" and not self.code:
             raise UsageError(f"{self.action} at {self.address:#x} has no code")
-        if self.address < 0 or self.address % 4:
-            raise UsageError(f"edit address {self.address:#x} is not a 4-byte aligned address")
+        _check_address(self.address)
+
+    def at(self, address: int) -> "Edit":
+        """This edit at the instruction at ``address`` instead: one rule puts
+        the same code at every finding it fixes (hundreds of thousands in
+        an object), so its edit is made and checked once and only the
+        address is checked at each place.  Equal to
+        ``Edit(address, self.action, self.code, self.rule, self.note)``."""
+        _check_address(address)
+        e = _new(Edit)
+        e.__dict__.update(address=address, action=self.action, code=self.code, rule=self.rule, note=self.note)
+        return e
+
+
+_new = object.__new__
+
+
+def _check_address(address: int) -> None:
+    """UsageError unless ``address`` can name an instruction (4-byte aligned, not negative)."""
+    if address < 0 or address % 4:
+        raise UsageError(f"edit address {address:#x} is not a 4-byte aligned address")
 
 
 #: Short names of refusal reasons (``Refusal.kind``).

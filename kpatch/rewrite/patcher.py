@@ -216,13 +216,26 @@ def _instruction_edits(ctx: FixContext, rule: Rule, address: int, inst) -> list[
                 edits.append(Edit(address, "replace", encode(inst, **changes), rule.id))
             except KpatchError as e:
                 raise CannotFix(f"rule {rule.id} at {address:#x}: {inst.text()}: {e.reason}") from None
-    if rule.replace is not None:
-        edits.append(Edit(address, "replace", _built(rule.replace), rule.id))
-    if rule.insert_before:
-        edits.append(Edit(address, "insert_before", _built(rule.insert_before), rule.id))
-    if rule.insert_after:
-        edits.append(Edit(address, "insert_after", _built(rule.insert_after), rule.id))
+    sequences = rule.__dict__.get("_kp_sequence_edits")
+    if sequences is None:
+        sequences = rule.__dict__["_kp_sequence_edits"] = _sequence_edits(rule)
+    for e in sequences:
+        edits.append(e.at(address))
     return edits
+
+
+def _sequence_edits(rule: Rule) -> tuple[Edit, ...]:
+    """The edits of ``rule``'s instruction sequences (replace, insert_before,
+    insert_after, in that order) at address 0, made once per rule (kept on
+    the rule, which is never changed) and placed with :meth:`Edit.at`."""
+    out = []
+    if rule.replace is not None:
+        out.append(Edit(0, "replace", _built(rule.replace), rule.id))
+    if rule.insert_before:
+        out.append(Edit(0, "insert_before", _built(rule.insert_before), rule.id))
+    if rule.insert_after:
+        out.append(Edit(0, "insert_after", _built(rule.insert_after), rule.id))
+    return tuple(out)
 
 
 def _matching(rules: list[Rule], finding, ctx: FixContext) -> Rule | None:
@@ -506,7 +519,7 @@ class _RulePlan:
         for f in kr.findings:
             if self.mode == "override" and f.cls in OVERRIDE_ACCEPTS:
                 continue
-            a = _matching(self.approx, f, ctx)
+            a = _matching(self.approx, f, ctx) if self.approx else None
             if a is not None:
                 edits.extend(_edits_for_finding(ctx, a, f))
                 used.append(a.id)

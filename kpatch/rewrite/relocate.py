@@ -331,8 +331,12 @@ class _Plan:
         return out
 
     def active(self) -> dict[int, Slot]:
+        """The slots whose edits are not dropped (a copy, in the same order)."""
         b = self.blocked()
-        return {i: s for i, s in self.slots.items() if self.scan.unit_of[i] not in b}
+        if not b:
+            return dict(self.slots)
+        unit_of = self.scan.unit_of
+        return {i: s for i, s in self.slots.items() if unit_of[i] not in b}
 
     def has_edits(self, r: int, *, sized: bool = False) -> bool:
         """Does root ``r`` reach an edit (one that changes sizes, with ``sized``)?"""
@@ -404,13 +408,36 @@ def _plan_layout(scan: TextScan, slots: dict[int, Slot], conflicts: dict[int, Re
 
 def _edit_problems(scan: TextScan, slots: dict[int, Slot], conflicts: dict[int, Refusal]) -> dict[int, Refusal]:
     """Instruction index -> why its edits cannot be made (conflicting edits,
-    or :func:`_edit_problem`)."""
+    or :func:`_edit_problem`).
+
+    Most slots only put code the object has taken elsewhere already (one
+    rule inserts the same few sequences at hundreds of thousands of
+    places): a slot that replaces nothing, is not part of a getpc sequence
+    and whose every piece of code a slot before it was found clean with
+    (:func:`_edit_problem` said None: the code is whole instructions, none
+    PC-relative) has no problem, which is all :func:`_edit_problem` would
+    find for it; the others are asked."""
     problems = dict(conflicts)
+    getpc_at = scan.getpc_at
+    clean: set[bytes] = set()  # code of edits found clean
     for i, slot in slots.items():
-        if i not in problems:
-            p = _edit_problem(scan, i, slot)
-            if p is not None:
-                problems[i] = p
+        if i in problems:
+            continue
+        if slot.replace is None and i not in getpc_at:
+            for e in slot.before:
+                if type(e.code) is not bytes or e.code not in clean:
+                    break
+            else:
+                for e in slot.after:
+                    if type(e.code) is not bytes or e.code not in clean:
+                        break
+                else:
+                    continue
+        p = _edit_problem(scan, i, slot)
+        if p is not None:
+            problems[i] = p
+        else:
+            clean.update(e.code for e in slot.edits if type(e.code) is bytes)
     return problems
 
 

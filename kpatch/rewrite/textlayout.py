@@ -258,7 +258,8 @@ class TextLayout:
         for i, pos, size in zip(marked, landing, sizes):
             slot = slots.get(i)
             if slot is not None:
-                pos = _put_edits(out, base, pos, slot.before, put)
+                if slot.before:
+                    pos = _put_edits(out, base, pos, slot.before, put)
                 r = slot.replace
                 if r is not None:
                     body = bytes(r.code)
@@ -274,7 +275,7 @@ class TextLayout:
                 out[pos - base:pos - base + 4] = NOP
                 put((pos, NOP, "offset3f"))
                 pos += 4
-            if slot is not None:
+            if slot is not None and slot.after:
                 pos = _put_edits(out, base, pos, slot.after, put)
         return placed
 

@@ -35,13 +35,30 @@ def test_forget_returns_the_freed_memory_to_the_system():
         for k in range(256):
             big.append(bytes([k & 0xFF]) * 96_000)
             pin.append(bytes([k & 0xFF]) * 96_000)
-        memo[("gfx1030", 0, b"")] = big
+        # (the decode of a Tensile object's code: at least TRIM_FROM bytes of it)
+        memo[("gfx1030", 0, bytes(decodememo.TRIM_FROM))] = big
         big = None
         before = _rss_mib()
         decodememo.forget()
         after = _rss_mib()
         assert before - after > 16, (before, after)
         assert pin
+
+
+def test_forget_trims_only_after_large_code(monkeypatch):
+    """A trim walks the whole heap: forgetting the decode of less code than
+    TRIM_FROM bytes leaves the freed memory for the next decode to reuse."""
+    calls = []
+    monkeypatch.setattr(decodememo, "return_freed_memory", lambda: calls.append(1))
+    for size, trims in ((decodememo.TRIM_FROM - 4, 0), (decodememo.TRIM_FROM, 1)):
+        calls.clear()
+        with decodememo.decode_memo():
+            half = size // 2 // 4 * 4  # (two ranges: the code of every key counts)
+            decodememo._LOCAL.memo[("gfx1030", 0, bytes(half))] = []
+            decodememo._LOCAL.memo[("gfx1030", half, bytes(size - half))] = []
+            decodememo.forget()
+            assert not decodememo._LOCAL.memo
+        assert len(calls) == trims, (size, calls)
 
 
 def _has_malloc_trim() -> bool:
