@@ -1049,7 +1049,7 @@ def _check_jump(scan: TextScan, ui: int, u: TextUnit, i: int, state: dict | None
 TMP_WALK_LIMIT = 200_000
 
 
-def _tmp_dead(scan: TextScan, ui: int, gp: GetPc, answers: dict | None = None) -> str:
+def _tmp_dead(scan: TextScan, ui: int, gp: GetPc, answers: dict) -> str:
     """'' when no path from the end of ``gp``'s sequence reads its temporary
     sT before writing all of it (relocation changes the value sT holds, so a
     later read would see another number); else why not.  Paths follow
@@ -1060,7 +1060,7 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc, answers: dict | None = None) -
     unit count as reads (anything may read sT there).  ``answers``: as
     :class:`_PerEncoding`'s (each encoding's kind and SGPRs, :func:`_step`)."""
     insts = scan.insts
-    steps_of = (answers if answers is not None else {}).setdefault("step", {})
+    steps_of = answers.setdefault("step", {})
     u = scan.units[ui]
     t = gp.tmp
     where = f"s_getpc_b64 at {insts[gp.index].address:#x}"
