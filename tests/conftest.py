@@ -12,6 +12,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "bin")
+#: rocBLAS' Tensile library of Debian unstable's librocblas (tools/fetch_sid.sh)
+ROCBLAS_LIBRARY = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
+                               "library")
 CORPUS_LIB = os.path.join(ROOT, "kdb_cache", "root", "usr", "lib", "x86_64-linux-gnu")
 LIBROCRAND = os.path.join(CORPUS_LIB, "librocrand.so.1.1")
 

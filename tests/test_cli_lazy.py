@@ -26,14 +26,19 @@ print(" ".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"], ["rules"], ["rules", "KH001"],
-                                  ["scan", "@sample"]])
-def test_light_commands_import_no_heavy_module(args):
-    p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+def _imports_none(args: list[str], modules: tuple[str, ...]) -> None:
+    """`kpatch ARGS` prints, and imports none of ``modules``."""
+    p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=modules), *args],
                        capture_output=True, text=True, check=True)
     loaded = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
     assert loaded == "", f"kpatch {' '.join(args)} imported {loaded}"
     assert p.stdout  # it did print
+
+
+@pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"], ["rules"], ["rules", "KH001"],
+                                  ["scan", "@sample"]])
+def test_light_commands_import_no_heavy_module(args):
+    _imports_none(args, HEAVY)
 
 
 #: what listing rules needs none of: the code-object model and the header editor
@@ -43,11 +48,7 @@ NOT_FOR_RULES = ("kpatch.codeobject", "kpatch.rewrite.headers", "kpatch.elf.read
 
 @pytest.mark.parametrize("args", [["explain"], ["rules"], ["rules", "KH001"]])
 def test_listing_rules_reads_no_code_object_module(args):
-    p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=NOT_FOR_RULES), *args],
-                       capture_output=True, text=True, check=True)
-    loaded = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
-    assert loaded == "", f"kpatch {' '.join(args)} imported {loaded}"
-    assert p.stdout
+    _imports_none(args, NOT_FOR_RULES)
 
 
 #: what neither `--help`, `explain` nor listing the built-in rules needs: rich (about 40 ms to import; they
@@ -59,11 +60,7 @@ NOT_FOR_LISTING = ("rich", "rich.console", "kpatch.isa.decoder", "kpatch.isa.tab
 @pytest.mark.parametrize("args", [["--help"], ["explain"], ["explain", "H002"], ["rules"], ["rules", "KH001"],
                                   ["rules", "gfx1010-hazards"]])
 def test_listing_imports_neither_rich_nor_the_isa_tables(args):
-    p = subprocess.run([sys.executable, "-c", PROBE.format(heavy=NOT_FOR_LISTING), *args],
-                       capture_output=True, text=True, check=True)
-    loaded = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
-    assert loaded == "", f"kpatch {' '.join(args)} imported {loaded}"
-    assert p.stdout
+    _imports_none(args, NOT_FOR_LISTING)
 
 
 def _whole_module_docstring(path: str, function: str) -> str:

@@ -13,12 +13,12 @@ import os
 
 import pytest
 
+from conftest import ROCBLAS_LIBRARY
 from kpatch.analysis import codescan
 from kpatch.codeobject import CodeObject
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library", "TensileLibrary_Type_I8I_HPA_Contraction_l_Alik_Bljk_Cijk_Dijk_gfx1030.co")
+TENSILE = os.path.join(ROCBLAS_LIBRARY, "TensileLibrary_Type_I8I_HPA_Contraction_l_Alik_Bljk_Cijk_Dijk_gfx1030.co")
 CALLS = os.path.join(ROOT, "tests", "rewrite", "data", "calls.hip.gfx1030.hsaco")
 
 

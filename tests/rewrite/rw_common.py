@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from conftest import ROCBLAS_LIBRARY, gfx1030_code_objects
 from rw_oracle import Line, branch_target, objdump, symbols
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,6 +28,8 @@ LIBROCRAND = os.path.join(ROOT, "kdb_cache", "root", "usr", "lib", "x86_64-linux
 RELOC = os.path.join(DATA, "reloc_cases.gfx1030.hsaco")
 IMMOVABLE = os.path.join(DATA, "immovable.gfx1030.hsaco")
 CALLS = os.path.join(DATA, "calls.hip.gfx1030.hsaco")
+#: a small Tensile gfx1030 object that override mode patches (kernels with hazards to mitigate)
+TENSILE_SMALL = os.path.join(ROCBLAS_LIBRARY, "TensileLibrary_Type_BS_HPA_Contraction_l_Alik_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco")
 
 # Marker instructions (none of them occurs in the objects under test).
 NOP7 = bytes.fromhex("070080bf")  # s_nop 7: inserted before (a branch lands on it)
@@ -55,6 +58,34 @@ def fixture_objects() -> list[str]:
     hazards = sorted(p for p in glob.glob(os.path.join(HAZARDS, "*.gfx1030.hsaco"))
                      if p != ISA_DIFFERENCES)
     return shared + hazards + [RELOC, CALLS]
+
+
+def librocrand_and_tensile(librocrand: str, first: int | None = None) -> list[bytes]:
+    """The bytes of librocrand's gfx1030 code objects (the ``first`` ones, if
+    given) and, when rocBLAS is fetched, of :data:`TENSILE_SMALL`."""
+    objs = [co.data for co in gfx1030_code_objects(librocrand)[:first]]
+    if os.path.exists(TENSILE_SMALL):
+        objs.append(read(TENSILE_SMALL))
+    return objs
+
+
+def built_layouts(data: bytes, monkeypatch) -> list:
+    """(layout, the .text it built) of every code layout the patcher wrote
+    when patching ``data`` in override mode (``TextLayout._build`` watched)."""
+    from kpatch.rewrite import patcher, textlayout
+    built = []
+    real = textlayout.TextLayout._build
+
+    def keep(lay):
+        got = real(lay)
+        built.append((lay, bytes(got[0])))
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(textlayout.TextLayout, "_build", keep)
+        r = patcher.patch_code_object(data, mode="override")
+    assert r.data is not None, r.note
+    return built
 
 
 def read(path: str) -> bytes:

@@ -9,16 +9,11 @@ inserted after clean code)."""
 
 from __future__ import annotations
 
-import os
-
-from conftest import gfx1030_code_objects
+from rw_common import librocrand_and_tensile
 from kpatch.isa import build
 from kpatch.rewrite import patcher, relocate
 from kpatch.rewrite.edits import Edit, Slot
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library", "TensileLibrary_Type_BS_HPA_Contraction_l_Alik_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco")
 GETPC = build.instruction("s_getpc_b64", "gfx1030", sdst=4)
 
 
@@ -52,17 +47,9 @@ def _plans(data: bytes, monkeypatch) -> list:
     return got
 
 
-def _objects(librocrand) -> list[bytes]:
-    objs = [co.data for co in gfx1030_code_objects(librocrand)]
-    if os.path.exists(TENSILE):
-        with open(TENSILE, "rb") as f:
-            objs.append(f.read())
-    return objs
-
-
 def test_passing_clean_slots_finds_what_asking_every_slot_finds(monkeypatch, librocrand):
     slots_seen = 0
-    for data in _objects(librocrand):
+    for data in librocrand_and_tensile(librocrand):
         for scan, slots, conflicts in _plans(data, monkeypatch):
             assert _rows(relocate._edit_problems(scan, slots, conflicts)) == _rows(_plain(scan, slots, conflicts))
             slots_seen += len(slots)
@@ -81,7 +68,7 @@ def _with_late_getpc(scan, slots, code: bytes) -> dict:
 
 
 def test_pc_relative_code_after_clean_code_is_still_found(monkeypatch, librocrand):
-    data = _objects(librocrand)[0]
+    data = librocrand_and_tensile(librocrand)[0]
     scan, slots, conflicts = next((s, sl, c) for s, sl, c in _plans(data, monkeypatch) if sl)
     # code the object's slots insert (found clean on the way), then the getpc
     code = next(e.code for s in slots.values() for e in (*s.before, *s.after))

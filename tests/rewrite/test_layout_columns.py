@@ -9,17 +9,12 @@ Tensile library), and that comparison must catch a layout that is wrong."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from conftest import gfx1030_code_objects
+from rw_common import built_layouts, librocrand_and_tensile
 from kpatch.rewrite import patcher, textlayout
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library", "TensileLibrary_Type_BS_HPA_Contraction_l_Alik_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco")
 
 
 def _plain_place(lay) -> dict:
@@ -117,18 +112,10 @@ def _check(lay, text: bytes) -> None:
     assert same_text, "a different .text"
 
 
-def _objects(librocrand) -> list[bytes]:
-    out = [co.data for co in gfx1030_code_objects(librocrand)[:3]]
-    if os.path.exists(TENSILE):
-        with open(TENSILE, "rb") as fh:
-            out.append(fh.read())
-    return out
-
-
 def test_columns_place_and_write_as_one_by_one(monkeypatch, librocrand):
     seen = {"slots": 0, "replaced": 0, "units": 0, "marked": 0}
-    for data in _objects(librocrand):
-        for lay, text in _layouts(data, monkeypatch):
+    for data in librocrand_and_tensile(librocrand, 3):
+        for lay, text in built_layouts(data, monkeypatch):
             _check(lay, text)
             seen["slots"] += len(lay.slots)
             seen["replaced"] += sum(s.replace is not None for s in lay.slots.values())

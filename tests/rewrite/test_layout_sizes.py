@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from conftest import gfx1030_code_objects
+from rw_common import built_layouts
 from kpatch.analysis.codescan import scan_text
 from kpatch.analysis.engine import analyse
 from kpatch.isa.decodememo import decode_memo
-from kpatch.rewrite import patcher, textlayout
+from kpatch.rewrite import textlayout
 
 
 def _scan(co):
@@ -65,17 +66,8 @@ def test_branches_retargeted_at_once_as_one_by_one(monkeypatch, librocrand):
     (hundreds of retargeted branches)."""
     from kpatch.rewrite import textlayout
     data = gfx1030_code_objects(librocrand)[0].data
-    built = []
+    lay, fast = built_layouts(data, monkeypatch)[0]
     real = textlayout.TextLayout._build
-
-    def keep(lay):
-        got = real(lay)
-        built.append((lay, bytes(got[0])))
-        return got
-
-    monkeypatch.setattr(textlayout.TextLayout, "_build", keep)
-    patcher.patch_code_object(data, mode="override")
-    lay, fast = built[0]
     assert len(lay.new_simm) > 100
     table = textlayout._branch_table(lay.scan)
     monkeypatch.setattr(textlayout, "_branch_table", lambda scan: (*table[:3], np.zeros(len(table[0]), bool)))

@@ -8,18 +8,12 @@ an ``at`` that is wrong."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from conftest import gfx1030_code_objects
+from rw_common import librocrand_and_tensile
 from kpatch.errors import UsageError
 from kpatch.rewrite import patcher
 from kpatch.rewrite.edits import Edit
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library", "TensileLibrary_Type_BS_HPA_Contraction_l_Alik_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco")
 
 
 def _plain_at(self: Edit, address: int) -> Edit:
@@ -52,17 +46,9 @@ def _same(a: list, b: list) -> bool:
                                     for x, y in zip(a, b))
 
 
-def _objects(librocrand) -> list[bytes]:
-    objs = [co.data for co in gfx1030_code_objects(librocrand)]
-    if os.path.exists(TENSILE):
-        with open(TENSILE, "rb") as f:
-            objs.append(f.read())
-    return objs
-
-
 def test_placed_edits_are_the_constructors(monkeypatch, librocrand):
     seen = 0
-    for data in _objects(librocrand):
+    for data in librocrand_and_tensile(librocrand):
         fast, fast_out = _edits_and_result(data, monkeypatch)
         plain, plain_out = _edits_and_result(data, monkeypatch, at=_plain_at)
         assert _same(fast, plain)
@@ -72,7 +58,7 @@ def test_placed_edits_are_the_constructors(monkeypatch, librocrand):
 
 
 def test_a_wrong_placement_is_caught(monkeypatch, librocrand):
-    data = _objects(librocrand)[0]
+    data = librocrand_and_tensile(librocrand)[0]
     plain, _ = _edits_and_result(data, monkeypatch, at=_plain_at)
     assert plain
     # the rule's edit left at address 0 (the rewriter may refuse those outright), or with another note

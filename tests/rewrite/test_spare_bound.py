@@ -16,16 +16,13 @@ import subprocess
 
 import pytest
 
-from conftest import need_tool
+from conftest import ROCBLAS_LIBRARY, need_tool
 from kpatch.codeobject import CodeObject
 from kpatch.isa import decode
 from kpatch.isa.tables import IMPLICIT_FORMATS, implicit_uses
 from kpatch.rewrite import spareregs
 from kpatch.rewrite.spareregs import SOURCE_ISA, KernelCode, VgprBudget, _max_vgpr
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library")
 #: small Tensile gfx1030 objects whose .text starts at the same address and names different VGPRs
 SMALL = "TensileLibrary_Type_DD_Contraction_l_Alik_Bljk_Cijk_Dijk_fallback_gfx1030.hsaco"
 OTHER = "TensileLibrary_Type_DD_Contraction_l_Alik_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco"
@@ -33,7 +30,7 @@ LARGER = "TensileLibrary_Type_SS_Contraction_l_Alik_Bjlk_Cijk_Dijk_fallback_gfx1
 
 
 def _object(name: str) -> bytes:
-    path = os.path.join(TENSILE, name)
+    path = os.path.join(ROCBLAS_LIBRARY, name)
     if not os.path.exists(path):
         pytest.skip(f"{path} is not fetched (tools/fetch_sid.sh)")
     return open(path, "rb").read()
