@@ -3,7 +3,9 @@
 
 Over the gfx1030 code objects of the corpus (librocrand's, and librocsparse's
 when fetched), --reps times, in the same run, each in its own fresh
-process(es) (--jobs against --jobs, caches cold as in `kpatch scan`):
+process(es) (--jobs against --jobs, caches cold as in `kpatch scan`), each
+twice per repetition in the order decode, analyse, analyse, decode
+(bench_common.abba: the machine's speed drifts within minutes):
   * decode: decoding every kernel and function (exactly the instructions the
     analysis decodes: kpatch.analysis.engine.build_unit),
   * decode + analyse: kpatch.analysis.analyse(code object), which decodes
@@ -24,7 +26,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_common import corpus, describe_corpus, goal, line, loadavg, run_procs, shards, worker_cmd  # noqa: E402
+from bench_common import abba, corpus, describe_corpus, goal, line, loadavg, shards, worker_cmd  # noqa: E402
 
 
 def main() -> None:
@@ -43,10 +45,10 @@ def main() -> None:
         overheads = []
         for rep in range(args.reps):
             print(f"rep {rep + 1}: {loadavg()}")
-            dec = run_procs([worker_cmd("unit", s) for s in parts], args.jobs)
-            ana = run_procs([worker_cmd("analyse", s) for s in parts], args.jobs)
-            print(line("decode (build_unit)", dec))
-            print(line("decode + analyse", ana, dec))
+            dec, ana = abba([worker_cmd("unit", s) for s in parts], [worker_cmd("analyse", s) for s in parts],
+                            args.jobs)
+            print(line("decode (build_unit), twice", dec))
+            print(line("decode + analyse, twice", ana, dec))
             d, a = dec.inner(), ana.inner()
             over = (a - d) / d
             overheads.append(over)

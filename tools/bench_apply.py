@@ -3,7 +3,10 @@
 
     python tools/bench_apply.py [--db kdb_cache/corpus_gfx1030.kdb] [--reps 2]
 
---reps times, in the same run, each in one process (1 against 1):
+--reps times, in the same run, each in one process (1 against 1), each
+twice per repetition in the order apply, floor, floor, apply
+(bench_common.abba: the machine's speed drifts within minutes; the second
+apply writes a user DB of its own):
 1. kpatch: `apply_to_db` end to end (read, analyse, patch, verify, write the
    user DB) into a temporary directory, mode override, with no worker
    processes (jobs=1);
@@ -25,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_common import goal, line, loadavg, run_procs, worker_cmd  # noqa: E402
+from bench_common import abba, goal, line, loadavg, worker_cmd  # noqa: E402
 
 
 def main() -> int:
@@ -42,11 +45,13 @@ def main() -> int:
     for rep in range(a.reps):
         print(f"rep {rep + 1}: {loadavg()}")
         with tempfile.TemporaryDirectory(prefix="kpatch-bench-") as tmp:
-            out = os.path.join(tmp, "gfx1030_18.ukdb")
-            app = run_procs([worker_cmd("apply", [a.db, out])])
-            floor = run_procs([worker_cmd("bz2", [a.db, out])])
-        print(line("bz2 floor", floor))
-        print(line("kpatch apply --db (jobs=1)", app, floor))
+            out, again = (os.path.join(tmp, d, "gfx1030_18.ukdb") for d in ("one", "two"))
+            os.mkdir(os.path.dirname(out))
+            os.mkdir(os.path.dirname(again))
+            app, floor = abba([worker_cmd("apply", [a.db, out])], [worker_cmd("bz2", [a.db, out])],
+                              first_again=[worker_cmd("apply", [a.db, again])])
+        print(line("bz2 floor, twice", floor))
+        print(line("kpatch apply --db (jobs=1), twice", app, floor))
         print(f"  measured parts: apply {app.inner():.2f} s CPU, floor {floor.inner():.2f} s CPU")
         ratios.append(app.cpu / floor.cpu)
         print(f"  {loadavg()} after rep {rep + 1}")

@@ -108,6 +108,25 @@ def run_procs(cmds: list[list[str]], jobs: int = 1, stdout_devnull: bool = False
     return Run(time.perf_counter() - t0, cpu_children() - c0, peak, outputs)
 
 
+def abba(first: list[list[str]], second: list[list[str]], jobs: int = 1,
+         first_again: list[list[str]] | None = None) -> tuple[Run, Run]:
+    """Both measurements, run twice each in the order first, second, second,
+    first (each time :func:`run_procs`), summed per side: the machine's CPU
+    speed drifts by a third within minutes here, and this order puts the
+    same share of any steady drift on each side.  ``first_again``: the
+    commands of the last run, when they cannot be the first's (e.g. another
+    output file).  Prints each of the four runs' measured part."""
+    again = first if first_again is None else first_again
+    runs = [run_procs(cmds, jobs) for cmds in (first, second, second, again)]
+    print("  runs (first, second, second, first), measured part CPU s: "
+          + ", ".join(f"{r.inner():.2f}" for r in runs))
+    return _summed(runs[0], runs[3]), _summed(runs[1], runs[2])
+
+
+def _summed(a: Run, b: Run) -> Run:
+    return Run(a.wall + b.wall, a.cpu + b.cpu, max(a.peak_kib, b.peak_kib), a.outputs + b.outputs)
+
+
 def shards(paths: list[str], n: int) -> list[list[str]]:
     """``paths`` split into ``n`` lists of about equal total size (largest first, greedy)."""
     out: list[list[str]] = [[] for _ in range(n)]
