@@ -20,11 +20,10 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROCBLAS_LIBRARY
 from kpatch.codeobject import CodeObject
 
-LIBRARY = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library")
+LIBRARY = ROCBLAS_LIBRARY
 
 
 def files(pattern: str) -> list[str]:

@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 
 import kpatch.analysis.detectors.context as context
-from conftest import ROOT, fixture_and_corpus_objects
+from conftest import ROCBLAS_LIBRARY, fixture_and_corpus_objects
 from kpatch.analysis import analyse, engine
 from kpatch.analysis.detectors.context import ColumnInstructions, Context
 from kpatch.codeobject import CodeObject
 
 TENSILE = sorted(glob.glob(os.path.join(
-    ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1", "library",
-    "TensileLibrary_Type_[BS]S_*Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback_gfx1030.hsaco")))
+    ROCBLAS_LIBRARY, "TensileLibrary_Type_[BS]S_*Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback_gfx1030.hsaco")))
 
 
 def _objects() -> list:

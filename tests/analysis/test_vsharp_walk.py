@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROCBLAS_LIBRARY
 from kpatch.analysis.detectors import vsharp
 from kpatch.analysis.engine import bounded_jumps, function_ranges, unit_context
 from kpatch.analysis.codescan import scan_text
@@ -22,8 +22,7 @@ from kpatch.codeobject import CodeObject
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OBJECTS = [os.path.join(HERE, "..", "fixtures", "hazards", "bin", "descriptors.gfx1030.hsaco")] + sorted(glob.glob(
-    os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1", "library",
-                 "TensileLibrary_Type_BB_HPA_Contraction_l_Ailk_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco")))
+    os.path.join(ROCBLAS_LIBRARY, "TensileLibrary_Type_BB_HPA_Contraction_l_Ailk_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco")))
 
 
 def plain_walk(ctx, k: int, bit: int, max_steps: int) -> tuple[list[int], bool]:

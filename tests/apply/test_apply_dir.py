@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from conftest import ROCBLAS_LIBRARY
 from kpatch.apply.directory import MANIFEST, apply_to_dir
 
 from .conftest import BUNDLER15, FakePatcher, fake_is_patched, fixture, invoke, read, readelf_flags
@@ -28,8 +29,7 @@ from .conftest import BUNDLER15, FakePatcher, fake_is_patched, fixture, invoke, 
 #: e_flags mach field (AMDGPUUsage, EF_AMDGPU_MACH): the processor a code object is for
 EF_AMDGPU_MACH = 0xFF
 MACH_GFX1030 = 0x36
-ROCBLAS = os.path.join(os.path.dirname(__file__), "..", "..", "kdb_cache", "sid-root", "usr", "lib",
-                       "x86_64-linux-gnu", "rocblas", "4.4.1", "library")
+ROCBLAS = ROCBLAS_LIBRARY
 #: small real rocBLAS 4.4.1 files (a gfx1030 fallback, its gfx1010 twin, the gfx1030 catalogue)
 ROCBLAS_FILES = ("TensileLibrary_Type_DD_Contraction_l_Alik_Bljk_Cijk_Dijk_fallback_gfx1030.hsaco",
                  "TensileLibrary_Type_DD_Contraction_l_Alik_Bljk_Cijk_Dijk_fallback_gfx1010.hsaco",

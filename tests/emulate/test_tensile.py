@@ -23,6 +23,7 @@ import re
 import numpy as np
 import pytest
 
+from conftest import ROCBLAS_LIBRARY
 from kpatch.codeobject import CodeObject
 from kpatch.emulate import tensile
 from kpatch.emulate.verify import (DIFFERENT, EQUAL, GUARD_BYTES, CannotSynthesise, _execute,
@@ -30,9 +31,7 @@ from kpatch.emulate.verify import (DIFFERENT, EQUAL, GUARD_BYTES, CannotSynthesi
 from kpatch.isa import decode
 from tests.emulate.common import assemble, read, with_field
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-LIBRARY = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library")
+LIBRARY = ROCBLAS_LIBRARY
 
 
 def library_file(kind: str) -> str:

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from conftest import gfx1030_code_objects
+from conftest import ROCBLAS_LIBRARY, ROOT, gfx1030_code_objects
 from kpatch.analysis.engine import decode_family, function_ranges
 from kpatch.codeobject import CodeObject
 from kpatch.isa import bulk
@@ -25,9 +25,7 @@ from kpatch.isa import decodememo
 from kpatch.isa.decodememo import columns_of, decode_memo, decode_ranges, expect_starts, forget
 from kpatch.rewrite import patcher
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TENSILE = os.path.join(ROOT, "kdb_cache", "sid-root", "usr", "lib", "x86_64-linux-gnu", "rocblas", "4.4.1",
-                       "library")
+TENSILE = ROCBLAS_LIBRARY
 #: a small Tensile gfx1030 object that override mode patches (kernels with hazards to mitigate)
 TENSILE_OBJECT = "TensileLibrary_Type_BS_HPA_Contraction_l_Alik_Bjlk_Cijk_Dijk_fallback_gfx1030.hsaco"
 
