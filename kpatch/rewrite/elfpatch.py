@@ -395,17 +395,22 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap, *,
     moved = any(s.moved for s in secs) or any(cm is not None for cm in amap.code_maps.values())
     # the sections' new bytes; counting only, just those of the tables that are fixed
     # (what is written into the others, e.g. a relocation's place, counts nothing)
+    # (a table that is fixed is a copy; the others are read-only views of
+    # their bytes, copied once, into the file: see _writable)
     tables = (SHT_SYMTAB, SHT_DYNSYM, SHT_DYNAMIC, SHT_RELA)
-    body: dict[int, bytearray] = {}
+    body: dict[int, bytearray | memoryview] = {}
+    data = memoryview(layout.data)
     for s in secs:
         if s.file_size or s.new_file_size:
             raw = contents.get(s.index)
             if raw is None:
-                raw = layout.contents(s.index)
+                raw = data[s.offset:s.offset + s.file_size]  # (layout.contents without the copy)
             if len(raw) != s.new_file_size:
                 raise _refuse(f"section {s.name} has {len(raw)} bytes, planned {s.new_file_size}")
-            if assemble or (moved and s.type in tables):
+            if moved and s.type in tables:
                 body[s.index] = bytearray(raw)
+            elif assemble:
+                body[s.index] = memoryview(raw).toreadonly()
     if moved:
         for s in secs:
             if s.type in (SHT_SYMTAB, SHT_DYNSYM):
@@ -554,7 +559,18 @@ def _fix_place(layout: ElfLayout, body: dict[int, bytearray], off: int, new_off:
     at = new_off - s.new_addr
     b = body[s.index]
     if 0 <= at <= len(b) - 8 and int.from_bytes(b[at:at + 8], "little") == old & (2**64 - 1):
-        b[at:at + 8] = (new & (2**64 - 1)).to_bytes(8, "little")
+        _writable(body, s.index)[at:at + 8] = (new & (2**64 - 1)).to_bytes(8, "little")
+
+
+def _writable(body: dict[int, bytearray | memoryview], index: int) -> bytearray:
+    """:func:`write`'s new bytes of section ``index``, as a copy that may be
+    changed: a section :func:`write` does not fix is a read-only view of its
+    bytes (the original's, or the caller's new contents, which are never
+    changed), copied here the first time something is written into it."""
+    b = body[index]
+    if type(b) is not bytearray:
+        b = body[index] = bytearray(b)
+    return b
 
 
 def _symbol_in_code(layout: ElfLayout, rel: Sec, sym: int, amap: AddressMap) -> bool:

@@ -375,7 +375,7 @@ def _refused(names: list[str], reason: str, note: str | None = None, **extra) ->
 
 def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
     sets = select_rule_sets(mode, rule_sets, extra_rule_files)
-    co = CodeObject.from_bytes(data, lossless=False)  # (its metadata is read, never written: headers.py writes)
+    co = CodeObject.read_only(data)  # (its metadata is read, never written: headers.py writes)
     names = [k.name for k in co.kernels]
     prov = read_provenance(data)
     if prov is not None:
