@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Callable
 
 from kpatch.elf.reader import (
@@ -431,28 +432,65 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap, *,
     size = max([layout.new_shoff + (len(secs) * SHDR.size if h.e_shoff else 0)]
                + [s.new_offset + s.new_file_size for s in secs if s.new_file_size]
                + [h.e_phoff + h.e_phnum * PHDR.size, h.e_ehsize])
-    out = bytearray(size)
-    _copy_gaps(layout, out)
+    writes = _gap_writes(layout)
     for s in secs:
         if s.new_file_size:
-            out[s.new_offset:s.new_offset + s.new_file_size] = body[s.index]
+            writes.append((s.new_offset, s.new_offset + s.new_file_size, body[s.index]))
     entry = h.e_entry
     if entry and moved:
         entry = amap.map(entry, "entry", what="e_entry")
     hdr = h._replace(e_shoff=layout.new_shoff, e_entry=entry)
-    out[0:EHDR.size] = EHDR.pack(hdr)
+    writes.append((0, EHDR.size, EHDR.pack(hdr)))
     for g in layout.segs:
         off, vaddr, paddr, filesz, memsz = g.new
         rec = PHDR.record(g.type, g.flags, off, vaddr, paddr, filesz, memsz, g.align)
         at = h.e_phoff + g.index * PHDR.size
-        out[at:at + PHDR.size] = PHDR.pack(rec)
+        writes.append((at, at + PHDR.size, PHDR.pack(rec)))
     if h.e_shoff:
         for s in secs:
             rec = SHDR.record(_sh_name(layout, s.index), s.type, s.flags, s.new_addr, s.new_offset,
                               s.new_size, s.link, s.info, s.align, s.entsize)
             at = layout.new_shoff + s.index * SHDR.size
-            out[at:at + SHDR.size] = SHDR.pack(rec)
-    return bytes(out), stats
+            writes.append((at, at + SHDR.size, SHDR.pack(rec)))
+    return assemble_file(size, writes), stats
+
+
+def assemble_file(size: int, writes: list[tuple[int, int, bytes]]) -> bytes:
+    """The file :func:`write` lays out: ``size`` zero bytes, then each of
+    ``writes`` ``(start, end, data)`` done in turn as ``out[start:end] =
+    data`` on a bytearray.
+
+    When the writes do not overlap and each one's data is exactly its range
+    inside the file (what :func:`write` gives: the gaps are copied only
+    between the items, never over them) the pieces are joined in file order
+    with zeros between, each byte copied once into the new bytes (a zeroed
+    bytearray written and then copied into bytes touched the whole file
+    three times, twice in fresh memory); otherwise the writes are done in
+    turn (:func:`_painted`)."""
+    pieces = sorted(writes, key=itemgetter(0))
+    pos = 0
+    for start, end, data in pieces:
+        if len(data) != end - start or start < pos or end > size:
+            return _painted(size, writes)
+        pos = max(pos, end)
+    parts: list = []
+    pos = 0
+    for start, end, data in pieces:
+        if start > pos:
+            parts.append(bytes(start - pos))
+        parts.append(data)
+        pos = max(pos, end)
+    if pos < size:
+        parts.append(bytes(size - pos))
+    return b"".join(parts)
+
+
+def _painted(size: int, writes: list[tuple[int, int, bytes]]) -> bytes:
+    """:func:`assemble_file` the plain way: each write done on a zeroed bytearray."""
+    out = bytearray(size)
+    for start, end, data in writes:
+        out[start:end] = data
+    return bytes(out)
 
 
 def _sh_name(layout: ElfLayout, index: int) -> int:
@@ -460,8 +498,9 @@ def _sh_name(layout: ElfLayout, index: int) -> int:
     return SHDR.read(layout.data, h.e_shoff + index * SHDR.size).sh_name
 
 
-def _copy_gaps(layout: ElfLayout, out: bytearray) -> None:
-    """Copy the bytes between file items whose distance did not change."""
+def _gap_writes(layout: ElfLayout) -> list[tuple[int, int, bytes]]:
+    """The bytes between file items whose distance did not change, as
+    :func:`assemble_file` writes (start, end, data) in the new file."""
     h = layout.header
     items = [(0, h.e_ehsize, 0, h.e_ehsize)]
     if h.e_phnum:
@@ -474,10 +513,13 @@ def _copy_gaps(layout: ElfLayout, out: bytearray) -> None:
         n = len(layout.secs) * SHDR.size
         items.append((h.e_shoff, h.e_shoff + n, layout.new_shoff, layout.new_shoff + n))
     items.sort()
+    data = memoryview(layout.data)
+    out = []
     for a, b in zip(items, items[1:]):
         old_gap = b[0] - a[1]
         if old_gap > 0 and b[2] - a[3] == old_gap:
-            out[a[3]:b[2]] = layout.data[a[1]:b[0]]
+            out.append((a[3], b[2], data[a[1]:b[0]]))
+    return out
 
 
 def _fix_symbols(layout: ElfLayout, table: Sec, body: bytearray, amap: AddressMap) -> int:
