@@ -592,7 +592,7 @@ def _fix_relocations(layout: ElfLayout, s: Sec, body: dict[int, bytearray], amap
     return changed
 
 
-def _fix_place(layout: ElfLayout, body: dict[int, bytearray], off: int, new_off: int,
+def _fix_place(layout: ElfLayout, body: dict[int, bytearray | memoryview], off: int, new_off: int,
                old: int, new: int) -> None:
     """If the linker also wrote the addend at the place, write the new one there."""
     s = layout.section_at(off)
