@@ -95,7 +95,7 @@ def patch_code_object_checked(code: bytes, *, mode: str, rule_sets: list[str], p
 def _patch_checked(code: bytes, *, mode: str, rule_sets: list[str], patch_fn: PatchFn,
                    is_patched: ProvenanceFn) -> PatchResult:
     """:func:`patch_code_object_checked`'s work."""
-    co = CodeObject.from_bytes(code, lossless=False)  # (read only: the C MessagePack reader)
+    co = CodeObject.read_only(code)  # (read only: the C MessagePack reader; the patcher gets the same parse)
     co.metadata  # noqa: B018 - read now: a note that does not decode is this blob's error
     co.kernels  # noqa: B018
     names = co.legacy_kernel_names if co.is_legacy else [k.name for k in co.kernels]

@@ -84,6 +84,11 @@ class FunctionExtent:
         return self.end_from == END_BY_SIZE
 
 
+#: The last :meth:`CodeObject.read_only` parse (a one-item list; it holds its
+#: bytes, so the identity it is looked up by cannot be reused by other bytes).
+_READ_ONLY: list["CodeObject | None"] = [None]
+
+
 class CodeObject:
     """An AMDGPU code object (ELF) held in memory."""
 
@@ -134,6 +139,23 @@ class CodeObject:
             return cls(data, name, lossless)
         except FormatError as e:
             raise e.with_item(name) if name else e
+
+    @classmethod
+    def read_only(cls, data: bytes) -> "CodeObject":
+        """``from_bytes(data, lossless=False)``, shared by the readers of one
+        bytes object: the same CodeObject as the last call when ``data`` is
+        the very object it was given (:data:`_READ_ONLY`).  Apply checks a
+        code object (its metadata and kernels) and hands the same bytes to
+        the patcher, which reads them again, as do its header edits: each
+        parse and its kernels cost a millisecond or more.  Read only, like
+        every ``lossless=False`` parse; what is worked out on it (kernels,
+        function extents) is worked out once for all its readers."""
+        last = _READ_ONLY[0]
+        if last is not None and last.data is data:
+            return last
+        co = cls.from_bytes(data, lossless=False)
+        _READ_ONLY[0] = co if co.data is data else None  # (keyed by identity: a copy would never match)
+        return co
 
     def __repr__(self) -> str:
         return (f"CodeObject({self.name or '<bytes>'}, V{self.code_object_version}, "

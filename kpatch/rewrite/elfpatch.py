@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Callable
 
 from kpatch.elf.reader import (
@@ -395,17 +396,22 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap, *,
     moved = any(s.moved for s in secs) or any(cm is not None for cm in amap.code_maps.values())
     # the sections' new bytes; counting only, just those of the tables that are fixed
     # (what is written into the others, e.g. a relocation's place, counts nothing)
+    # (a table that is fixed is a copy; the others are read-only views of
+    # their bytes, copied once, into the file: see _writable)
     tables = (SHT_SYMTAB, SHT_DYNSYM, SHT_DYNAMIC, SHT_RELA)
-    body: dict[int, bytearray] = {}
+    body: dict[int, bytearray | memoryview] = {}
+    data = memoryview(layout.data)
     for s in secs:
         if s.file_size or s.new_file_size:
             raw = contents.get(s.index)
             if raw is None:
-                raw = layout.contents(s.index)
+                raw = data[s.offset:s.offset + s.file_size]  # (layout.contents without the copy)
             if len(raw) != s.new_file_size:
                 raise _refuse(f"section {s.name} has {len(raw)} bytes, planned {s.new_file_size}")
-            if assemble or (moved and s.type in tables):
+            if moved and s.type in tables:
                 body[s.index] = bytearray(raw)
+            elif assemble:
+                body[s.index] = memoryview(raw).toreadonly()
     if moved:
         for s in secs:
             if s.type in (SHT_SYMTAB, SHT_DYNSYM):
@@ -426,28 +432,65 @@ def write(layout: ElfLayout, contents: dict[int, bytes], amap: AddressMap, *,
     size = max([layout.new_shoff + (len(secs) * SHDR.size if h.e_shoff else 0)]
                + [s.new_offset + s.new_file_size for s in secs if s.new_file_size]
                + [h.e_phoff + h.e_phnum * PHDR.size, h.e_ehsize])
-    out = bytearray(size)
-    _copy_gaps(layout, out)
+    writes = _gap_writes(layout)
     for s in secs:
         if s.new_file_size:
-            out[s.new_offset:s.new_offset + s.new_file_size] = body[s.index]
+            writes.append((s.new_offset, s.new_offset + s.new_file_size, body[s.index]))
     entry = h.e_entry
     if entry and moved:
         entry = amap.map(entry, "entry", what="e_entry")
     hdr = h._replace(e_shoff=layout.new_shoff, e_entry=entry)
-    out[0:EHDR.size] = EHDR.pack(hdr)
+    writes.append((0, EHDR.size, EHDR.pack(hdr)))
     for g in layout.segs:
         off, vaddr, paddr, filesz, memsz = g.new
         rec = PHDR.record(g.type, g.flags, off, vaddr, paddr, filesz, memsz, g.align)
         at = h.e_phoff + g.index * PHDR.size
-        out[at:at + PHDR.size] = PHDR.pack(rec)
+        writes.append((at, at + PHDR.size, PHDR.pack(rec)))
     if h.e_shoff:
         for s in secs:
             rec = SHDR.record(_sh_name(layout, s.index), s.type, s.flags, s.new_addr, s.new_offset,
                               s.new_size, s.link, s.info, s.align, s.entsize)
             at = layout.new_shoff + s.index * SHDR.size
-            out[at:at + SHDR.size] = SHDR.pack(rec)
-    return bytes(out), stats
+            writes.append((at, at + SHDR.size, SHDR.pack(rec)))
+    return assemble_file(size, writes), stats
+
+
+def assemble_file(size: int, writes: list[tuple[int, int, bytes]]) -> bytes:
+    """The file :func:`write` lays out: ``size`` zero bytes, then each of
+    ``writes`` ``(start, end, data)`` done in turn as ``out[start:end] =
+    data`` on a bytearray.
+
+    When the writes do not overlap and each one's data is exactly its range
+    inside the file (what :func:`write` gives: the gaps are copied only
+    between the items, never over them) the pieces are joined in file order
+    with zeros between, each byte copied once into the new bytes (a zeroed
+    bytearray written and then copied into bytes touched the whole file
+    three times, twice in fresh memory); otherwise the writes are done in
+    turn (:func:`_painted`)."""
+    pieces = sorted(writes, key=itemgetter(0))
+    pos = 0
+    for start, end, data in pieces:
+        if len(data) != end - start or start < pos or end > size:
+            return _painted(size, writes)
+        pos = max(pos, end)
+    parts: list = []
+    pos = 0
+    for start, end, data in pieces:
+        if start > pos:
+            parts.append(bytes(start - pos))
+        parts.append(data)
+        pos = max(pos, end)
+    if pos < size:
+        parts.append(bytes(size - pos))
+    return b"".join(parts)
+
+
+def _painted(size: int, writes: list[tuple[int, int, bytes]]) -> bytes:
+    """:func:`assemble_file` the plain way: each write done on a zeroed bytearray."""
+    out = bytearray(size)
+    for start, end, data in writes:
+        out[start:end] = data
+    return bytes(out)
 
 
 def _sh_name(layout: ElfLayout, index: int) -> int:
@@ -455,8 +498,9 @@ def _sh_name(layout: ElfLayout, index: int) -> int:
     return SHDR.read(layout.data, h.e_shoff + index * SHDR.size).sh_name
 
 
-def _copy_gaps(layout: ElfLayout, out: bytearray) -> None:
-    """Copy the bytes between file items whose distance did not change."""
+def _gap_writes(layout: ElfLayout) -> list[tuple[int, int, bytes]]:
+    """The bytes between file items whose distance did not change, as
+    :func:`assemble_file` writes (start, end, data) in the new file."""
     h = layout.header
     items = [(0, h.e_ehsize, 0, h.e_ehsize)]
     if h.e_phnum:
@@ -469,10 +513,13 @@ def _copy_gaps(layout: ElfLayout, out: bytearray) -> None:
         n = len(layout.secs) * SHDR.size
         items.append((h.e_shoff, h.e_shoff + n, layout.new_shoff, layout.new_shoff + n))
     items.sort()
+    data = memoryview(layout.data)
+    out = []
     for a, b in zip(items, items[1:]):
         old_gap = b[0] - a[1]
         if old_gap > 0 and b[2] - a[3] == old_gap:
-            out[a[3]:b[2]] = layout.data[a[1]:b[0]]
+            out.append((a[3], b[2], data[a[1]:b[0]]))
+    return out
 
 
 def _fix_symbols(layout: ElfLayout, table: Sec, body: bytearray, amap: AddressMap) -> int:
@@ -545,7 +592,7 @@ def _fix_relocations(layout: ElfLayout, s: Sec, body: dict[int, bytearray], amap
     return changed
 
 
-def _fix_place(layout: ElfLayout, body: dict[int, bytearray], off: int, new_off: int,
+def _fix_place(layout: ElfLayout, body: dict[int, bytearray | memoryview], off: int, new_off: int,
                old: int, new: int) -> None:
     """If the linker also wrote the addend at the place, write the new one there."""
     s = layout.section_at(off)
@@ -554,7 +601,18 @@ def _fix_place(layout: ElfLayout, body: dict[int, bytearray], off: int, new_off:
     at = new_off - s.new_addr
     b = body[s.index]
     if 0 <= at <= len(b) - 8 and int.from_bytes(b[at:at + 8], "little") == old & (2**64 - 1):
-        b[at:at + 8] = (new & (2**64 - 1)).to_bytes(8, "little")
+        _writable(body, s.index)[at:at + 8] = (new & (2**64 - 1)).to_bytes(8, "little")
+
+
+def _writable(body: dict[int, bytearray | memoryview], index: int) -> bytearray:
+    """:func:`write`'s new bytes of section ``index``, as a copy that may be
+    changed: a section :func:`write` does not fix is a read-only view of its
+    bytes (the original's, or the caller's new contents, which are never
+    changed), copied here the first time something is written into it."""
+    b = body[index]
+    if type(b) is not bytearray:
+        b = body[index] = bytearray(b)
+    return b
 
 
 def _symbol_in_code(layout: ElfLayout, rel: Sec, sym: int, amap: AddressMap) -> bool:

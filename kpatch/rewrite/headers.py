@@ -260,7 +260,7 @@ def perform(data: bytes, kernel_actions: list[tuple[tuple, list]], object_action
 
 
 def _perform_kernel(data: bytes, kernel_actions: list[tuple[tuple, list]]) -> bytes:
-    co = CodeObject.from_bytes(data, lossless=False)  # (descriptors; the metadata is written from the next one)
+    co = CodeObject.read_only(data)  # (descriptors; the metadata is written from the next one)
     by_symbol: dict[str, object] = {}
     for k in co.kernels:  # first match wins, as in CodeObject.kernel
         by_symbol.setdefault(k.name, k)

@@ -375,7 +375,7 @@ def _refused(names: list[str], reason: str, note: str | None = None, **extra) ->
 
 def _patch_code_object(data: bytes, *, mode: str, rule_sets=None, extra_rule_files=()) -> PatchResult:
     sets = select_rule_sets(mode, rule_sets, extra_rule_files)
-    co = CodeObject.from_bytes(data, lossless=False)  # (its metadata is read, never written: headers.py writes)
+    co = CodeObject.read_only(data)  # (its metadata is read, never written: headers.py writes)
     names = [k.name for k in co.kernels]
     prov = read_provenance(data)
     if prov is not None:
@@ -538,7 +538,7 @@ class _RulePlan:
                 kernel_headers.setdefault(rule.id, (rule, f.cls))
             edits.extend(_edits_for_finding(ctx, rule, f))
             used.append(rule.id)
-        edits = list(dict.fromkeys(edits))  # e.g. one s_clause dropped for several findings
+        edits = _distinct(edits)  # e.g. one s_clause dropped for several findings
         if code_range is not None:
             pe, pe_rules = _pattern_edits(ctx, self.pattern_rules, *code_range)
             taken = {e.address: e.rule for e in edits if e.action == "replace"}
@@ -550,6 +550,18 @@ class _RulePlan:
             edits.extend(pe)
             used.extend(pe_rules)
         return edits, used, kernel_headers
+
+
+def _distinct(edits: list[Edit]) -> list[Edit]:
+    """``edits`` without repeats, the first of each kept: ``list(dict.fromkeys(edits))``.
+    Equal edits name the same instruction, so when no two edits name the same
+    address there is no repeat and ``edits`` is that list already; that is
+    asked of the addresses (ints), not of every edit's hash (a dataclass's,
+    computed in Python over all its fields: a kernel can have tens of
+    thousands of edits)."""
+    if len({e.address for e in edits}) == len(edits):
+        return edits
+    return list(dict.fromkeys(edits))
 
 
 def _where(f) -> str:

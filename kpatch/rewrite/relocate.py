@@ -615,7 +615,7 @@ def _write_object(co: CodeObject, scan: TextScan | None, lay: TextLayout | None,
         text, inserted = lay.build()
         if moves:
             stats["getpc_literals_fixed"] = _fix_getpc(scan, lay, text, amap, text_sec.delta)
-        by_index[text_sec.index] = bytes(text)
+        by_index[text_sec.index] = text  # (write() reads it, never changes it)
     stats["descriptors_fixed"] = _fix_descriptors(co, layout, amap, by_index) if moves else 0
     out, ws = write(layout, by_index, amap, assemble=assemble)
     result = RewriteResult(out)

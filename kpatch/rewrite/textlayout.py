@@ -255,11 +255,19 @@ class TextLayout:
         slots, nops3f = self.slots, self.nops3f
         placed: list[tuple[int, bytes, str]] = []
         put = placed.append
+        nops_at = nops3f.get if nops3f else None
         for i, pos, size in zip(marked, landing, sizes):
             slot = slots.get(i)
             if slot is not None:
-                if slot.before:
-                    pos = _put_edits(out, base, pos, slot.before, put)
+                before = slot.before
+                if len(before) == 1:  # (most slots: one piece of code in front, written here)
+                    e = before[0]
+                    code = e.code
+                    out[pos - base:pos - base + len(code)] = code
+                    put((pos, code, e.rule))
+                    pos += len(code)
+                elif before:
+                    pos = _put_edits(out, base, pos, before, put)
                 r = slot.replace
                 if r is not None:
                     body = bytes(r.code)
@@ -271,10 +279,11 @@ class TextLayout:
                     pos += size
             else:
                 pos += size
-            for _ in range(nops3f.get(i, 0)):
-                out[pos - base:pos - base + 4] = NOP
-                put((pos, NOP, "offset3f"))
-                pos += 4
+            if nops_at is not None:
+                for _ in range(nops_at(i, 0)):
+                    out[pos - base:pos - base + 4] = NOP
+                    put((pos, NOP, "offset3f"))
+                    pos += 4
             if slot is not None and slot.after:
                 pos = _put_edits(out, base, pos, slot.after, put)
         return placed
@@ -501,10 +510,14 @@ def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.
         return group, before
     sizes_before, added = [], []  # (one numpy assignment for all slots, not two per slot)
     replaced: list[tuple[int, int]] = []  # (index, size of its replacement)
+    put_before, put_added = sizes_before.append, added.append
     for i, slot in slots.items():
-        b = slot.before_size()
-        sizes_before.append(b)
-        added.append(b + slot.after_size())
+        # (Slot.before_size and after_size, inline: most slots hold one edit, and there are
+        # as many as findings fixed)
+        bf, af = slot.before, slot.after
+        b = (len(bf[0].code) if len(bf) == 1 else sum(len(e.code) for e in bf)) if bf else 0
+        put_before(b)
+        put_added(b + (len(af[0].code) if len(af) == 1 else sum(len(e.code) for e in af)) if af else b)
         if slot.replace is not None:
             replaced.append((i, len(slot.replace.code)))
     at = np.fromiter(slots, dtype=np.int64, count=len(slots))

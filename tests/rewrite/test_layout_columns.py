@@ -157,3 +157,74 @@ def test_a_wrong_layout_is_caught(monkeypatch, librocrand):
         with pytest.raises(AssertionError):
             for lay, text in built:
                 _check(lay, text)
+
+
+def _stacked_layouts(data: bytes, monkeypatch) -> list:
+    """(layout, the .text it built) of the rewrite of ``data`` with slots of
+    shapes the patcher's rules do not make in the corpus (one piece of code
+    before an instruction almost everywhere): two pieces before, with none,
+    one or two after, at the first instruction of several functions."""
+    from kpatch.codeobject import CodeObject
+    from kpatch.rewrite.edits import Edit
+    from kpatch.rewrite.relocate import apply_edits
+    from rw_common import NOP0, NOP6, NOP7
+
+    co = CodeObject.from_bytes(data)
+    edits = []
+    for n, e in enumerate(co.function_extents()[:6]):
+        a = e.start  # (a function's first instruction)
+        edits += [Edit(a, "insert_before", NOP7, "t"), Edit(a, "insert_before", NOP0 * 2, "t")]
+        if n % 3 >= 1:
+            edits.append(Edit(a, "insert_after", NOP6 * 3, "t"))
+        if n % 3 == 2:
+            edits.append(Edit(a, "insert_after", NOP0, "t"))
+    built = []
+    real = textlayout.TextLayout._build
+    with monkeypatch.context() as m:
+        m.setattr(textlayout.TextLayout, "_build",
+                  lambda lay: (got := real(lay), built.append((lay, bytes(got[0]))))[0])
+        r = apply_edits(data, "gfx1030", edits)
+    assert r.relocations["edits_applied"] == len(edits)
+    return built
+
+
+def test_stacked_edits_place_and_write_as_one_by_one(monkeypatch, librocrand):
+    data = gfx1030_code_objects(librocrand)[0].data
+    built = _stacked_layouts(data, monkeypatch)
+    assert built
+    for lay, text in built:
+        assert any(len(s.before) > 1 for s in lay.slots.values())
+        assert any(len(s.after) > 1 for s in lay.slots.values())
+        _check(lay, text)
+
+
+def test_a_slot_read_as_its_first_edit_is_caught(monkeypatch, librocrand):
+    """Two broken variants: the size of the code before an instruction taken
+    from its first piece only (_slot_sizes), and only the first piece of
+    code before an instruction written (_place_inserted)."""
+    from kpatch.rewrite.edits import Slot
+    data = gfx1030_code_objects(librocrand)[0].data
+    real_sizes, real_place = textlayout._slot_sizes, textlayout.TextLayout._place_inserted
+
+    def first_size(scan, slots):
+        return real_sizes(scan, {i: Slot(s.before[:1], s.replace, s.after) for i, s in slots.items()})
+
+    def first_piece(self, out, marked):
+        slots = self.slots
+        try:
+            self.slots = {i: Slot(s.before[:1], s.replace, s.after) for i, s in slots.items()}
+            return real_place(self, out, marked)
+        finally:
+            self.slots = slots
+
+    for owner, name, broken in ((textlayout, "_slot_sizes", first_size),
+                                (textlayout.TextLayout, "_place_inserted", first_piece)):
+        with monkeypatch.context() as m:
+            m.setattr(owner, name, broken)
+            try:
+                built = _stacked_layouts(data, monkeypatch)
+            except AssertionError:
+                continue  # (caught already: the counts differ)
+        with pytest.raises(AssertionError):
+            for lay, text in built:
+                _check(lay, text)
