@@ -44,6 +44,7 @@ import numpy as np
 
 from kpatch.codeobject import CodeObject
 from kpatch.errors import FormatError
+from kpatch.isa.columnlist import decoded_of, join
 from kpatch.isa.decodememo import columns_of, decode_ranges
 from kpatch.analysis.facts import FACTS, KnownIds, dword_counts, encoding_ids, encoding_ids_of_columns
 from kpatch.analysis.flow import (CALL, END, ENDS_BLOCK, ENDS_FUNCTION, FALLS_THROUGH, INDIRECT, JUMP, TRAP,
@@ -346,7 +347,8 @@ def _add_anonymous_code(units: list[TextUnit], data: bytes, start: int, end: int
 
 
 def _decode_units(co, text_index, start, end, data, target, units, keep_ids: bool = False) -> TextScan:
-    insts: list[Instruction] = []
+    pieces: list = []  # each unit's instructions (joined without making them: columnlist.join)
+    count = 0
     unit_of: list[int] = []
     problems: list[RelocationProblem] = []
     bodies = decode_ranges(data, target, start, [(u.start - start, u.end - start) for u in units])
@@ -369,10 +371,12 @@ def _decode_units(co, text_index, start, end, data, target, units, keep_ids: boo
             else:
                 addrs = None
         if got is bodies[ui]:
-            whole.append((got, len(insts)))
-        u.first, u.count = len(insts), len(got)
-        insts.extend(got)
+            whole.append((got, count))
+        u.first, u.count = count, len(got)
+        pieces.append(got)
+        count += len(got)
         unit_of.extend([ui] * len(got))
+    insts = join(pieces)
     gaps = []
     pos = start
     for u in units:
@@ -974,14 +978,15 @@ class _PerEncoding:
     question may only be about the encoding."""
 
     def __init__(self, insts: list, answers: dict) -> None:
-        self.ds = list(map(attrgetter("d"), insts))
-        self.one = dict(zip(self.ds, insts))  # encoding -> an instruction that has it
+        self.insts = insts
+        self.ds = decoded_of(insts)  # (read from the decode's columns: no instruction made)
+        self.last = dict(zip(self.ds, range(len(self.ds))))  # encoding -> the last instruction that has it
         self.answers = answers
 
     def _table(self, question, f) -> dict:
         table = self.answers.setdefault(question, {})
-        for d in [d for d in self.one if d not in table]:
-            table[d] = f(self.one[d])
+        for d in [d for d in self.last if d not in table]:
+            table[d] = f(self.insts[self.last[d]])
         return table
 
     def column(self, question, f) -> list:
@@ -1061,6 +1066,9 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc, answers: dict) -> str:
     :class:`_PerEncoding`'s (each encoding's kind and SGPRs, :func:`_step`)."""
     insts = scan.insts
     steps_of = answers.setdefault("step", {})
+    ds = answers.get("ds")
+    if ds is None:  # (every instruction's encoding, from the decode's columns: the walk makes no instruction)
+        ds = answers["ds"] = decoded_of(insts)
     u = scan.units[ui]
     t = gp.tmp
     where = f"s_getpc_b64 at {insts[gp.index].address:#x}"
@@ -1078,12 +1086,13 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc, answers: dict) -> str:
             steps += 1
             if steps > TMP_WALK_LIMIT:
                 return f"{where}: cannot tell whether s{t} is read after its long branch (too many paths)"
-            ins = insts[i]
-            step = steps_of.get(ins.d)
+            d = ds[i]
+            step = steps_of.get(d)
             if step is None:
-                step = steps_of[ins.d] = _step(ins)
+                step = steps_of[d] = _step(insts[i])
             k, reads, writes = step
             if t in reads:
+                ins = insts[i]
                 return (f"{where}: s{t}, which holds the long branch's offset, is read at {ins.address:#x} "
                         f"({ins.text()}) before it is written")
             if t in writes:
@@ -1093,15 +1102,15 @@ def _tmp_dead(scan: TextScan, ui: int, gp: GetPc, answers: dict) -> str:
             if k == INDIRECT:
                 js = scan.jumps.get(i)
                 if js is None:
-                    return f"{where}: s{t} may be read where s_setpc_b64 at {ins.address:#x} goes"
+                    return f"{where}: s{t} may be read where s_setpc_b64 at {insts[i].address:#x} goes"
                 if not js or any(not u.first <= j <= u.last for j in js):
                     return f"{where}: after its long branch, execution leaves {u.name} while s{t} may still be read"
                 work.extend(js)
                 break
             if k == CALL:
-                return f"{where}: s{t} may be read by the function called at {ins.address:#x}"
+                return f"{where}: s{t} may be read by the function called at {insts[i].address:#x}"
             if k == UNMODELLED:
-                return f"{where}: s{t} may be read where {ins.mnemonic} at {ins.address:#x} goes"
+                return f"{where}: s{t} may be read where {insts[i].mnemonic} at {insts[i].address:#x} goes"
             target = scan.branches.get(i)
             if target is not None:
                 work.append(scan.index_at[target])

@@ -28,7 +28,8 @@ import numpy as np
 from kpatch.analysis.cfg import build_cfg
 from kpatch.analysis.codescan import TextScan, scan_text
 from kpatch.analysis.detectors import DETECTORS, Context
-from kpatch.analysis.detectors.context import ColumnInstructions, FunctionSpan
+from kpatch.analysis.detectors.context import FunctionSpan
+from kpatch.isa.columnlist import addresses_of, join
 from kpatch.isa.decodememo import decode_memo, decode_ranges
 from kpatch.analysis.facts import FACTS, FactsView, KnownIds, known_ids, known_unit
 from kpatch.analysis.findings import CLASS_BY_NAME
@@ -87,16 +88,15 @@ def build_unit(co, source: str, ranges, parts: list | None = None) -> tuple[list
     base = co.text_vaddr or 0
     ordered = sorted(ranges, key=lambda r: (r[3], r[1] != "kernel"))
     bounds = [(a, a + len(_strip_code_end(text[a:b]))) for _, _, _, a, b in ordered]
-    insts: list = []
     spans: list[FunctionSpan] = []
     decoded = decode_ranges(text, source, base, bounds)
+    n = 0
     for (name, kind, kernel, a, _), (_, b), got in zip(ordered, bounds, decoded):
-        start = len(insts)
-        insts.extend(got)
         if parts is not None:
             parts.append(got)
-        spans.append(FunctionSpan(name, kind, kernel, start, len(insts), base + a, b - a))
-    return insts, spans
+        spans.append(FunctionSpan(name, kind, kernel, n, n + len(got), base + a, b - a))
+        n += len(got)
+    return join(decoded), spans
 
 
 def analyse(co, target: str = "gfx1010", only=None, scan: TextScan | None = None) -> Report:
@@ -142,7 +142,6 @@ def _analyse(co, target: str, only=None, given: TextScan | None = None) -> Repor
     for batch in _batches([r for r in ranges if r[3] >= 0]):
         ctx = unit_context(co, source, processor, batch, jumps=_jumps_from(co, batch, jumps), known=known)
         _function_reports(report, ctx, run_detectors(ctx))
-        ctx.release_instructions()
     ctx = None
     if scan is not None:
         _relocation_verdicts(report, scan)
@@ -280,7 +279,7 @@ def unit_context(co, source: str, processor: str, ranges, jumps=(), known: Known
     if got is not None:
         addresses, eids = got
     else:
-        addresses = np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
+        addresses = addresses_of(insts)
         ends = np.full(len(insts), -1, dtype=np.int64)
         for s in spans:
             if s.end > s.start:
@@ -291,7 +290,6 @@ def unit_context(co, source: str, processor: str, ranges, jumps=(), known: Known
     cfg = build_cfg(insts, facts, [s.start for s in spans], addresses, jumps)
     ctx = Context(co, cfg, source, processor, spans)
     ctx.addresses = addresses
-    ctx.columns = ColumnInstructions(parts)
     return ctx
 
 

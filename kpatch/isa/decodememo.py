@@ -40,8 +40,8 @@ import numpy as np
 
 from kpatch.isa.bulk import decode as _decode
 from kpatch.isa.bulk import Buffer, Columns, per_instruction
+from kpatch.isa.columnlist import ColumnInstructions
 from kpatch.isa.decoder import cache_for, no_gc
-from kpatch.isa.instruction import Instruction
 
 #: ``memo``: this thread's active memo (None outside :func:`decode_memo`),
 #: and ``cols``: the columns of the lists it holds (:func:`columns_of`).
@@ -263,17 +263,15 @@ def _decode_together(code: bytes, target: str, base_address: int, ranges: list[t
             ids, table, bad = buf.lookup_ids(at, words)
         if bad is not None:
             return [None] * len(ranges)
-        ds = per_instruction(ids, table)
         if 0 <= base_address and base_address + len(code) < 2**62:
             address = at * 4 + base_address
-            addrs = address.tolist()
         else:  # beyond int64 (a damaged header can put code anywhere)
-            address = addrs = [base_address + 4 * p for p in at.tolist()]
-        insts = list(map(Instruction, addrs, ds))
+            address = [base_address + 4 * p for p in at.tolist()]
+        insts = ColumnInstructions(address, ids, table)  # (each Instruction made when read)
         out: list = []
         i = 0
         for (a, b), ok, n in zip(ranges, whole, counts):
-            if not ok or (n and 4 * int(at[i + n - 1]) + ds[i + n - 1].size > b):
+            if not ok or (n and 4 * int(at[i + n - 1]) + table[ids[i + n - 1]].size > b):
                 out.append(None)
             else:
                 out.append((insts[i:i + n], Columns(address[i:i + n], ids[i:i + n], table, words[0])))

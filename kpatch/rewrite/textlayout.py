@@ -21,12 +21,12 @@ moves code again, until no relocated branch has 0x3f.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Callable
 
 import numpy as np
 
 from kpatch.isa import build
+from kpatch.isa.columnlist import addresses_of, sizes_of
 from kpatch.isa.formats import SOPP
 from kpatch.analysis.codescan import TextScan
 from kpatch.analysis.facts import FACTS
@@ -355,8 +355,7 @@ def _address_array(scan: TextScan) -> np.ndarray:
     at = getattr(scan.index_at, "addresses", None)  # (the scan's own column: codescan.AddressIndex)
     if at is not None and len(at) == len(scan.insts):
         return at
-    return _cached(scan, "_kp_address_array", lambda: np.fromiter(
-        map(_ADDRESS, scan.insts), dtype=np.int64, count=len(scan.insts)))
+    return _cached(scan, "_kp_address_array", lambda: addresses_of(scan.insts))
 
 
 def _end_array(scan: TextScan) -> np.ndarray:
@@ -381,7 +380,7 @@ def _sizes(scan: TextScan) -> np.ndarray:
     eids = scan.eids()
     if eids is not None:
         return FACTS.column("size")[eids]
-    return np.fromiter(map(_SIZE, scan.insts), dtype=np.int64, count=len(scan.insts))
+    return sizes_of(scan.insts)
 
 
 def instruction_indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
@@ -390,10 +389,6 @@ def instruction_indices(scan: TextScan, addresses: np.ndarray) -> np.ndarray:
     if hasattr(ix, "indices"):
         return ix.indices(addresses)
     return np.fromiter(map(ix.__getitem__, addresses.tolist()), dtype=np.int64, count=len(addresses))
-
-
-_ADDRESS = attrgetter("address")
-_SIZE = attrgetter("d.size")
 
 
 def _cached(scan: TextScan, key: str, make):

@@ -39,8 +39,9 @@ class _ByFormat(codescan._PerEncoding):
     """Broken: one answer per instruction format (SOPP, SOP1, ...), whatever the opcode and operands."""
 
     def __init__(self, insts: list, answers: dict) -> None:
+        self.insts = insts
         self.ds = [ins.format for ins in insts]
-        self.one = dict(zip(self.ds, insts))
+        self.last = dict(zip(self.ds, range(len(self.ds))))
         self.answers = answers
 
 

@@ -46,7 +46,7 @@ def _lds_misaligned(ctx: Context, fn: FunctionSpan, multi: list[int] | None = No
     # (detail and addresses made when first read: rendering an instruction costs more than the rest;
     # they hold the graph and addresses, not the context, which holds the finding: no cycle for the
     # collector to find, everything freed by reference counts when the report goes; the graph's
-    # instructions then are columns: Context.release_instructions)
+    # instructions are columns, each made when read: kpatch.isa.columnlist)
     return [Finding("LdsMisalignedBug", k.descriptor_vaddr,
                     lambda: f"WGP mode, {len(at)} multi-dword LDS/FLAT access(es) with unproven alignment, "
                             f"first {cfg.insts[at[0]].text()}",
