@@ -82,23 +82,6 @@ def _plain_text(lay) -> bytes:
     return bytes(out)
 
 
-def _layouts(data: bytes, monkeypatch) -> list:
-    """(layout, the .text it built) of every code layout the patcher wrote for ``data``."""
-    built = []
-    real = textlayout.TextLayout._build
-
-    def keep(lay):
-        got = real(lay)
-        built.append((lay, bytes(got[0])))
-        return got
-
-    monkeypatch.setattr(textlayout.TextLayout, "_build", keep)
-    r = patcher.patch_code_object(data, mode="override")
-    monkeypatch.undo()
-    assert r.data is not None, r.note
-    return built
-
-
 def _check(lay, text: bytes) -> None:
     # (booleans asserted: a failing comparison of these long lists would have pytest diff them,
     # quadratic, and with CI set it does not truncate: minutes for the broken variants below)
