@@ -259,15 +259,8 @@ class TextLayout:
         for i, pos, size in zip(marked, landing, sizes):
             slot = slots.get(i)
             if slot is not None:
-                before = slot.before
-                if len(before) == 1:  # (most slots: one piece of code in front, written here)
-                    e = before[0]
-                    code = e.code
-                    out[pos - base:pos - base + len(code)] = code
-                    put((pos, code, e.rule))
-                    pos += len(code)
-                elif before:
-                    pos = _put_edits(out, base, pos, before, put)
+                if slot.before:
+                    pos = _put_edits(out, base, pos, slot.before, put)
                 r = slot.replace
                 if r is not None:
                     body = bytes(r.code)
@@ -505,14 +498,10 @@ def _slot_sizes(scan: TextScan, slots: dict[int, Slot]) -> tuple[np.ndarray, np.
         return group, before
     sizes_before, added = [], []  # (one numpy assignment for all slots, not two per slot)
     replaced: list[tuple[int, int]] = []  # (index, size of its replacement)
-    put_before, put_added = sizes_before.append, added.append
     for i, slot in slots.items():
-        # (Slot.before_size and after_size, inline: most slots hold one edit, and there are
-        # as many as findings fixed)
-        bf, af = slot.before, slot.after
-        b = (len(bf[0].code) if len(bf) == 1 else sum(len(e.code) for e in bf)) if bf else 0
-        put_before(b)
-        put_added(b + (len(af[0].code) if len(af) == 1 else sum(len(e.code) for e in af)) if af else b)
+        b = slot.before_size()
+        sizes_before.append(b)
+        added.append(b + slot.after_size())
         if slot.replace is not None:
             replaced.append((i, len(slot.replace.code)))
     at = np.fromiter(slots, dtype=np.int64, count=len(slots))
