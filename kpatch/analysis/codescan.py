@@ -975,7 +975,8 @@ class _PerEncoding:
     encodings, and :func:`_computed_jumps` asks four questions of each
     instruction.  ``answers`` (question -> encoding -> answer) is shared by
     the units of one scan (one decode: the same Decoded objects), so a
-    question may only be about the encoding."""
+    question may only be about the encoding; :func:`_tmp_dead` also keeps
+    there, under ``"ds"``, the encoding of every instruction of the scan."""
 
     def __init__(self, insts: list, answers: dict) -> None:
         self.insts = insts

@@ -127,10 +127,9 @@ class ColumnInstructions(Sequence):
             return np.arange(self._lo, self._lo + self._n, dtype=np.int64)
         return self._keys
 
-    def _ids(self) -> np.ndarray:
-        """The encoding index of each of these instructions in the root's table."""
-        ids = self._root.ids
-        return ids[self._lo:self._lo + self._n] if self._keys is None else ids[self._keys]
+    def _take(self, column: np.ndarray) -> np.ndarray:
+        """The entries of a root column (``ids``, or ``addrs`` as an array) at these instructions."""
+        return column[self._lo:self._lo + self._n] if self._keys is None else column[self._keys]
 
 
 def join(parts: list) -> Sequence:
@@ -158,8 +157,7 @@ def addresses_of(insts: Sequence) -> np.ndarray:
     :class:`ColumnInstructions`, whose column is read: nothing is made), an
     int64 array (OverflowError when one does not fit)."""
     if isinstance(insts, ColumnInstructions) and isinstance(insts._root.addrs, np.ndarray):
-        a = insts._root.addrs
-        return a[insts._lo:insts._lo + insts._n] if insts._keys is None else a[insts._keys]
+        return insts._take(insts._root.addrs)
     return np.fromiter(map(_ADDRESS, insts), dtype=np.int64, count=len(insts))
 
 
@@ -167,7 +165,7 @@ def decoded_of(insts: Sequence) -> list:
     """The :class:`~kpatch.isa.instruction.Decoded` of each instruction of
     ``insts`` (as :func:`addresses_of`: nothing is made for columns)."""
     if isinstance(insts, ColumnInstructions):
-        return insts._root.decoded(insts._ids())
+        return insts._root.decoded(insts._take(insts._root.ids))
     return list(map(_D, insts))
 
 
@@ -175,5 +173,5 @@ def sizes_of(insts: Sequence) -> np.ndarray:
     """The size in bytes of each instruction of ``insts`` (int64 array; as
     :func:`addresses_of`: nothing is made for columns)."""
     if isinstance(insts, ColumnInstructions):
-        return insts._root.sizes(insts._ids())
+        return insts._root.sizes(insts._take(insts._root.ids))
     return np.fromiter(map(_SIZE, map(_D, insts)), dtype=np.int64, count=len(insts))
