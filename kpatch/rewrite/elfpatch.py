@@ -472,14 +472,14 @@ def assemble_file(size: int, writes: list[tuple[int, int, bytes]]) -> bytes:
     for start, end, data in pieces:
         if len(data) != end - start or start < pos or end > size:
             return _painted(size, writes)
-        pos = max(pos, end)
+        pos = end
     parts: list = []
     pos = 0
     for start, end, data in pieces:
         if start > pos:
             parts.append(bytes(start - pos))
         parts.append(data)
-        pos = max(pos, end)
+        pos = end
     if pos < size:
         parts.append(bytes(size - pos))
     return b"".join(parts)
