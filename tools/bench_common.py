@@ -244,7 +244,33 @@ def _apply(paths: list[str]) -> float:
     return t
 
 
-WORKERS = {"decode": _decode, "unit": _unit, "analyse": _analyse, "bz2": _bz2, "apply": _apply}
+def _warm(paths: list[str], analyse_too: bool) -> float:
+    """``_unit`` or ``_analyse`` of ``paths`` after one analysis of them all
+    (in this process) with the decoder's caches emptied again: every
+    encoding's facts known (:data:`kpatch.analysis.facts.FACTS` kept), every
+    encoding decoded anew.  The analysis measured so does its work per
+    instruction and per function only (bench_analysis --split)."""
+    import gc
+
+    from kpatch.analysis import analyse
+    from kpatch.analysis.engine import build_unit, decode_family, function_ranges
+    from kpatch.isa import decoder
+    cos = _objects(paths)
+    for co in cos:
+        analyse(co)
+    decoder._CACHES.clear()  # (a diagnostic: the decoder has no public way to forget)
+    gc.collect()
+    t = time.process_time()
+    for co in cos:
+        if analyse_too:
+            analyse(co)
+        else:
+            build_unit(co, decode_family(co.target.processor), [r for r in function_ranges(co) if r[3] >= 0])
+    return time.process_time() - t
+
+
+WORKERS = {"decode": _decode, "unit": _unit, "analyse": _analyse, "bz2": _bz2, "apply": _apply,
+           "unit-warm": lambda p: _warm(p, False), "analyse-warm": lambda p: _warm(p, True)}
 
 
 def worker_cmd(mode: str, paths: list[str]) -> list[str]:
