@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark of the load-time hook (not run in CI).
 
-    python tools/bench_hook.py [--objects N] [--mb SIZE]
+    python tools/bench_hook.py [--objects N] [--mb SIZE] [--reps 2]
 
-Measures, in one run:
+Measures, in one run, --reps times (each repetition with the load average
+before and after; wall and CPU = user+sys, of this process or of the
+patcher's processes; everything single-threaded, one against one):
   1. the content key's throughput (kpatch_object_key through ctypes on a
      SIZE MB buffer) next to copying the same bytes once (ctypes.memmove: reading
      the object from memory) and hashlib.md5 of them;   goal: >= 1 GB/s
@@ -63,12 +65,19 @@ FromMemory = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ct
 
 
 def best(fn, repeat: int = 5) -> float:
-    times = []
+    """The least wall time of ``repeat`` calls of ``fn`` (see :func:`best2` for CPU too)."""
+    return best2(fn, repeat)[0]
+
+
+def best2(fn, repeat: int = 5) -> tuple[float, float]:
+    """(least wall, least CPU) seconds of ``repeat`` calls of ``fn``."""
+    walls, cpus = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return min(walls), min(cpus)
 
 
 def gfx1030_objects(limit: int) -> list[tuple[str, bytes]]:
@@ -104,43 +113,69 @@ def gfx1030_objects(limit: int) -> list[tuple[str, bytes]]:
 #: the pages it inherited before exec in its ru_maxrss (Linux keeps the
 #: pre-exec high-water mark), so the patcher's own peak could not be seen
 _LAUNCH = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]).returncode; "
-           "print(r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+           "u = resource.getrusage(resource.RUSAGE_CHILDREN); print(r, u.ru_maxrss, u.ru_utime + u.ru_stime)")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--objects", type=int, default=4, help="corpus objects to patch (largest first)")
     ap.add_argument("--mb", type=int, default=256, help="buffer size for the key throughput")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions, each in a fresh process")
+    ap.add_argument("--one-rep", action="store_true", help=argparse.SUPPRESS)  # (a repetition's process)
     a = ap.parse_args()
+    if a.one_rep:
+        one_rep(a, gfx1030_objects(a.objects))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"4. peak memory (max RSS) of this repetition's process: {peak:.0f} MiB (the {a.mb} MiB key buffers, "
+              "every MIOpen object of the kdb decoded, in-process patching; the patcher's own is in 3.)")
+        return 0
+    print("compared (one thread each, in one process unless said): the content key against one memmove and md5 "
+          "of the same buffer; a cache hit through the real hook against the stand-in reader alone and one copy "
+          "of the object; first-time patching in process and through the patcher subprocess the hook spawns; "
+          "each repetition in a fresh process")
+    for rep in range(a.reps):
+        print(f"rep {rep + 1}: load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--one-rep", "--objects", str(a.objects),
+                            "--mb", str(a.mb)])
+        if r.returncode:
+            return r.returncode
+        print(f"  load {' '.join(f'{x:.2f}' for x in os.getloadavg())} after rep {rep + 1}", flush=True)
+    return 0
 
+
+def one_rep(a, objs) -> None:
+    """Parts 1-3 once."""
     # 1. key throughput vs one copy and md5
     size = a.mb << 20
     buf = os.urandom(1 << 20) * a.mb
     dst = ctypes.create_string_buffer(size)
-    t_key = best(lambda: object_key(buf))
-    t_copy = best(lambda: ctypes.memmove(dst, buf, size))
-    t_md5 = best(lambda: hashlib.md5(buf).digest(), repeat=2)
+    t_key, c_key = best2(lambda: object_key(buf))
+    t_copy, c_copy = best2(lambda: ctypes.memmove(dst, buf, size))
+    t_md5, c_md5 = best2(lambda: hashlib.md5(buf).digest(), repeat=2)
     mbs = lambda t: size / t / 1e6  # noqa: E731
-    print(f"1. key on {a.mb} MiB: {mbs(t_key):,.0f} MB/s (goal >= 1000); one copy (memmove) {mbs(t_copy):,.0f} "
-          f"MB/s; md5 {mbs(t_md5):,.0f} MB/s; key/copy time ratio {t_key / t_copy:.2f}, md5/key {t_md5 / t_key:.1f}")
-    del buf, dst
+    print(f"1. key on {a.mb} MiB: {mbs(t_key):,.0f} MB/s wall, {mbs(c_key):,.0f} MB/s cpu (goal >= 1000); one copy "
+          f"(memmove) {mbs(t_copy):,.0f} / {mbs(c_copy):,.0f} MB/s; md5 {mbs(t_md5):,.0f} / {mbs(c_md5):,.0f} MB/s; "
+          f"key/copy time ratio {t_key / t_copy:.2f} wall {c_key / c_copy:.2f} cpu, md5/key {t_md5 / t_key:.1f} wall "
+          f"{c_md5 / c_key:.1f} cpu", flush=True)
+    buf = dst = None  # (the buffers' memory back before patching)
 
-    objs = gfx1030_objects(a.objects)
     with tempfile.TemporaryDirectory() as tmp:
         cdir = os.path.join(tmp, "cache")
         # 3. first-time patch throughput
-        total_bytes, total_t = 0, 0.0
+        total_bytes, total_t, total_c = 0, 0.0, 0.0
         rows = []
         for name, data in objs:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             rec = cache.patch_into_cache(data, "override", cdir)
-            dt = time.perf_counter() - t
+            dt, dc = time.perf_counter() - t, time.process_time() - c
             total_bytes += len(data)
             total_t += dt
-            rows.append(f"   {len(data) / 1e6:7.3f} MB {dt:7.2f} s {len(data) / dt / 1e6:6.2f} MB/s  {rec.status:8} "
-                        f"{name[:70]}")
+            total_c += dc
+            rows.append(f"   {len(data) / 1e6:7.3f} MB {dt:7.2f} s wall {dc:7.2f} s cpu {len(data) / dt / 1e6:6.2f} "
+                        f"MB/s  {rec.status:8} {name[:70]}")
         print(f"3. first-time patch (cache.patch_into_cache, in process) of {len(objs)} objects: "
-              f"{total_bytes / total_t / 1e6:.2f} MB/s overall")
+              f"{total_bytes / total_t / 1e6:.2f} MB/s wall, {total_bytes / total_c / 1e6:.2f} MB/s cpu overall "
+              f"(the objects one after another, in this fresh process)")
         print("\n".join(rows))
         print("   the same through the patcher the hook spawns (python -m kpatch.delivery.patcher, fresh cache):")
         for i, (name, data) in enumerate(objs):
@@ -152,9 +187,9 @@ def main() -> int:
             t = time.perf_counter()
             p = subprocess.run([sys.executable, "-c", _LAUNCH, *cmd], capture_output=True, text=True)
             dt = time.perf_counter() - t
-            status, peak = p.stdout.split()
-            print(f"   {len(data) / 1e6:7.3f} MB {dt:7.2f} s {len(data) / dt / 1e6:6.2f} MB/s  peak RSS "
-                  f"{int(peak) / 1024:.0f} MiB  exit {status}  {name[:50]}")
+            status, peak, cpu = p.stdout.split()
+            print(f"   {len(data) / 1e6:7.3f} MB {dt:7.2f} s wall {float(cpu):7.2f} s cpu "
+                  f"{len(data) / dt / 1e6:6.2f} MB/s  peak RSS {int(peak) / 1024:.0f} MiB  exit {status}  {name[:50]}")
 
         # 2. cache-hit cost through the real hook
         os.environ.update(KPATCH_CACHE_DIR=cdir, KPATCH_LOG=os.path.join(tmp, "log.jsonl"))
@@ -171,25 +206,22 @@ def main() -> int:
         assert lib.OnLoad(ctypes.byref(root), 1, 0, None), "OnLoad refused the table"
         hooked = FromMemory(core.fn[FROM_MEMORY_INDEX])
         reader = ctypes.c_uint64()
-        print("2. cache hit through the hook (from_memory, log line on), per object:")
+        print("2. cache hit through the hook (from_memory, log line on), per object (wall; cpu):")
         for name, data in objs:
             cbuf = ctypes.create_string_buffer(data, len(data))
             n = 200
-            t_hook = best(lambda: [hooked(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)]) / n
-            t_base = best(lambda: [stand(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)]) / n
-            t_copy = best(lambda: [ctypes.memmove(dst1, cbuf, len(data)) for _ in range(n)]) if (
-                dst1 := ctypes.create_string_buffer(len(data))) else 0
-            t_copy /= n
-            cost = t_hook - t_base
-            print(f"   {len(data) / 1e6:7.3f} MB: {cost * 1e3:.3f} ms (goal < 1 ms) = {cost / t_copy:.1f} x one copy "
-                  f"({t_copy * 1e3:.3f} ms)  {name[:60]}")
+            dst1 = ctypes.create_string_buffer(len(data))
+            hook = best2(lambda: [hooked(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)])
+            base = best2(lambda: [stand(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)])
+            copy = best2(lambda: [ctypes.memmove(dst1, cbuf, len(data)) for _ in range(n)])
+            cost = [(h - b) / n for h, b in zip(hook, base)]
+            per_copy = [c / n for c in copy]
+            print(f"   {len(data) / 1e6:7.3f} MB: {cost[0] * 1e3:.3f} ms; {cost[1] * 1e3:.3f} ms (goal < 1 ms) = "
+                  f"{cost[0] / per_copy[0]:.1f}; {cost[1] / max(per_copy[1], 1e-9):.1f} x one copy "
+                  f"({per_copy[0] * 1e3:.3f}; {per_copy[1] * 1e3:.3f} ms)  {name[:60]}")
         with open(os.environ["KPATCH_LOG"]) as f:
             actions = {line.split('"action": "')[1].split('"')[0] for line in f if '"from_memory"' in line}
         print(f"   actions logged: {sorted(actions)}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"4. peak memory (max RSS) of this benchmark process: {peak:.0f} MiB (the {a.mb} MiB key buffers, every "
-          "MIOpen object of the kdb decoded, in-process patching; the patcher's own is in 3.)")
-    return 0
 
 
 if __name__ == "__main__":
