@@ -198,22 +198,31 @@ def _objects(paths):
     return out
 
 
-def _unit(paths: list[str]) -> float:
+def _time_units(cos) -> float:
+    """CPU seconds of decoding every function of the code objects ``cos``
+    (exactly what the analysis decodes: build_unit)."""
     from kpatch.analysis.engine import build_unit, decode_family, function_ranges
-    cos = _objects(paths)
     t = time.process_time()
     for co in cos:
         build_unit(co, decode_family(co.target.processor), [r for r in function_ranges(co) if r[3] >= 0])
     return time.process_time() - t
 
 
-def _analyse(paths: list[str]) -> float:
+def _time_analyses(cos) -> float:
+    """CPU seconds of ``analyse()`` of each of the code objects ``cos``."""
     from kpatch.analysis import analyse
-    cos = _objects(paths)
     t = time.process_time()
     for co in cos:
         analyse(co)
     return time.process_time() - t
+
+
+def _unit(paths: list[str]) -> float:
+    return _time_units(_objects(paths))
+
+
+def _analyse(paths: list[str]) -> float:
+    return _time_analyses(_objects(paths))
 
 
 def _bz2(paths: list[str]) -> float:
@@ -252,21 +261,12 @@ def _warm(paths: list[str], analyse_too: bool) -> float:
     instruction and per function only (bench_analysis --split)."""
     import gc
 
-    from kpatch.analysis import analyse
-    from kpatch.analysis.engine import build_unit, decode_family, function_ranges
     from kpatch.isa import decoder
     cos = _objects(paths)
-    for co in cos:
-        analyse(co)
+    _time_analyses(cos)
     decoder._CACHES.clear()  # (a diagnostic: the decoder has no public way to forget)
     gc.collect()
-    t = time.process_time()
-    for co in cos:
-        if analyse_too:
-            analyse(co)
-        else:
-            build_unit(co, decode_family(co.target.processor), [r for r in function_ranges(co) if r[3] >= 0])
-    return time.process_time() - t
+    return _time_analyses(cos) if analyse_too else _time_units(cos)
 
 
 WORKERS = {"decode": _decode, "unit": _unit, "analyse": _analyse, "bz2": _bz2, "apply": _apply,

@@ -37,6 +37,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+from bench_common import loadavg  # noqa: E402
 
 from kpatch.delivery import cache  # noqa: E402
 from kpatch.delivery.hooklib import hook_library_path, object_key  # noqa: E402
@@ -64,12 +67,7 @@ class Root(ctypes.Structure):
 FromMemory = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 
 
-def best(fn, repeat: int = 5) -> float:
-    """The least wall time of ``repeat`` calls of ``fn`` (see :func:`best2` for CPU too)."""
-    return best2(fn, repeat)[0]
-
-
-def best2(fn, repeat: int = 5) -> tuple[float, float]:
+def best(fn, repeat: int = 5) -> tuple[float, float]:
     """(least wall, least CPU) seconds of ``repeat`` calls of ``fn``."""
     walls, cpus = [], []
     for _ in range(repeat):
@@ -134,12 +132,12 @@ def main() -> int:
           "of the object; first-time patching in process and through the patcher subprocess the hook spawns; "
           "each repetition in a fresh process")
     for rep in range(a.reps):
-        print(f"rep {rep + 1}: load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        print(f"rep {rep + 1}: {loadavg()}", flush=True)
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--one-rep", "--objects", str(a.objects),
                             "--mb", str(a.mb)])
         if r.returncode:
             return r.returncode
-        print(f"  load {' '.join(f'{x:.2f}' for x in os.getloadavg())} after rep {rep + 1}", flush=True)
+        print(f"  {loadavg()} after rep {rep + 1}", flush=True)
     return 0
 
 
@@ -149,9 +147,9 @@ def one_rep(a, objs) -> None:
     size = a.mb << 20
     buf = os.urandom(1 << 20) * a.mb
     dst = ctypes.create_string_buffer(size)
-    t_key, c_key = best2(lambda: object_key(buf))
-    t_copy, c_copy = best2(lambda: ctypes.memmove(dst, buf, size))
-    t_md5, c_md5 = best2(lambda: hashlib.md5(buf).digest(), repeat=2)
+    t_key, c_key = best(lambda: object_key(buf))
+    t_copy, c_copy = best(lambda: ctypes.memmove(dst, buf, size))
+    t_md5, c_md5 = best(lambda: hashlib.md5(buf).digest(), repeat=2)
     mbs = lambda t: size / t / 1e6  # noqa: E731
     print(f"1. key on {a.mb} MiB: {mbs(t_key):,.0f} MB/s wall, {mbs(c_key):,.0f} MB/s cpu (goal >= 1000); one copy "
           f"(memmove) {mbs(t_copy):,.0f} / {mbs(c_copy):,.0f} MB/s; md5 {mbs(t_md5):,.0f} / {mbs(c_md5):,.0f} MB/s; "
@@ -211,9 +209,9 @@ def one_rep(a, objs) -> None:
             cbuf = ctypes.create_string_buffer(data, len(data))
             n = 200
             dst1 = ctypes.create_string_buffer(len(data))
-            hook = best2(lambda: [hooked(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)])
-            base = best2(lambda: [stand(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)])
-            copy = best2(lambda: [ctypes.memmove(dst1, cbuf, len(data)) for _ in range(n)])
+            hook = best(lambda: [hooked(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)])
+            base = best(lambda: [stand(cbuf, len(data), ctypes.byref(reader)) for _ in range(n)])
+            copy = best(lambda: [ctypes.memmove(dst1, cbuf, len(data)) for _ in range(n)])
             cost = [(h - b) / n for h, b in zip(hook, base)]
             per_copy = [c / n for c in copy]
             print(f"   {len(data) / 1e6:7.3f} MB: {cost[0] * 1e3:.3f} ms; {cost[1] * 1e3:.3f} ms (goal < 1 ms) = "
