@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, need_tool, kpatch_in_process
+from conftest import FIXTURES, need_tool, kpatch_in_process, run_kpatch
 from kpatch.data import sample_db_path
 
 BUNDLER = "/usr/lib/llvm-15/bin/clang-offload-bundler"
@@ -251,3 +251,22 @@ def test_scan_target_text_names_each_unpatchable_kernel_and_why():
                                "v_dot2c_f32_f16")
     assert "gfx1010" in lines[0] and "fma_loop" not in p.stdout.split("not patchable for gfx1010")[1]
     assert "not patchable for gfx1010 (1):" in p.stdout
+
+
+def test_scan_directory_with_a_name_that_is_not_utf8(tmp_path):
+    """A code object whose file name is not valid UTF-8 is scanned like any
+    other (its URI percent-encodes the bytes; `extract` of that URI gives
+    the file back), and the other files of the directory are scanned too:
+    no internal error."""
+    src = os.path.join(FIXTURES, "vecops.hip.gfx1030.v5.hsaco")
+    odd = os.path.join(os.fsencode(str(tmp_path)), b"odd\xff.hsaco")
+    shutil.copy(src, odd)
+    shutil.copy(src, tmp_path / "plain.hsaco")
+    p = run_kpatch("scan", "--json", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    uris = sorted(c["uri"] for c in json.loads(p.stdout)["code_objects"])
+    assert uris == [f"file://{tmp_path}/odd%FF.hsaco", f"file://{tmp_path}/plain.hsaco"]
+    out = tmp_path / "back.hsaco"
+    p = run_kpatch("extract", uris[0], "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() == open(src, "rb").read()

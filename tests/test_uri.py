@@ -61,3 +61,16 @@ def test_plain_path_is_file_uri(tmp_path):
 def test_bad_uris_are_usage_errors(bad):
     with pytest.raises(UsageError):
         parse_uri(bad)
+
+
+def test_path_that_is_not_utf8_round_trips():
+    """A file name that is not valid UTF-8 (os.fsdecode gives it surrogate
+    escapes) is percent-encoded byte for byte and parsed back to the same
+    name: os.fsencode of it is the original bytes."""
+    import os
+    name = os.fsdecode(b"/tmp/good\xff\xfe.co")
+    u = Uri("file", name, offset=0, size=4)
+    text = format_uri(u)
+    assert text == "file:///tmp/good%FF%FE.co#offset=0&size=4"
+    assert parse_uri(text) == u
+    assert os.fsencode(parse_uri(text).path) == b"/tmp/good\xff\xfe.co"

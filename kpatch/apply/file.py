@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from kpatch.containers.bundle import subset_bundle
 from kpatch.containers.discover import sniff
 from kpatch.containers.limits import open_input
-from kpatch.containers.hostelf import FatbinBundle, fatbin_sections, find_fatbin_bundles
+from kpatch.containers.hostelf import FATBIN_SECTION, FatbinBundle, fatbin_sections, find_fatbin_bundles
 from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
 from kpatch.apply.db import ChangeFn

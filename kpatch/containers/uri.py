@@ -58,7 +58,9 @@ def _q(s: str) -> str:
 
 
 def format_uri(u: Uri) -> str:
-    out = f"{u.scheme}://{quote(u.path, safe='/')}"
+    # (a path that is not valid UTF-8 holds surrogate escapes, as os.fsdecode
+    # makes them: its exact bytes are percent-encoded, and parse_uri gives them back)
+    out = f"{u.scheme}://{quote(u.path, safe='/', errors='surrogateescape')}"
     query = []
     if u.scheme == "kdb" and u.row is not None:
         query = [("row", str(u.row))]
@@ -114,7 +116,7 @@ def parse_uri(text: str) -> Uri:
     query = ""
     if "?" in rest:
         rest, query = rest.split("?", 1)
-    path = unquote(rest)
+    path = unquote(rest, errors="surrogateescape")
     if not path.startswith("/"):
         raise UsageError("the path in a URI must be absolute (file:///abs/path)", text)
     q = _pairs(query, text)

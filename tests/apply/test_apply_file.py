@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -132,3 +134,21 @@ def test_librocrand_override_with_a_same_size_patch(tmp_path, librocrand):
         fb.seek(lo + size)
         assert fa.read() == fb.read()
     assert os.path.getsize(out) == os.path.getsize(librocrand)
+
+
+def test_host_elf_without_gpu_code_is_one_line(tmp_path):
+    """A host ELF file with no .hip_fatbin section (a plain program) is a
+    usage error naming the file and the section, exit 2, nothing written."""
+    exe = os.path.realpath(sys.executable)
+    with open(exe, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            pytest.skip("the interpreter is not an ELF file")
+    src = tmp_path / "plain.so"
+    src.write_bytes(open(exe, "rb").read())
+    out = tmp_path / "out.so"
+    env = {k: v for k, v in os.environ.items() if k != "KPATCH_DEBUG"} | {"KPATCH_NO_PROGRESS": "1"}
+    p = subprocess.run([sys.executable, "-m", "kpatch", "apply", str(src), "-o", str(out), "--mode", "override"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == f"error: {src}: host ELF file without a .hip_fatbin section: nothing to patch\n"
+    assert not out.exists()
