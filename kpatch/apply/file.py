@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from kpatch.containers.bundle import subset_bundle
 from kpatch.containers.discover import sniff
-from kpatch.containers.limits import open_input
+from kpatch.containers.limits import check_regular_file, open_input
 from kpatch.containers.hostelf import FATBIN_SECTION, FatbinBundle, fatbin_sections, find_fatbin_bundles
 from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
@@ -88,6 +88,7 @@ def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch
     """Patch ``path`` into ``out`` (see the module doc).  ``on_change`` is
     called with (label, original code object, patched code object) for each
     code object that changed."""
+    check_regular_file(path)  # (a FIFO or device is never opened: reading one would block)
     kind = sniff(_read_head(path), path)
     if kind in ("kdb", "kdb.bz2"):
         raise UsageError("is a MIOpen kernel DB: use `kpatch apply --db`", path)

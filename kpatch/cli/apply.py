@@ -359,6 +359,20 @@ def run_db(dbs: list[str], mode: Choice, cu: int | None, out_dir: str | None, ru
                           _emulated_different(patch_fn, result.entries))
 
 
+def _check_file_output(path: str, out: str, force: bool) -> None:
+    """FILE -o OUT: never OUT = FILE (kpatch does not patch in place), and an
+    OUT that exists already (a file, or a symbolic link, which is replaced,
+    not written through) only with --force: nothing is replaced unasked."""
+    try:
+        same = os.path.exists(path) and os.path.exists(out) and os.path.samefile(path, out)
+    except OSError:
+        same = False
+    if same:
+        raise UsageError("is FILE itself: kpatch writes the patched copy to another file", out)
+    if os.path.lexists(out) and not force:
+        raise UsageError("already exists (--force replaces it)", out)
+
+
 def run_file(path: str, out: str, mode: Choice, rule_sets: list[str], dry_run: bool, as_json: bool,
              patch_fn: Callable, is_patched: Callable, report: ReportPairs | None = None,
              drop_other_targets: bool = False) -> int:
@@ -520,7 +534,8 @@ def run_dir(src: str, out: str, mode: Choice, rule_sets: list[str], dry_run: boo
               help="FILE is a host library: when a patched bundle no longer fits its place, keep only its "
                    "host, gfx1030 and gfx1010 entries (the copy then runs on no other GPU).")
 @click.option("--force", is_flag=True,
-              help="DIR: replace an existing, non-empty OUTDIR that an earlier `kpatch apply DIR` wrote.")
+              help="FILE: replace an existing OUT; DIR: replace an existing, non-empty OUTDIR that an earlier "
+                   "`kpatch apply DIR` wrote.")
 @click.option("--report", type=click.Path(dir_okay=False),
               help="Also write an HTML report: source and output, every refused kernel with its reason first, "
                    "then a diff of every changed code object (its counts are `kpatch diff SRC OUT`'s).  Written "
@@ -543,10 +558,11 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         .kdb.bz2, or a user .ukdb, e.g. MIOpen's own run-time cache, which
         is then patched in place) into MIOpen's user kernel DB, which MIOpen
         consults before its system DB.
-    kpatch apply FILE -o OUT [--drop-other-targets]
+    kpatch apply FILE -o OUT [--drop-other-targets] [--force]
         the same for one code object, offload bundle or host library (whose
         bundles are patched in place; one that grows past the next bundle is
-        refused unless --drop-other-targets makes room).
+        refused unless --drop-other-targets makes room).  An existing OUT is
+        refused unless --force; OUT is never FILE itself.
     kpatch apply DIR -o OUTDIR [--force]
         a rocBLAS/Tensile library directory (rocblas/library/, also
         torch/lib/rocblas/library/ in PyTorch) as one unit: every file of
@@ -600,8 +616,8 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     stderr; the rest is still done), or the disk is full (nothing
     half-written is left, the user DB is as it was); 2 for usage errors
     (also: mode or CU count that cannot be detected, output in a system
-    directory or a symbolic link, user DB locked by MIOpen for over 60 s;
-    nothing is written); 3 on an internal error; 130 on Ctrl-C (nothing
+    directory or a symbolic link, FILE's OUT already there without --force,
+    user DB locked by MIOpen for over 60 s; nothing is written); 3 on an internal error; 130 on Ctrl-C (nothing
     half-written is left, the user DB is as it was).
     """
     if file and dbs:
@@ -611,8 +627,8 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     if file and not out:
         raise click.UsageError("FILE needs -o OUT")
     is_dir = bool(file) and os.path.isdir(file)
-    if force and not is_dir:
-        raise click.UsageError("--force is for DIR -o OUTDIR")
+    if force and not file:
+        raise click.UsageError("--force is for FILE -o OUT and DIR -o OUTDIR")
     if is_dir and drop_other_targets:
         raise click.UsageError("--drop-other-targets is for FILE (a host library), not DIR")
     if file and not is_dir and out and os.path.isdir(out):
@@ -623,6 +639,8 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         raise click.UsageError("--drop-other-targets is for FILE (a host library), not --db")
     if file and not os.path.lexists(file):
         raise KpatchError("no such file", file)  # an input that cannot be read: exit 1, as for --db
+    if file and not is_dir and out and not dry_run:
+        _check_file_output(file, out, force)
     chosen = choose_mode(mode)
     rule_sets = choose_rule_sets(str(chosen.value), rules, approx)
     patch_fn = default_patch_fn(str(chosen.value))

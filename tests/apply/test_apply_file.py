@@ -152,3 +152,49 @@ def test_host_elf_without_gpu_code_is_one_line(tmp_path):
     assert p.returncode == 2, p.stderr
     assert p.stderr == f"error: {src}: host ELF file without a .hip_fatbin section: nothing to patch\n"
     assert not out.exists()
+
+
+def _apply_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "KPATCH_DEBUG"} | {"KPATCH_NO_PROGRESS": "1"}
+    return subprocess.run([sys.executable, "-m", "kpatch", "apply", *args, "--mode", "override"],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_fifo_is_refused_not_read(tmp_path):
+    """FILE a FIFO: refused at once ("not a regular file", exit 2), never
+    opened (reading it would wait for a writer forever)."""
+    fifo = tmp_path / "in.co"
+    os.mkfifo(fifo)
+    p = _apply_cli(str(fifo), "-o", str(tmp_path / "out.co"))
+    assert p.returncode == 2 and p.stderr == f"error: {fifo}: not a regular file\n"
+    assert sorted(os.listdir(tmp_path)) == ["in.co"]
+
+
+def test_existing_output_is_kept_unless_force(tmp_path):
+    """An existing OUT (a file, or a symbolic link) is refused, exit 2 and
+    left as it was; --force replaces it (a link by a file, never written
+    through); OUT = FILE is refused even with --force; --dry-run writes
+    nothing, so an existing OUT is no obstacle."""
+    src = tmp_path / "in.hsaco"
+    src.write_bytes(read(fixture("vecops.hip.gfx1030.v5.hsaco")))
+    out = tmp_path / "out.hsaco"
+    out.write_bytes(b"precious")
+    p = _apply_cli(str(src), "-o", str(out))
+    assert p.returncode == 2 and p.stderr == f"error: {out}: already exists (--force replaces it)\n"
+    assert out.read_bytes() == b"precious"
+    assert _apply_cli(str(src), "-o", str(out), "--dry-run").returncode == 0
+    assert out.read_bytes() == b"precious"
+    p = _apply_cli(str(src), "-o", str(out), "--force")
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes()[:4] == b"\x7fELF" and out.read_bytes() != src.read_bytes()
+    kept = tmp_path / "kept.bin"
+    kept.write_bytes(b"behind the link")
+    link = tmp_path / "link.hsaco"
+    link.symlink_to(kept)
+    assert _apply_cli(str(src), "-o", str(link)).returncode == 2
+    assert _apply_cli(str(src), "-o", str(link), "--force").returncode == 0
+    assert not link.is_symlink() and kept.read_bytes() == b"behind the link"
+    before = src.read_bytes()
+    p = _apply_cli(str(src), "-o", str(src), "--force")
+    assert p.returncode == 2 and "is FILE itself" in p.stderr
+    assert src.read_bytes() == before
