@@ -10,10 +10,13 @@ writer sets it before the rename.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
 from typing import Iterator
+
+from kpatch.errors import UsageError
 
 
 def current_umask() -> int:
@@ -75,3 +78,18 @@ def write_atomic(path: str, data: bytes, *, mode: int | None = None) -> None:
             f.flush()
             os.fchmod(f.fileno(), new_file_mode() if mode is None else mode)
             os.fsync(f.fileno())
+
+
+@contextmanager
+def output_errors(path: str) -> Iterator[None]:
+    """Around writing the output file ``path`` a user named: an OSError
+    (its directory missing or not a directory, no permission, a name too
+    long, a directory in its place) becomes a UsageError naming ``path``,
+    one line and exit 2, not an internal error; a full disk (ENOSPC,
+    EDQUOT) stays an OSError, for the caller's disk-full message."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise UsageError(f"cannot write: {e.strerror or e}", path) from None

@@ -270,3 +270,23 @@ def test_scan_directory_with_a_name_that_is_not_utf8(tmp_path):
     p = run_kpatch("extract", uris[0], "-o", str(out))
     assert p.returncode == 0, p.stderr
     assert out.read_bytes() == open(src, "rb").read()
+
+
+def test_extract_output_that_cannot_be_written_is_one_line(tmp_path):
+    """-o in a directory that does not exist, under a file, or with a name
+    too long for the file system: one `error: OUTPUT: cannot write: ...`
+    line, exit 2, no temporary file left (it was an internal error)."""
+    src = os.path.join(FIXTURES, "vecops.hip.bundle")
+    (tmp_path / "afile").write_bytes(b"x")
+    cases = {str(tmp_path / "nodir" / "x.co"): "No such file or directory",
+             str(tmp_path / "afile" / "x.co"): "Not a directory",
+             str(tmp_path / ("b" * 300 + ".co")): "File name too long"}
+    for out, why in cases.items():
+        p = kpatch_in_process("extract", src, "-o", out)
+        assert p.returncode == 2 and p.stderr == f"error: {out}: cannot write: {why}\n", p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
+    out = str(tmp_path / ("b" * 300 + ".co"))
+    p = kpatch_in_process("apply", os.path.join(FIXTURES, "vecops.hip.gfx1030.v5.hsaco"), "-o", out,
+                          "--mode", "override")
+    assert p.returncode == 2 and p.stderr == f"error: {out}: cannot write: File name too long\n", p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["afile"]

@@ -35,7 +35,7 @@ from kpatch.containers.uri import Uri
 from kpatch.errors import FormatError, KpatchError, UsageError
 from kpatch.apply.db import ChangeFn
 from kpatch.apply.blob import blob_kind, patch_blob
-from kpatch.atomicfile import new_file_mode, replacing, write_atomic
+from kpatch.atomicfile import new_file_mode, output_errors, replacing, write_atomic
 from kpatch.miopen.paths import check_output_dir
 from kpatch.rewrite.outcome import KernelOutcome, PatchFn, ProvenanceFn
 
@@ -118,7 +118,8 @@ def apply_to_file(path: str, out: str, *, mode: str, rule_sets: list[str], patch
     part.status = "changed"
     _report_pairs(on_change, where, r.pairs)
     if not dry_run:
-        write_atomic(out, r.data)
+        with output_errors(out):
+            write_atomic(out, r.data)
         result.written = True
     return result
 
@@ -201,7 +202,8 @@ def _apply_host(path: str, out: str, result: FileApplyResult, dry_run: bool, kw:
             writes.append((b.offset, r.data, b.size))
     if not writes or dry_run:
         return
-    _write_patched_copy(path, out, writes)
+    with output_errors(out):
+        _write_patched_copy(path, out, writes)
     result.written = True
 
 

@@ -11,7 +11,7 @@ from kpatch.cli.common import EXIT_OK, err_console
 from kpatch.containers.discover import resolve
 from kpatch.containers.uri import parse_uri
 from kpatch.errors import KpatchError, UsageError
-from kpatch.atomicfile import write_atomic
+from kpatch.atomicfile import output_errors, write_atomic
 
 
 @click.command("extract")
@@ -33,7 +33,8 @@ def extract_cmd(uri: str, output: str, force: bool) -> None:
     \b
     Exit status: 0 when OUTPUT was written; 1 when what URI names cannot
     be read (no such file or entry, malformed container); 2 for a
-    malformed URI or an existing OUTPUT without --force; 3 on an internal
+    malformed URI, an existing OUTPUT without --force, or an OUTPUT that
+    cannot be written (e.g. its directory is missing); 3 on an internal
     error.
     """
     where = parse_uri(uri)  # a malformed URI is a usage error
@@ -43,6 +44,7 @@ def extract_cmd(uri: str, output: str, force: bool) -> None:
         raise KpatchError(e.reason, e.item or uri) from None
     if os.path.exists(output) and not force:
         raise click.UsageError(f"{output} exists (use --force to overwrite)")
-    write_atomic(output, data)
+    with output_errors(output):
+        write_atomic(output, data)
     err_console.print(f"wrote {len(data):,} bytes to {output}", markup=False)
     sys.exit(EXIT_OK)
