@@ -49,13 +49,15 @@ def test_status_1_input_cannot_be_read(tmp_path):
     missing = str(tmp_path / "missing.co")
     bad_rules = tmp_path / "bad.toml"
     bad_rules.write_text("x = [")
+    binary_rules = tmp_path / "binary.toml"  # (not UTF-8: it was an internal error)
+    binary_rules.write_bytes(b"\xff\xfe[set]\n")
     env = {"KPATCH_SYSFS_ROOT": str(tmp_path)}
     for args in (("scan", missing), ("disasm", missing), ("diff", HSACO, missing), ("diff", missing, HSACO),
                  ("extract", missing, "-o", str(tmp_path / "o")),
                  ("extract", f"kdb://{sample_db_path()}?name=nope&args=x", "-o", str(tmp_path / "o")),
                  ("apply", missing, "-o", str(tmp_path / "o"), "--mode", "override"),
                  ("apply", "--db", missing, "--mode", "override", "--cu", "18", "--out-dir", str(tmp_path / "c")),
-                 ("rules", "--rules", str(bad_rules))):
+                 ("rules", "--rules", str(bad_rules)), ("rules", "--rules", str(binary_rules))):
         p = run_kpatch(*args, env=env)
         assert p.returncode == 1, (args, p.stderr)
         assert p.stderr.startswith("error: ") and "Traceback" not in p.stderr, (args, p.stderr)
@@ -84,6 +86,7 @@ def test_status_2_usage(tmp_path):
         ("apply", "--db", "@sample", "--cu", "18", "--out-dir", str(tmp_path / "c")),  # mode unknown
         ("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir", "/usr/lib/kpatch-never"),
         ("revert", str(tmp_path / "gfx1030_18.ukdb")),  # no backup
+        ("verify", "--emulate", HSACO, OTHER, "--seed", "-1"),  # (it was an internal error)
     ]
     for args in cases:
         p = run_kpatch(*args, env=env)

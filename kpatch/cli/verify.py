@@ -137,7 +137,7 @@ def emulation_line(counts: dict[str, int]) -> str:
               help="Accept results that differ only in f32 words by at most this many ulps, instead of "
                    "the bound (max_ulp) of the approximations PATCHED's provenance names; the largest "
                    "difference is reported.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthesised inputs.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the synthesised inputs.")
 @click.option("--mcpu-orig", type=click.Choice(sorted(TARGETS)), help="Decode ORIG as this target (default: its own).")
 @click.option("--mcpu-patched", type=click.Choice(sorted(TARGETS)), default="gfx1010", show_default=True,
               help="Decode PATCHED as this target (the hardware the patch is for).")

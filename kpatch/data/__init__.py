@@ -34,9 +34,12 @@ def read_bytes(path: str) -> bytes:
 
 def parse_toml(data: bytes, name: str) -> dict:
     """The TOML document ``data`` (a file's bytes, as :func:`read_toml` reads
-    them); FormatError naming it ``name`` when it is not valid TOML."""
+    them); FormatError naming it ``name`` when it is not valid TOML (which
+    is UTF-8 text)."""
     try:
         return tomllib.loads(data.decode())
+    except UnicodeDecodeError as e:
+        raise FormatError(f"not valid TOML: not UTF-8 text (byte {e.start})", name) from None
     except tomllib.TOMLDecodeError as e:
         raise FormatError(f"not valid TOML: {e}", name) from None
 
