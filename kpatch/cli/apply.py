@@ -184,8 +184,8 @@ class ReportPairs:
     def __init__(self, path: str | None):
         self.path = path
         self.pairs: list[tuple[str, bytes, bytes]] = []
-        if path:
-            check_output_dir(os.path.dirname(os.path.abspath(path)))
+        if path:  # (checked, and a missing directory made, before any work: not after the DB is written)
+            check_output_dir(os.path.dirname(os.path.abspath(path)), create=True)
 
     @property
     def on_change(self) -> Callable | None:

@@ -226,3 +226,19 @@ def test_refusals_in_objects_not_written_are_listed(tmp_path, monkeypatch):
     assert "cannot fix half2_dot" in head and "cannot fix fma_loop" in head and "fake refusal" in head
     assert "mathops.cpp.o" not in rest.split('<table class="index">', 1)[1]  # not among the changed objects
     assert "report" in stdout and "4 kernels refused" in stdout
+
+
+def test_report_in_a_directory_not_made_yet(tmp_path):
+    """--report in a directory that does not exist yet: made before any work,
+    as FILE -o OUT's directory is (the report failed only after the user DB
+    was written, exit 1); one under a file is refused before any work."""
+    report = tmp_path / "reports" / "new" / "r.html"
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
+                          str(tmp_path / "out"), "--report", str(report), "--dry-run")
+    assert p.returncode == 0, p.stderr
+    assert report.exists() and report.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    (tmp_path / "afile").write_bytes(b"x")
+    p = kpatch_in_process("apply", "--db", "@sample", "--mode", "override", "--cu", "18", "--out-dir",
+                          str(tmp_path / "out2"), "--report", str(tmp_path / "afile" / "r.html"))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "out2").exists()
