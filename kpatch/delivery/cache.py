@@ -177,12 +177,18 @@ def _kernels(kernels: Iterable[KernelOutcome]) -> list[dict]:
 def processor_of(data: bytes) -> str | None:
     """The processor the code object ``data`` is for (``gfx1030``), or None
     when it is not a readable code object or names none."""
-    from kpatch.codeobject import CodeObject
-
     try:
-        target = CodeObject.from_bytes(data).target
+        return processor_or_error(data)
     except KpatchError:
         return None
+
+
+def processor_or_error(data: bytes) -> str | None:
+    """:func:`processor_of`, but a code object that cannot be read raises
+    its KpatchError (None: it names no processor)."""
+    from kpatch.codeobject import CodeObject
+
+    target = CodeObject.from_bytes(data).target
     return target.processor if target is not None else None
 
 

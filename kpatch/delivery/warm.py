@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 from kpatch.containers.discover import Found, discover
 from kpatch.apply.blob import blob_kind
 from kpatch.apply.modes import SOURCE_PROCESSOR
+from kpatch.errors import KpatchError
 
 
 @dataclass
@@ -63,7 +64,15 @@ def source_objects(paths: Iterable[str], mode: str) -> Iterator[SourceItem]:
             yield SourceItem(item.uri, error=item.error)
             continue
         data = bytes(item.data)
-        if blob_kind(data) != "code-object" or cache.processor_of(data) != SOURCE_PROCESSOR[mode]:
+        if blob_kind(data) != "code-object":
+            yield SourceItem(item.uri)
+            continue
+        try:  # (a code object that cannot be read is an error, never "another target")
+            processor = cache.processor_or_error(data)
+        except KpatchError as e:
+            yield SourceItem(str(item.uri), error=e.reason)
+            continue
+        if processor != SOURCE_PROCESSOR[mode]:
             yield SourceItem(item.uri)
             continue
         key = hooklib.object_key(data)

@@ -42,3 +42,22 @@ def test_warm_then_run_is_all_cache_hits_and_cache_show_prune(tmp_path):
 def test_warm_reports_an_unreadable_path_and_goes_on(tmp_path):
     p = run_kpatch("warm", "--cache", str(tmp_path / "c"), str(tmp_path / "missing.kdb"))
     assert p.returncode == 1 and "error:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_warm_reports_a_code_object_it_cannot_read(tmp_path):
+    """A file that looks like a code object (ELF magic) but cannot be read
+    is an error naming it (exit 1), not "another target skipped"; the
+    readable one beside it is still patched into the cache."""
+    import os
+
+    from tests.conftest import FIXTURES
+
+    good = os.path.join(FIXTURES, "vecops.hip.gfx1030.v5.hsaco")
+    trunc = tmp_path / "trunc.co"
+    trunc.write_bytes(open(good, "rb").read()[:3000])
+    p = run_kpatch("warm", "--cache", str(tmp_path / "c"), "--json", str(trunc), good)
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert [e["item"] for e in doc["errors"]] == [f"file://{trunc}"]
+    assert doc["other_targets"] == 0 and sum(doc["new"].values()) == 1
+    assert p.stderr.startswith(f"error: file://{trunc}: ") and p.stderr.count("\n") == 1
