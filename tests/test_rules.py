@@ -69,13 +69,17 @@ BAD = {
     "no set": ('[[rule]]\nid="KX001"\n', "[set]"),
     "bad toml": ("[set\n", "not valid TOML"),
     "unknown key": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\nsummary="s"\n'
-                    'explain="e"\nmatch.finding="F"\nbogus=1\ninsert_before=[{op="s_nop"}]\n', "rule[0].bogus"),
+                    'explain="e"\nmatch.finding="VMEMtoScalarWriteHazard"\nbogus=1\ninsert_before=[{op="s_nop"}]\n', "rule[0].bogus"),
     "bad id": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="X1"\nname="a"\nsummary="s"\n'
-               'explain="e"\nmatch.finding="F"\ninsert_before=[{op="s_nop"}]\n', "rule X1.id"),
+               'explain="e"\nmatch.finding="VMEMtoScalarWriteHazard"\ninsert_before=[{op="s_nop"}]\n', "rule X1.id"),
     "no action": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\nsummary="s"\n'
-                  'explain="e"\nmatch.finding="F"\n', "has no action"),
+                  'explain="e"\nmatch.finding="VMEMtoScalarWriteHazard"\n', "has no action"),
+    "unknown finding": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\n'
+                        'summary="s"\nexplain="e"\nmatch.finding="VMEMtoScalarWriteHazards"\n'
+                        'insert_before=[{op="s_nop"}]\n', "rule KX001.match.finding"),
     "unknown instruction": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\n'
-                            'summary="s"\nexplain="e"\nmatch.finding="F"\ninsert_before=[{op="v_dot2_f32_f16"}]\n',
+                            'summary="s"\nexplain="e"\nmatch.finding="VMEMtoScalarWriteHazard"\n'
+                            'insert_before=[{op="v_dot2_f32_f16"}]\n',
                             "rule KX001.insert_before[0]"),
     "two matches": ('[set]\nid="x"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\nsummary="s"\n'
                     'explain="e"\nmatch.mnemonic="s_nop"\nmatch.header=true\ninsert_before=[{op="s_nop"}]\n',

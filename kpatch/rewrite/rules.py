@@ -73,6 +73,7 @@ import re
 from dataclasses import dataclass, field
 from importlib.resources import files
 
+from kpatch.analysis.findings import CLASS_BY_NAME
 from kpatch.data import parse_toml, read_bytes
 from kpatch.errors import FormatError
 from kpatch.rewrite.fixnames import FIX_NAMES, NEEDS_FINDING
@@ -269,6 +270,9 @@ def _match_terms(path: str, where: str, kind: str, on_object: bool, match: dict)
     if kind == "finding":
         if not isinstance(match["finding"], str):
             raise _err(path, f"{where}.match.finding", "must be a finding class name")
+        if match["finding"] not in CLASS_BY_NAME:  # (a typo would make a rule that never applies)
+            raise _err(path, f"{where}.match.finding", f"{match['finding']!r} is no finding class kpatch knows "
+                       f"(`kpatch explain` lists them)")
         kw["finding"] = match["finding"]
         if "mnemonic" in match:
             if on_object:

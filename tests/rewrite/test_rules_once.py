@@ -8,7 +8,7 @@ from __future__ import annotations
 from kpatch.rewrite import patcher, rules
 
 RULE = ('[set]\nid="mine"\ntitle="t"\ndescription="d"\n[[rule]]\nid="KX001"\nname="a"\nsummary="s"\n'
-        'explain="e"\nmatch.finding="F"\ninsert_before=[{op="s_nop"}]\n')
+        'explain="e"\nmatch.finding="VMEMtoScalarWriteHazard"\ninsert_before=[{op="s_nop"}]\n')
 
 
 def _count_reads(monkeypatch) -> list[str]:
