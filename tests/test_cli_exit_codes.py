@@ -51,11 +51,14 @@ def test_status_1_input_cannot_be_read(tmp_path):
     bad_rules.write_text("x = [")
     binary_rules = tmp_path / "binary.toml"  # (not UTF-8: it was an internal error)
     binary_rules.write_bytes(b"\xff\xfe[set]\n")
+    dangling = tmp_path / "dangling.co"  # (missing too: it was exit 2)
+    dangling.symlink_to(tmp_path / "nowhere.co")
     env = {"KPATCH_SYSFS_ROOT": str(tmp_path)}
     for args in (("scan", missing), ("disasm", missing), ("diff", HSACO, missing), ("diff", missing, HSACO),
                  ("extract", missing, "-o", str(tmp_path / "o")),
                  ("extract", f"kdb://{sample_db_path()}?name=nope&args=x", "-o", str(tmp_path / "o")),
                  ("apply", missing, "-o", str(tmp_path / "o"), "--mode", "override"),
+                 ("apply", str(dangling), "-o", str(tmp_path / "o"), "--mode", "override"),
                  ("apply", "--db", missing, "--mode", "override", "--cu", "18", "--out-dir", str(tmp_path / "c")),
                  ("rules", "--rules", str(bad_rules)), ("rules", "--rules", str(binary_rules))):
         p = run_kpatch(*args, env=env)

@@ -637,7 +637,7 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
         raise click.UsageError("--cu and --out-dir are for --db")
     if dbs and drop_other_targets:
         raise click.UsageError("--drop-other-targets is for FILE (a host library), not --db")
-    if file and not os.path.lexists(file):
+    if file and not os.path.exists(file):  # (a dangling symbolic link too)
         raise KpatchError("no such file", file)  # an input that cannot be read: exit 1, as for --db
     if file and not is_dir and out and not dry_run:
         _check_file_output(file, out, force)
