@@ -105,6 +105,9 @@ def diff_cmd(old: str, new: str, html_path: str | None, as_json: bool, json_rows
     flush_stdout()
     for p in report.problems:
         error_line(None, p)
+    for o in report.objects:  # (a pair compared whose object could not be read: on stderr too, one line)
+        if o.error is not None:
+            error_line(None, o.error)
     if html_path:
         err_console.print(f"HTML report written to {html_path}", markup=False, highlight=False)
     s = report.summary

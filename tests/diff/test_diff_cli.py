@@ -158,3 +158,17 @@ def test_json_rows_streams_every_row(branchy):
         assert [(x["new"]["address"], x["new"]["text"]) for x in mine if x["new"]] == new[name]
     assert "diff" in lines[-2] and "rows" not in lines[-2]["diff"]["functions"][0]
     assert lines[-1]["summary"]["inserted"] == 1
+
+
+def test_unreadable_object_of_a_pair_is_an_error_line_too(branchy, tmp_path):
+    """A pair compared whose object cannot be read (a truncated code object)
+    is counted unreadable, exit 1, and named on stderr in one `error:` line
+    (it was only inside the report on stdout), text and --json alike."""
+    trunc = tmp_path / "trunc.co"
+    trunc.write_bytes(read(branchy[0])[:3000])
+    for extra in ((), ("--json",)):
+        r = kpatch_in_process("diff", *extra, str(trunc), branchy[0])
+        assert r.returncode == 1
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: file://{trunc}: "), r.stderr
+    assert json.loads(r.stdout)["summary"]["errors"] == 1
