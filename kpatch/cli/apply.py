@@ -617,8 +617,9 @@ def apply_cmd(file: str | None, out: str | None, dbs: tuple[str, ...], mode: str
     half-written is left, the user DB is as it was); 2 for usage errors
     (also: mode or CU count that cannot be detected, output in a system
     directory or a symbolic link, FILE's OUT already there without --force,
-    user DB locked by MIOpen for over 60 s; nothing is written); 3 on an internal error; 130 on Ctrl-C (nothing
-    half-written is left, the user DB is as it was).
+    user DB locked by MIOpen for over 60 s; nothing is written); 3 on an
+    internal error; 130 on Ctrl-C (nothing half-written is left, the user
+    DB is as it was).
     """
     if file and dbs:
         raise click.UsageError("give either FILE -o OUT or --db SRC, not both")
