@@ -19,7 +19,8 @@ CORPUS_LIB = os.path.join(ROOT, "kdb_cache", "root", "usr", "lib", "x86_64-linux
 LIBROCRAND = os.path.join(CORPUS_LIB, "librocrand.so.1.1")
 
 
-def run_kpatch(*args: str, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_kpatch(*args: str, cwd: str | None = None, env: dict | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `python -m kpatch ARGS` as a user would; return the completed process (text)."""
     e = dict(os.environ)
     e.pop("KPATCH_DEBUG", None)
@@ -27,7 +28,7 @@ def run_kpatch(*args: str, cwd: str | None = None, env: dict | None = None) -> s
     if env:
         e.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, cwd=cwd, env=e, timeout=600
+        [sys.executable, "-m", "kpatch", *args], capture_output=True, text=True, cwd=cwd, env=e, timeout=timeout
     )
 
 

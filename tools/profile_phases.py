@@ -127,9 +127,7 @@ def install(tree: Tree) -> None:
             cls_name, meth = name.split(".")
             cls = getattr(mod, cls_name)
             raw = cls.__dict__[meth]
-            if isinstance(raw, property):
-                setattr(cls, meth, property(tree.wrap(raw.fget, label), raw.fset, raw.fdel, raw.__doc__))
-            elif hasattr(raw, "func") and hasattr(raw, "attrname"):  # functools.cached_property
+            if isinstance(raw, functools.cached_property):
                 new = functools.cached_property(tree.wrap(raw.func, label))
                 new.__set_name__(cls, meth)
                 setattr(cls, meth, new)

@@ -17,6 +17,8 @@ from kpatch.errors import UsageError
 from kpatch.apply.file import apply_to_file
 from kpatch.apply.relabel import relabel_code_object, relabel_patch_fn
 
+from tests.conftest import run_kpatch
+
 from .conftest import (
     BUNDLER15, READELF, FakePatcher, fake_is_patched, fixture, invoke, listing, marked, no_provenance, read,
     readelf_flags, run)
@@ -136,6 +138,11 @@ def test_librocrand_override_with_a_same_size_patch(tmp_path, librocrand):
     assert os.path.getsize(out) == os.path.getsize(librocrand)
 
 
+def _apply_cli(*args: str) -> subprocess.CompletedProcess:
+    """`kpatch apply ARGS --mode override` as a user runs it (a hang fails within 2 minutes)."""
+    return run_kpatch("apply", *args, "--mode", "override", timeout=120)
+
+
 def test_host_elf_without_gpu_code_is_one_line(tmp_path):
     """A host ELF file with no .hip_fatbin section (a plain program) is a
     usage error naming the file and the section, exit 2, nothing written."""
@@ -146,18 +153,10 @@ def test_host_elf_without_gpu_code_is_one_line(tmp_path):
     src = tmp_path / "plain.so"
     src.write_bytes(open(exe, "rb").read())
     out = tmp_path / "out.so"
-    env = {k: v for k, v in os.environ.items() if k != "KPATCH_DEBUG"} | {"KPATCH_NO_PROGRESS": "1"}
-    p = subprocess.run([sys.executable, "-m", "kpatch", "apply", str(src), "-o", str(out), "--mode", "override"],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = _apply_cli(str(src), "-o", str(out))
     assert p.returncode == 2, p.stderr
     assert p.stderr == f"error: {src}: host ELF file without a .hip_fatbin section: nothing to patch\n"
     assert not out.exists()
-
-
-def _apply_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "KPATCH_DEBUG"} | {"KPATCH_NO_PROGRESS": "1"}
-    return subprocess.run([sys.executable, "-m", "kpatch", "apply", *args, "--mode", "override"],
-                          capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_fifo_is_refused_not_read(tmp_path):
